@@ -1,0 +1,39 @@
+"""Shared test fixtures: paths to the real data beside the checkout, and helpers to run the top-level scripts."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+SAMPLE_DATA = os.path.join(REPO, "data", "sample")
+FINEWEB_150 = os.path.join(SHARED_DATA, "fineweb_edu_150docs.jsonl")
+HELLASWAG_VAL = os.path.join(SHARED_DATA, "hellaswag_val.jsonl")
+TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare.txt")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
+    """Run `python <args>` (or a torchrun line when args[0] == 'torchrun') and return the CompletedProcess."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    env.update(env_extra or {})
+    if args[0] == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run"] + list(args[1:])
+    else:
+        cmd = [sys.executable] + list(args)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def repo_root():
+    return REPO
