@@ -1,0 +1,346 @@
+"""compare_experiments.py / gptlab.compare on synthetic run folders laid out like train_gpt.py writes them."""
+import csv
+import io
+import json
+import math
+import os
+import re
+import struct
+import time
+
+import pytest
+
+from conftest import run_script
+from gptlab import compare as cmp
+from gptlab.experiment import CODE_DIR, CONFIG_FILE, LOG_FILE, METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
+
+BASE_CONFIG = {"model_name": "Baseline", "tokenizer": "gpt2", "tokenizer_name": "gpt2",
+               "tokenizer_ranks_sha256": "aaa111", "git_commit": "abc", "versions": {"torch": "2.13.0"},
+               "vocab_size": 50304, "num_layers": 4, "num_heads": 4, "model_dim": 128, "head_dim": 32,
+               "mlp_ratio": 4, "train_seq_len": 256, "batch_size": 8, "train_steps": 40, "seed": 1,
+               "world_size": 1, "device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1,
+               "n_params": 7_340_032, "command": "train_gpt.py --seed 1", "start_time": "2026-01-01T10:00:00"}
+BASE_CODE = {"train_gpt.py": "import torch\nLR = 0.01\n\ndef train():\n    return LR\n",
+             "gptlab/model.py": "class GPT:\n    pass\n", "requirements.txt": "torch==2.13.0\n"}
+
+
+def metrics_rows(steps, final_bpb, final_acc, tokens_per_step=2048, step_time=0.5, eval_every=10):
+    """Train rows every step and eval rows every `eval_every` steps, loss decaying towards the final figures."""
+    rows = []
+    for step in range(steps + 1):
+        progress = step / steps
+        tokens, elapsed = step * tokens_per_step, step * step_time
+        if step > 0:
+            rows.append({"step": step, "tokens": tokens, "train_loss": final_bpb * 2.3 + 4.0 * math.exp(-5 * progress)
+                         + 0.15 * math.sin(step * 2.7),
+                         "lr": 0.01, "step_time_s": step_time, "elapsed_s": elapsed,
+                         "tokens_per_s": tokens_per_step / step_time})
+        if step % eval_every == 0:
+            bpb = final_bpb + 1.5 * (1 - progress) ** 2
+            rows.append({"step": step, "tokens": tokens, "val_loss": bpb * 2.4, "val_bpb": bpb, "elapsed_s": elapsed,
+                         "hellaswag_acc": final_acc - 0.01 - 0.05 * (1 - progress),
+                         "hellaswag_acc_norm": final_acc - 0.05 * (1 - progress)})
+    return rows
+
+
+def make_run(root, folder, config=None, rows=None, results=None, code=None, age_s=0, truncate_last=False):
+    """Write one run folder; `age_s` back-dates its files (a crashed run stops writing)."""
+    path = os.path.join(root, folder)
+    os.makedirs(path)
+    if config is not None:
+        with open(os.path.join(path, CONFIG_FILE), "w") as f:
+            json.dump(config, f)
+    if rows is not None:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buf.getvalue()
+        if truncate_last:  # killed mid-write: the last row stops half-way, no newline
+            text = text[:-1]
+            text = text[: text.rfind("\n") + 1 + 9]
+        with open(os.path.join(path, METRICS_FILE), "w") as f:
+            f.write(text)
+        with open(os.path.join(path, LOG_FILE), "w") as f:
+            f.write("step 1 ...\n")
+    if results is not None:
+        with open(os.path.join(path, RESULTS_FILE), "w") as f:
+            json.dump(results, f)
+    for rel, text in (code or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(path, CODE_DIR, rel)), exist_ok=True)
+        with open(os.path.join(path, CODE_DIR, rel), "w") as f:
+            f.write(text)
+    if age_s:
+        backdate(path, age_s)
+    return path
+
+
+def backdate(path, age_s):
+    old = time.time() - age_s
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (old, old))
+    os.utime(path, (old, old))
+
+
+def finished_results(config, bpb, acc, ci=0.009, status="finished", **extra):
+    res = {"status": status, "final_val_loss": bpb * 2.4, "final_val_bpb": bpb,
+           "hellaswag": {"acc": acc - 0.01, "acc_ci95": ci, "acc_norm": acc, "acc_norm_ci95": ci, "n": 10042},
+           "tokens": 40 * 2048, "steps": 40, "wall_time_s": 20.0, "peak_mem_allocated_gb": 1.5,
+           "peak_mem_reserved_gb": 2.0, "n_params": config["n_params"], "gpu_name": config["gpu_name"],
+           "world_size": 1, "tokenizer": config["tokenizer"], "model_name": config["model_name"],
+           "seed": config["seed"]}
+    res.update(extra)
+    return res
+
+
+def variant(**changes):
+    config = dict(BASE_CONFIG)
+    config.update(changes)
+    return config
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A seed group of 3, a clear winner, a near tie, another tokenizer, crashed / running / failed runs."""
+    root = str(tmp_path / "experiments")
+    os.makedirs(root)
+    for i, (seed, bpb, acc) in enumerate([(1, 1.300, 0.300), (2, 1.304, 0.302), (3, 1.296, 0.298)]):
+        config = variant(seed=seed, command=f"train_gpt.py --seed {seed}", start_time=f"2026-01-01T10:0{i}:00",
+                         git_commit=f"commit{i}")
+        make_run(root, f"20260101_10000{i}_Baseline", config, metrics_rows(40, bpb, acc),
+                 finished_results(config, bpb, acc), BASE_CODE)
+    better = variant(model_name="BetterIdea", model_dim=192, n_params=9_000_000)
+    better_code = dict(BASE_CODE, **{"train_gpt.py": BASE_CODE["train_gpt.py"].replace("0.01", "0.02"),
+                                     "gptlab/muon.py": "def step():\n    pass\n"})
+    del better_code["gptlab/model.py"]
+    make_run(root, "20260102_090000_BetterIdea", better, metrics_rows(40, 1.250, 0.330),
+             finished_results(better, 1.250, 0.330), better_code)
+    tweak = variant(model_name="TinyTweak", mlp_ratio=3)
+    make_run(root, "20260102_100000_TinyTweak", tweak, metrics_rows(40, 1.255, 0.325),
+             finished_results(tweak, 1.255, 0.325, ci=[0.316, 0.334]))
+    other = variant(model_name="OtherTok", tokenizer="tokenizers/mytok_32768.pkl", tokenizer_name="mytok_32768",
+                    tokenizer_ranks_sha256="bbb222",
+                    vocab_size=32768)
+    make_run(root, "20260103_080000_OtherTok", other, metrics_rows(40, 1.400, 0.290),
+             finished_results(other, 1.400, 0.290))
+    crashed = variant(model_name="Crashy", num_layers=6)
+    make_run(root, "20260104_080000_Crashy", crashed, metrics_rows(40, 1.200, 0.310)[:30], age_s=7200,
+             truncate_last=True)
+    running = variant(model_name="StillGoing", num_layers=8)
+    make_run(root, "20260105_080000_StillGoing", running, metrics_rows(40, 1.500, 0.280)[:20])
+    failed = variant(model_name="Oom", model_dim=4096)
+    make_run(root, "20260105_090000_Oom", failed, metrics_rows(40, 1.600, 0.27)[:12],
+             {"status": "failed", "error": "CUDA out of memory", "model_name": "Oom"})
+    make_run(root, "20260105_100000_Empty", variant(model_name="Empty"), age_s=7200)
+    os.makedirs(os.path.join(root, "notes"))
+    return root
+
+
+def table_order(stdout):
+    """Run folder names in the order of the printed leaderboard rows."""
+    names = []
+    for line in stdout.splitlines():
+        if line.startswith("note:"):
+            break
+        match = re.search(r"\b\d{8}_\d{6}_\S+", line)
+        if line[:1].isdigit() and match:
+            names.append(match.group(0))
+    return names
+
+
+def run_compare(lab, *args):
+    proc = run_script(["compare_experiments.py", "--experiments", lab, *args])
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def row_of(stdout, name):
+    return next(line for line in stdout.splitlines() if line[:1].isdigit() and name in line)
+
+
+def test_leaderboard_order_status_and_significance(lab):
+    out = run_compare(lab)
+    assert table_order(out) == [
+        "20260102_090000_BetterIdea", "20260102_100000_TinyTweak", "20260101_100002_Baseline",
+        "20260101_100000_Baseline", "20260101_100001_Baseline", "20260103_080000_OtherTok",
+        "20260104_080000_Crashy", "20260105_080000_StillGoing", "20260105_090000_Oom", "20260105_100000_Empty"]
+    # status: finished / crashed (no results, old, truncated) / running (recent) / failed / no metrics
+    assert "finished" in row_of(out, "BetterIdea")
+    assert "crashed" in row_of(out, "Crashy") and "running" in row_of(out, "StillGoing")
+    assert "failed" in row_of(out, "_Oom") and "no metrics" in row_of(out, "_Empty")
+    # figures: params, tokens, bpb, HellaSwag ± CI (number and [lo, hi] forms), GPU, memory, wall time
+    best = row_of(out, "BetterIdea")
+    for text in ("9.00M", "81.92K", "1.2500", "0.3300 ± 0.0090", "NVIDIA H100 80GB HBM3 ×1", "1.50 GB", "20.0s",
+                 "reference"):
+        assert text in best, (text, best)
+    assert "0.3250 ± 0.0090" in row_of(out, "TinyTweak")
+    # significance: the tie is within 2 x seed noise (0.004) and CIs overlap; the baseline is clearly worse
+    tweak = row_of(out, "TinyTweak")
+    assert tweak.count("not distinguishable") == 2 and "+0.0050" in tweak
+    baseline = row_of(out, "20260101_100000_Baseline")
+    assert "+0.0500 worse" in baseline and "-0.0300 worse" in baseline
+    # unfinished runs: last measured values, starred, and a note on the truncated CSV
+    assert "*" in row_of(out, "Crashy")
+    assert "Crashy: metrics.csv: last line" in out and "half-written" in out
+    assert "Oom: error: CUDA out of memory" in out
+    assert "skipped" in out and "notes" in out
+    # tokenizers differ: a note says loss is not comparable but bpb is
+    assert "different tokenizers" in out and "val loss is per token and NOT comparable" in out
+    # noise section: the seed group of three with mean ± std
+    noise = out[out.index("Noise"):]
+    assert "Baseline" in noise and "1, 2, 3" in noise and "1.3000 ± 0.0040 (n=3)" in noise
+    assert "0.3000 ± 0.0020 (n=3)" in noise
+
+
+def test_leaderboard_markdown_written_with_links(lab):
+    run_compare(lab)
+    with open(os.path.join(lab, "LEADERBOARD.md")) as f:
+        md = f.read()
+    assert md.startswith("# Leaderboard")
+    assert "| 1 | BetterIdea |" in md
+    assert "[20260102_090000_BetterIdea](20260102_090000_BetterIdea/)" in md
+    assert "## Noise" in md and "1.3000 ± 0.0040 (n=3)" in md
+    assert "NOT comparable across tokenizers" in md
+    assert not [n for n in os.listdir(lab) if ".tmp." in n]
+    # Naming runs does not rewrite the all-runs leaderboard unless asked.
+    before = os.path.getmtime(os.path.join(lab, "LEADERBOARD.md"))
+    time.sleep(0.05)
+    run_compare(lab, "TinyTweak", "BetterIdea", "--no-plot")
+    assert os.path.getmtime(os.path.join(lab, "LEADERBOARD.md")) == before
+    run_compare(lab, "TinyTweak", "BetterIdea", "--no-plot", "--write")
+    with open(os.path.join(lab, "LEADERBOARD.md")) as f:
+        md = f.read()
+    assert md.startswith("# Leaderboard (2 selected runs)") and "OtherTok" not in md
+
+
+def test_sort_columns(lab):
+    out = run_compare(lab, "--sort", "params", "--desc", "--no-write")
+    order = table_order(out)
+    assert order[0] == "20260102_090000_BetterIdea"  # 9.0M, all others 7.34M
+    out = run_compare(lab, "--sort", "hellaswag", "--desc", "--no-write")
+    order = table_order(out)
+    assert order[:2] == ["20260102_090000_BetterIdea", "20260102_100000_TinyTweak"]
+    assert order[-1] == "20260105_100000_Empty"  # missing values go last in either direction
+    out = run_compare(lab, "--sort", "status", "--no-write")
+    order = table_order(out)
+    assert order[-3:] == ["20260104_080000_Crashy", "20260105_090000_Oom", "20260105_100000_Empty"]
+    # an explicit column sort ignores status: the unfinished runs' last bpb (2.44, 2.34) are the highest
+    out = run_compare(lab, "--sort", "val-bpb", "--desc", "--no-write")
+    assert table_order(out)[:3] == ["20260105_090000_Oom", "20260105_080000_StillGoing", "20260104_080000_Crashy"]
+    assert table_order(out)[-1] == "20260105_100000_Empty"
+    out = run_compare(lab, "--sort", "model", "--no-write")
+    models = [row_of(out, n).split()[1] for n in table_order(out)]
+    assert models == sorted(models, key=str.lower)
+
+
+def test_baseline_uses_noise_of_runs_not_shown(lab):
+    board = cmp.compare(["20260101_100000_Baseline", "BetterIdea", "TinyTweak"], experiments_dir=lab,
+                        baseline="20260101_100000_Baseline", no_plot=True)["board"]
+    cells = {r.name: row for r, row in zip(board.runs, board.rows)}
+    # The other two seeds of Baseline are not in the table but still measure its noise (std 0.004).
+    assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
+    assert cells["20260102_090000_BetterIdea"][-2] == "-0.0500 better"
+    assert cells["20260102_090000_BetterIdea"][-1] == "+0.0300 better"
+    assert cells["20260101_100000_Baseline"][-2] == "reference"
+    assert "HellaSwag vs baseline" in board.headers and len(board.groups) == 1
+
+
+def test_noise_unknown_without_seed_group(tmp_path):
+    for folder, name, bpb in [("20260101_000000_A", "A", 1.30), ("20260101_000001_B", "B", 1.301)]:
+        config = variant(model_name=name)
+        make_run(str(tmp_path), folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
+    board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
+    assert board.noise is None and board.groups == []
+    assert board.rows[1][-2] == "+0.0010 (higher; noise unknown)"
+    assert any("noise is unknown: repeat a run with another --seed" in n for n in board.notes)
+
+
+def test_plot_png_size_in_each_run_and_at_path(lab, tmp_path):
+    out_png = str(tmp_path / "out.png")
+    run_compare(lab, os.path.join(lab, "2026*_Baseline"), os.path.join(lab, "*_BetterIdea"), "*Crashy",
+                "--plot", out_png, "--size", "900x700")
+    with open(out_png, "rb") as f:
+        header = f.read(24)
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR"
+    assert struct.unpack(">II", header[16:24]) == (900, 700)
+    # an existing --plot file is only replaced with --overwrite
+    proc = run_script(["compare_experiments.py", "--experiments", lab, "BetterIdea", "--plot", out_png])
+    assert proc.returncode == 2 and "--overwrite" in proc.stderr
+    # named runs without --plot: compare.png (default size) in each compared run's folder
+    run_compare(lab, "BetterIdea", "TinyTweak")
+    for folder in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak"):
+        with open(os.path.join(lab, folder, "compare.png"), "rb") as f:
+            assert struct.unpack(">II", f.read(24)[16:24]) == (1600, 1200)
+    assert not os.path.exists(os.path.join(lab, "20260101_100000_Baseline", "compare.png"))
+
+
+def test_diff_names_changed_flag_and_files(lab):
+    out = run_compare(lab, "--diff", "20260101_100000_Baseline", "BetterIdea")
+    assert "~ model_dim: 128 -> 192" in out
+    assert '~ model_name: "Baseline" -> "BetterIdea"' in out
+    assert "changed: train_gpt.py" in out
+    assert "added in B: gptlab/muon.py" in out and "removed in B: gptlab/model.py" in out
+    assert "--- A/code/train_gpt.py" in out and "-LR = 0.01" in out and "+LR = 0.02" in out
+    same = run_compare(lab, "--diff", "20260101_100000_Baseline", "20260101_100001_Baseline")
+    assert "~ seed: 1 -> 2  (varies between repeats)" in same and "identical (3 files)" in same
+
+
+def test_half_written_csv_keeps_complete_rows(lab):
+    run = cmp.load_run(os.path.join(lab, "20260104_080000_Crashy"))
+    assert run.metrics.truncated and run.status == "crashed"
+    assert len(run.metrics.rows) == 29  # 30 written, the last one cut off mid-row
+    assert run.val_bpb is not None and run.tokens == run.metrics.rows[-1]["tokens"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--experiments", "{tmp}/nowhere"], "does not exist: start a run with `python train_gpt.py"),
+    (["--experiments", "{tmp}/empty"], "no runs in"),
+    (["--experiments", "{lab}", "--sort", "speed"], "unknown --sort column 'speed'; valid columns: model, date"),
+    (["--experiments", "{lab}", "--diff", "20260101_100000_Baseline", "NoSuchRun"], "no run folder 'NoSuchRun'"),
+    (["--experiments", "{lab}", "--diff", "Baseline", "BetterIdea"], "ambiguous"),
+    (["--experiments", "{lab}", "{lab}/2099*_Nope"], "no run folder matches"),
+    (["--experiments", "{lab}", "{lab}/notes"], "is not a run folder"),
+    (["--experiments", "{lab}", "--size", "big"], "--size 'big' is not WIDTHxHEIGHT"),
+    (["--experiments", "{lab}", "--baseline", "NoSuchRun"], "no run folder 'NoSuchRun'"),
+])
+def test_bad_input_clear_message_exit_2(lab, tmp_path, args, expected):
+    os.makedirs(tmp_path / "empty", exist_ok=True)
+    args = [a.format(tmp=tmp_path, lab=lab) for a in args]
+    proc = run_script(["compare_experiments.py", *args])
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("error: ") and expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_readers_tolerate_missing_keys_and_ci_forms(tmp_path):
+    assert cmp.ci_interval(0.3, 0.01) == pytest.approx((0.29, 0.31))
+    assert cmp.ci_interval(0.3, [0.31, 0.29]) == (0.29, 0.31)
+    assert cmp.ci_interval(0.3, "n/a") is None and cmp.ci_interval(None, 0.01) is None
+    # results.json with almost nothing in it, config without most keys: every missing figure shows as "—"
+    make_run(str(tmp_path), "20260101_000000_Bare", {"seed": 0}, metrics_rows(10, 2.0, 0.26, eval_every=5),
+             {"status": "finished", "hellaswag": None})
+    board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True)["board"]
+    row = dict(zip(board.headers, board.rows[0]))
+    assert row["Model"] == "Bare" and row["Params"] == cmp.MISSING and row["GPU"] == cmp.MISSING
+    assert row["Val bpb"] == "2.0000" and row["Status"] == "finished"
+    assert row["HellaSwag acc_norm ±95% CI"] == "0.2600"  # from metrics.csv, no interval known
+
+
+def test_damaged_files_are_reported_not_fatal(tmp_path):
+    root = str(tmp_path)
+    path = make_run(root, "20260101_000000_Damaged", None, metrics_rows(20, 1.5, 0.27), age_s=3600)
+    with open(os.path.join(path, METRICS_FILE), "a") as f:  # a garbage row in the middle, then a good one
+        f.write("not,a,number" + "," * (len(METRICS_COLUMNS) - 3) + "\n99,1,2.5" + "," * (len(METRICS_COLUMNS) - 3) + "\n")
+    with open(os.path.join(path, RESULTS_FILE), "w") as f:
+        f.write('{"status": "fini')  # results.json cut off: the run is judged from its metrics instead
+    backdate(path, 3600)
+    make_run(root, "20260101_000001_HeaderOnly", {"model_name": "HeaderOnly"}, [], age_s=3600)
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--no-write"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Damaged: no config.json" in out
+    assert "Damaged: results.json is unreadable" in out
+    assert "Damaged: metrics.csv: ignored 1 unreadable line(s)" in out
+    assert "crashed" in row_of(out, "Damaged") and "no metrics" in row_of(out, "HeaderOnly")
+    assert "No finished run with a val bpb yet" in out
