@@ -1,0 +1,127 @@
+"""The tokenizer file: pickle round trip, tiktoken round trip, the restricted loader and the old gpt-lab format."""
+import json
+import os
+import pickle
+
+import pytest
+
+from conftest import FINEWEB_150
+
+from gptlab.bpe.pretokenize import pretokenize
+from gptlab.bpe.trainer import train_merges_python
+from gptlab.errors import UserError
+from gptlab.tokenizer import (EOT, PATTERNS, encoding_from_dict, eot_id, load_tokenizer, merges_txt_path,
+                              ranks_sha256, read_tokenizer_file, save_tokenizer, tokenizer_filename)
+
+TEXTS = ["aaaa aaa !!!!!!!! \n\n\n\n      x", "héllo wörld 日本語のテキスト 🙂🙂 👨‍👩‍👧‍👦", "don't WE'LL 12345678 3.14",
+         "a\r\nb\r\n\r\n\t\t", "literal " + EOT + " in text", "", " ", "\u0301\u0301"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    with open(FINEWEB_150) as f:
+        docs = [json.loads(line)["text"] for _, line in zip(range(30), f)]
+    table, chars, n_docs = pretokenize(docs + TEXTS, PATTERNS["gpt4"])
+    result = train_merges_python(table, 500)
+    path = tmp_path_factory.mktemp("tok") / tokenizer_filename("unit", 756, chars)
+    save_tokenizer(str(path), pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
+                   mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 756},
+                   metadata={"merge_counts": result.counts, "chars_used": chars}, script_content="# src")
+    return path, result, docs
+
+
+def test_pickle_round_trip(trained):
+    path, result, _ = trained
+    data = read_tokenizer_file(str(path))
+    assert data["format"] == "gptlab-tokenizer" and data["vocabsize"] == 756
+    assert [tuple(m) for m in data["merges"]] == result.merges
+    assert data["mergeable_ranks"] == result.mergeable_ranks
+    assert ranks_sha256(data["mergeable_ranks"]) == ranks_sha256(result.mergeable_ranks)
+    assert eot_id(data) == 756 and data["metadata"]["merge_counts"] == result.counts
+    lines = open(merges_txt_path(str(path))).read().splitlines()
+    assert len(lines) == 501 and lines[1].startswith("256\t") and lines[1].endswith(f"\t{result.counts[0]}")
+
+
+def test_tiktoken_round_trip(trained):
+    path, _, docs = trained
+    enc = load_tokenizer(str(path))
+    assert enc.n_vocab == 757 and enc.eot_token == 756
+    for text in TEXTS + docs:
+        tokens = enc.encode_ordinary(text)
+        assert enc.decode(tokens) == text
+    assert enc.encode(EOT, allowed_special="all") == [756]
+    assert 756 not in enc.encode_ordinary(EOT)  # literal text, never the special token
+
+
+def test_tiktoken_applies_the_learned_merges(trained):
+    """tiktoken's encoding of a training word equals replaying the merges in order (the trainer's view)."""
+    path, result, _ = trained
+    enc = load_tokenizer(str(path))
+    vocab = [bytes([i]) for i in range(256)]
+    for a, b in result.merges:
+        vocab.append(vocab[a] + vocab[b])
+    for word in [" the", " independence", "aaaa", "!!!!!!!!", " 123"]:
+        ids = list(word.encode())
+        for k, (a, b) in enumerate(result.merges):
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
+                    out.append(256 + k)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            ids = out
+        assert [vocab[t] for t in enc.encode_ordinary(word)] == [vocab[t] for t in ids]
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_loader_refuses_code_and_never_runs_it(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = _Evil()
+    evil.marker = marker
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"pat_str": "x", "mergeable_ranks": {}, "payload": evil}))
+    with pytest.raises(UserError, match="not a safe tokenizer pickle.*refusing to load global"):
+        load_tokenizer(str(path))
+    assert not marker.exists()
+
+
+def test_loader_refuses_non_tokenizers(tmp_path):
+    listed = tmp_path / "list.pkl"
+    listed.write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(UserError, match="is a pickle but not a tokenizer"):
+        load_tokenizer(str(listed))
+    garbage = tmp_path / "garbage.pkl"
+    garbage.write_bytes(b"this is not a pickle")
+    with pytest.raises(UserError, match="is not a (safe )?tokenizer pickle"):
+        load_tokenizer(str(garbage))
+    bad_ranks = tmp_path / "badranks.pkl"
+    bad_ranks.write_bytes(pickle.dumps({"pat_str": "x", "mergeable_ranks": {"a": 1}}))
+    with pytest.raises(UserError, match="must map bytes to int"):
+        load_tokenizer(str(bad_ranks))
+    with pytest.raises(UserError, match="not found"):
+        load_tokenizer(str(tmp_path / "absent.pkl"))
+
+
+def test_old_gpt_lab_format_loads(tmp_path, trained):
+    path, result, _ = trained
+    old = {"pat_str": PATTERNS["gpt4"], "mergeable_ranks": result.mergeable_ranks, "script_content": "# old"}
+    old_path = tmp_path / "old.pkl"
+    old_path.write_bytes(pickle.dumps(old))
+    data = read_tokenizer_file(str(old_path))
+    assert eot_id(data) == len(result.mergeable_ranks) == 756
+    enc = encoding_from_dict(data)
+    assert enc.eot_token == 756 and enc.decode(enc.encode_ordinary(TEXTS[1])) == TEXTS[1]
+
+
+def test_save_refuses_to_overwrite(trained):
+    path, result, _ = trained
+    with pytest.raises(UserError, match="already exists"):
+        save_tokenizer(str(path), pat_str="x", pattern_name="x", merges=[], mergeable_ranks={}, special_tokens={},
+                       metadata={}, script_content="")
+    assert read_tokenizer_file(str(path))["vocabsize"] == 756

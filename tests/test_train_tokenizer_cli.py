@@ -1,0 +1,205 @@
+"""train_tokenizer.py end to end: output files, exactness across engines and ranks, and every bad input."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script
+
+from gptlab.tokenizer import EOT, load_tokenizer, read_tokenizer_file
+
+ROUND_TRIP_TEXTS = ["aaaa aaa !!!!! \n\n\n   x", "héllo wörld 日本語 🙂👨‍👩‍👧‍👦", "don't I'm 1234567 3.14",
+                    "line\r\nline\r\n\r\n", "text " + EOT + " more", ""]
+
+
+def train(tmp_path, *extra, name="t", vocab=400, samples=60_000, inputs=(FINEWEB_150,), check=True, env=None):
+    args = ["train_tokenizer.py", "--name", name, "--vocabsize", str(vocab), "--samples", str(samples),
+            "--out", str(tmp_path), "--workers", "1", "--device", "cpu"]
+    if inputs:
+        args += ["--input", *map(str, inputs)]
+    proc = run_script(args + list(extra), check=check, env_extra=env)
+    return proc, tmp_path / f"{name}_v{vocab}_n{samples}.pkl"
+
+
+def test_trains_a_loadable_exact_tokenizer(tmp_path):
+    proc, path = train(tmp_path, "--workers", "2", vocab=600, samples=200_000)
+    data = read_tokenizer_file(str(path))
+    assert data["vocabsize"] == 600 and len(data["merges"]) == 344
+    assert data["special_tokens"] == {EOT: 600}
+    meta = data["metadata"]
+    assert meta["chars_used"] == 200_000 and meta["world_size"] == 1 and meta["pattern_name"] == "gpt4"
+    assert meta["source"] == {"input": [FINEWEB_150]} and len(meta["merge_counts"]) == 344
+    assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"]) and "duplicates" in meta
+    assert "# ===== train_tokenizer.py =====" in data["script_content"]
+    assert "# ===== gptlab/bpe/trainer.py =====" in data["script_content"]
+    assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
+    enc = load_tokenizer(str(path))
+    with open(FINEWEB_150) as f:
+        real = [json.loads(line)["text"] for line in f][-10:]
+    for text in ROUND_TRIP_TEXTS + real:
+        tokens = enc.encode_ordinary(text)
+        assert enc.decode(tokens) == text
+        assert all(t < 600 for t in tokens)
+    assert enc.eot_token == 600
+    assert len(enc.encode_ordinary(real[0])) < 0.5 * len(real[0].encode())  # it compresses real text
+
+
+def test_engines_and_worker_counts_agree(tmp_path):
+    from gptlab.bpe import native
+
+    engines = ["python", "torch"] + (["native"] if native.available() else [])
+    results = {}
+    for i, engine in enumerate(engines):
+        _, path = train(tmp_path / engine, "--engine", engine, "--workers", str(1 + i % 2), "--pattern", "gpt2",
+                        samples=50_000)
+        results[engine] = read_tokenizer_file(str(path))
+        assert results[engine]["metadata"]["engine"] == engine
+    for engine in engines[1:]:
+        assert results[engine]["merges"] == results["python"]["merges"]
+        assert results[engine]["mergeable_ranks"] == results["python"]["mergeable_ranks"]
+        assert results[engine]["metadata"]["merge_counts"] == results["python"]["metadata"]["merge_counts"]
+    assert "torch" in results["torch"]["metadata"]["versions"]
+
+
+def test_one_and_two_ranks_and_two_nodes_give_identical_merges(tmp_path):
+    # the whole (small) input on every launch: ranks split the documents, the merged table is the same
+    subset = tmp_path / "subset.jsonl"
+    with open(FINEWEB_150) as f:
+        subset.write_text("".join(line for _, line in zip(range(40), f)))
+    _, single = train(tmp_path / "one", inputs=[subset], samples=10_000_000)
+    port = free_port()
+    common = ["train_tokenizer.py", "--name", "t", "--vocabsize", "400", "--samples", "10000000", "--workers",
+              "1", "--device", "cpu", "--input", str(subset)]
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(port), *common,
+                       "--out", str(tmp_path / "two")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # two "nodes" on this machine, one process each, started concurrently with a c10d rendezvous
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={i}",
+                               "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                               "--rdzv_id=bpe-test", *common, "--out", str(tmp_path / "nodes")],
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    ref = read_tokenizer_file(str(single))
+    for folder in ("two", "nodes"):
+        other = read_tokenizer_file(str(tmp_path / folder / "t_v400_n10000000.pkl"))
+        assert other["merges"] == ref["merges"] and other["mergeable_ranks"] == ref["mergeable_ranks"]
+        assert other["metadata"]["world_size"] == 2
+        assert other["metadata"]["chars_used"] == ref["metadata"]["chars_used"] > 100_000
+
+
+def test_a_rank_that_dies_ends_the_run(tmp_path):
+    start = time.time()
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_tokenizer.py",
+                       "--vocabsize", "300", "--samples", "20000", "--workers", "1", "--device", "cpu",
+                       "--input", FINEWEB_150, "--out", str(tmp_path)],
+                      timeout=240, env_extra={"GPTLAB_TEST_DIE_RANK": "1", "GPTLAB_DIST_TIMEOUT_S": "60"})
+    assert proc.returncode != 0
+    assert time.time() - start < 200
+    assert not list(tmp_path.glob("*.pkl"))
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def fails(tmp_path, *args, inputs=(FINEWEB_150,), match):
+    proc, path = train(tmp_path, *args, inputs=inputs, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert match in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.pkl*")) or path.exists()
+    return proc
+
+
+def test_missing_and_empty_inputs(tmp_path):
+    fails(tmp_path, inputs=[tmp_path / "nope.jsonl"], match="does not exist")
+    fails(tmp_path, inputs=[str(tmp_path / "*.jsonl")], match="matches no file")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    fails(tmp_path, inputs=[empty], match="holds no text")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text('{"text": ""}\n\n')
+    fails(tmp_path, inputs=[blank], match="holds no text")
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text("not json\n")
+    fails(tmp_path, inputs=[bad_json], match="not valid JSON")
+    fails(tmp_path, inputs=[tmp_path], match="is a directory")
+    other = tmp_path / "x.csv"
+    other.write_text("a,b")
+    fails(tmp_path, inputs=[other], match="unsupported file type")
+
+
+def test_without_input_and_no_hub_points_to_input(tmp_path):
+    # HF_ENDPOINT on a closed local port: the same "cannot reach the Hub" path as an offline machine, fast
+    proc, _ = train(tmp_path, inputs=None, check=False, env={"HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert proc.returncode == 2 and "cannot reach the HuggingFace Hub" in proc.stderr
+    assert "--input PATH" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unreadable_file(tmp_path):
+    locked = tmp_path / "locked.txt"
+    locked.write_text("some text " * 100)
+    locked.chmod(0)
+    if os.access(locked, os.R_OK):
+        pytest.skip("running as a user who can read any file (root)")
+    fails(tmp_path, inputs=[locked], match="not readable")
+
+
+def test_invalid_utf8_is_replaced_and_reported(tmp_path):
+    raw = tmp_path / "latin1.txt"
+    raw.write_bytes("café olé ".encode("latin-1") * 200 + b"\xff\xfe plain ascii text " * 50)
+    proc, path = train(tmp_path, inputs=[raw], vocab=270, samples=10_000)
+    assert "not valid UTF-8" in proc.stderr and "replaced" in proc.stderr
+    data = read_tokenizer_file(str(path))
+    assert data["metadata"]["replaced_docs"] == 1
+
+
+def test_bad_numbers_and_pattern(tmp_path):
+    fails(tmp_path, "--vocabsize", "255", match="below 256")
+    fails(tmp_path, "--vocabsize", str(2**31), match="too large")
+    fails(tmp_path, "--samples", "0", match="--samples must be a positive")
+    fails(tmp_path, "--samples", "-5", match="--samples must be a positive")
+    fails(tmp_path, "--pattern", "(unclosed", match="neither gpt4, gpt2 nor a valid regex")
+    fails(tmp_path, "--pattern", "x*", match="matches the empty string")
+    fails(tmp_path, "--workers", "0", match="--workers must be at least 1")
+    fails(tmp_path, "--device", "tpu", match="not one of auto, cpu, cuda")
+
+
+def test_too_few_pairs_for_the_vocabulary(tmp_path):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("ab ab ab abc")
+    proc = fails(tmp_path, "--vocabsize", "300", inputs=[tiny], match="only allows 3 merges")
+    assert "--vocabsize of at most 259" in proc.stderr
+
+
+def test_samples_beyond_the_input_use_what_exists(tmp_path):
+    text = tmp_path / "small.txt"
+    text.write_text("hello world, hello tokenizer. " * 50 + EOT + "second document here " * 20)
+    proc, path = train(tmp_path, inputs=[text], vocab=280, samples=10_000_000)
+    assert "asked for more text than the input has" in proc.stderr
+    meta = read_tokenizer_file(str(path))["metadata"]
+    assert meta["chars_used"] == len(text.read_text()) - len(EOT) and meta["docs"] == 2
+    assert meta["samples_requested"] == 10_000_000
+
+
+def test_existing_output_is_refused_before_training(tmp_path):
+    _, path = train(tmp_path, vocab=300, samples=20_000)
+    before = path.read_bytes()
+    start = time.time()
+    proc, _ = train(tmp_path, vocab=300, samples=20_000, inputs=[tmp_path / "missing.jsonl"], check=False)
+    assert proc.returncode == 2 and "already exists; pass --overwrite" in proc.stderr
+    assert path.read_bytes() == before and time.time() - start < 30
+    proc, _ = train(tmp_path, "--overwrite", vocab=300, samples=20_000)
+    assert read_tokenizer_file(str(path))["vocabsize"] == 300
+
+
+def test_plain_cpu_run_does_not_import_torch(tmp_path):
+    code = ("import sys, train_tokenizer; train_tokenizer.main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = run_script(["-c", code, "--input", TINY_SHAKESPEARE, "--vocabsize", "300", "--samples", "30000",
+                       "--out", str(tmp_path), "--workers", "1"], check=True)
+    assert (tmp_path / "tokenizer_v300_n30000.pkl").exists(), proc.stderr
