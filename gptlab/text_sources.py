@@ -71,7 +71,9 @@ def _read_txt(path, stats, chunk_bytes=8 * 2**20):
             pending += chunk
             parts = pending.split(sep)
             pending = parts.pop() if chunk else b""
-            for part in parts + ([pending] if not chunk else []):
+            if not chunk and not parts[-1]:  # an empty file, or a separator at the very end: no empty last document
+                parts.pop()
+            for part in parts:
                 yield _decode(part, stats, f"a document in {path}")
             if not chunk:
                 return

@@ -1,0 +1,266 @@
+"""download_fineweb.py end to end on local inputs: lossless shards, resume after a crash, split jobs, bad input."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import FINEWEB_150, REPO, free_port, run_script
+from helpers.tiny_data import save_tiny_tokenizer
+
+from gptlab import shards
+from gptlab.errors import UserError
+from gptlab.fineweb import buffered_shuffle, encode_document
+from gptlab.text_sources import iter_local_documents
+from gptlab.tokenizer import EOT, PATTERNS, load_tokenizer, save_tokenizer
+
+TRICKY_DOCS = ["Hello 🌍 world 👩‍👩‍👧 emoji", "line one\r\nline two\r\n\r\n", "", "   ", "tabs\tand\u00a0nbsp",
+               "literal <|endoftext|> inside a document", "日本語のテキスト。", "\n", "ends without newline",
+               "x" * 5000, "naïve café — “quotes”"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    texts = [json.loads(line)["text"] for line in open(FINEWEB_150)][:20]
+    return save_tiny_tokenizer(str(tmp_path_factory.mktemp("tok") / "testtok_v296_n20.pkl"), texts, n_merges=40)
+
+
+def cli(args, **kwargs):
+    return run_script([os.path.join(REPO, "download_fineweb.py"), "--quiet"] + [str(a) for a in args], **kwargs)
+
+
+def run_main(args):
+    import download_fineweb
+    return download_fineweb.main(["--quiet"] + [str(a) for a in args])
+
+
+def shard_paths(out_dir):
+    """val first, then train shards by number: the stream order for a single writer."""
+    return sorted(glob.glob(os.path.join(out_dir, "val_*.bin"))) + \
+        sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))
+
+
+def decode_documents(paths, tokenizer_path):
+    """All documents in the shards, in order: split on the <|endoftext|> id, decode each piece strictly."""
+    enc = load_tokenizer(tokenizer_path)
+    tokens = np.concatenate([shards.read_shard(p) for p in paths]).astype(np.int64)
+    assert tokens.size and tokens[0] == enc.eot_token, "every document starts with <|endoftext|>"
+    starts = np.flatnonzero(tokens == enc.eot_token)
+    ends = list(starts[1:]) + [tokens.size]
+    return [enc.decode_bytes(tokens[s + 1:e].tolist()).decode("utf-8") for s, e in zip(starts, ends)]
+
+
+def write_jsonl(path, docs):
+    with open(path, "w", encoding="utf-8") as f:
+        for doc in docs:
+            f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+    return str(path)
+
+
+def test_lossless_in_stream_order_and_layout(tmp_path, tokenizer_path):
+    out_dir = run_main(["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--out", tmp_path, "--num_shards", 50,
+                        "--shard_size", 20_000, "--val_tokens", 30_000, "--shuffle_buffer", 0, "--workers", 2])
+    stem = os.path.splitext(os.path.basename(tokenizer_path))[0]
+    assert out_dir == os.path.join(str(tmp_path), f"local_fineweb_edu_150docs_{stem}")
+    docs = list(iter_local_documents([FINEWEB_150]))
+    assert decode_documents(shard_paths(out_dir), tokenizer_path) == docs
+    manifest = shards.check_manifest(out_dir, json.load(open(os.path.join(out_dir, "manifest.json")))
+                                     ["tokenizer"]["ranks_sha256"])
+    by_name = {s["name"]: s for s in manifest["shards"]}
+    val, trains = by_name.pop("val_000000.bin"), sorted(by_name)
+    assert val["tokens"] >= 30_000 and val["end"][1] == 0  # whole documents only
+    assert all(by_name[n]["tokens"] == 20_000 for n in trains[:-1]) and 0 < by_name[trains[-1]]["tokens"] <= 20_000
+    assert sum(s["docs"] for s in manifest["shards"]) == len(docs) and manifest["complete"]
+    # the val documents are the first of the stream and none of them is in train
+    val_docs = decode_documents([os.path.join(out_dir, "val_000000.bin")], tokenizer_path)
+    assert val_docs == docs[:len(val_docs)]
+    train_tokens = np.concatenate([shards.read_shard(os.path.join(out_dir, n)) for n in trains])
+    assert train_tokens[0] == load_tokenizer(tokenizer_path).eot_token
+    # same ids as tiktoken's encode_ordinary
+    enc = load_tokenizer(tokenizer_path)
+    assert list(shards.read_shard(os.path.join(out_dir, "val_000000.bin"))[1:1 + 50]) == \
+        enc.encode_ordinary(docs[0])[:50]
+
+
+def test_lossless_tricky_texts_and_shuffle(tmp_path, tokenizer_path):
+    inp = write_jsonl(tmp_path / "tricky.jsonl", TRICKY_DOCS * 3)
+    args = ["--input", inp, "--tokenizer", tokenizer_path, "--out", tmp_path / "o", "--num_shards", 100,
+            "--shard_size", 997, "--val_tokens", 50, "--seed", 0, "--shuffle_buffer", 8]
+    out_dir = run_main(args)
+    expected = list(buffered_shuffle(iter(TRICKY_DOCS * 3), 0, 8))
+    assert expected != TRICKY_DOCS * 3 and sorted(expected) == sorted(TRICKY_DOCS * 3)
+    assert decode_documents(shard_paths(out_dir), tokenizer_path) == expected
+    enc = load_tokenizer(tokenizer_path)
+    for doc in TRICKY_DOCS:
+        assert encode_document(enc, doc).tolist() == enc.encode_ordinary(doc)
+
+
+def test_txt_input_and_invalid_utf8_is_counted(tmp_path, tokenizer_path):
+    inp = tmp_path / "docs.txt"
+    inp.write_bytes("first doc 🌍\r\n".encode() + b"<|endoftext|>bad \xff\xfe bytes<|endoftext|>third")
+    proc = cli(["--input", inp, "--tokenizer", tokenizer_path, "--out", tmp_path, "--num_shards", 1,
+                "--shard_size", 1000, "--val_tokens", 5, "--shuffle_buffer", 0], check=True)
+    assert "1 document(s) with invalid UTF-8 replaced" in proc.stderr
+    out_dir = os.path.join(str(tmp_path), "local_docs_" + os.path.splitext(os.path.basename(tokenizer_path))[0])
+    assert decode_documents(shard_paths(out_dir), tokenizer_path) == \
+        ["first doc 🌍\r\n", "bad \ufffd\ufffd bytes", "third"]
+    assert json.load(open(os.path.join(out_dir, "manifest.json")))["stats"]["replaced_utf8_docs"] == 1
+
+
+def test_large_vocab_uses_uint32_shards(tmp_path):
+    path = str(tmp_path / "big_v256_n0.pkl")
+    save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=[],
+                   mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={EOT: 70_000},
+                   metadata={}, script_content="")
+    inp = write_jsonl(tmp_path / "a.jsonl", ["héllo", "world"])
+    out_dir = run_main(["--input", inp, "--tokenizer", path, "--out", tmp_path, "--val_tokens", 0,
+                        "--shard_size", 100])
+    shard = os.path.join(out_dir, "train_000001.bin")
+    assert shards.read_header(shard)[0] == 2
+    assert json.load(open(os.path.join(out_dir, "manifest.json")))["dtype"] == "uint32"
+    assert decode_documents([shard], path) == ["héllo", "world"]
+
+
+def test_crash_and_resume_gives_identical_shards(tmp_path, tokenizer_path):
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 12, "--shard_size", 25_000,
+              "--val_tokens", 20_000, "--seed", 3]
+    reference = run_main(common + ["--out", tmp_path / "ref"])
+    crashed = cli(common + ["--out", tmp_path / "run"], env_extra={"GPTLAB_TEST_DIE_AFTER_SHARDS": "3"})
+    assert crashed.returncode == 1
+    out_dir = os.path.join(str(tmp_path / "run"), os.path.basename(reference))
+    assert len(glob.glob(os.path.join(out_dir, "*.bin"))) == 3
+    # a killed run can also leave a half-written temporary file behind
+    open(os.path.join(out_dir, "train_000003.bin.tmp.999999"), "wb").write(b"partial")
+    cli(common + ["--out", tmp_path / "run"], check=True)
+    names = sorted(os.listdir(reference))
+    assert sorted(os.listdir(out_dir)) == names and len(names) >= 8
+    for name in names:
+        if name.endswith(".bin"):
+            assert open(os.path.join(out_dir, name), "rb").read() == open(os.path.join(reference, name), "rb").read()
+    strip = lambda m: [{k: v for k, v in s.items()} for s in m["shards"]]
+    assert strip(shards.load_manifest(out_dir)) == strip(shards.load_manifest(reference))
+    # a deleted (or broken) shard is rewritten identically by re-running; the others are kept
+    os.remove(os.path.join(out_dir, "train_000004.bin"))
+    with open(os.path.join(out_dir, "train_000006.bin"), "r+b") as f:
+        f.truncate(2000)
+    proc = cli(common + ["--out", tmp_path / "run"], check=True)
+    assert "rewriting" in proc.stderr
+    for name in names:
+        assert open(os.path.join(out_dir, name), "rb").read() == open(os.path.join(reference, name), "rb").read() \
+            or name.startswith("manifest")
+
+
+def test_sigkill_mid_run_then_resume(tmp_path, tokenizer_path):
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 60, "--shard_size", 2_000,
+              "--val_tokens", 5_000, "--workers", 1, "--out"]
+    reference = run_main(common + [tmp_path / "ref"])
+    env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "download_fineweb.py"), "--quiet"] +
+                            [str(a) for a in common + [tmp_path / "run"]], env=env, cwd=REPO,
+                            stderr=subprocess.DEVNULL)
+    out_dir = os.path.join(str(tmp_path / "run"), os.path.basename(reference))
+    deadline = time.time() + 60
+    while time.time() < deadline and not os.path.exists(os.path.join(out_dir, "train_000001.bin")):
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+    assert len(glob.glob(os.path.join(out_dir, "*.bin"))) < len(glob.glob(os.path.join(reference, "*.bin")))
+    cli(common + [tmp_path / "run"], check=True)
+    for name in os.listdir(reference):
+        if name.endswith(".bin"):
+            assert open(os.path.join(out_dir, name), "rb").read() == open(os.path.join(reference, name), "rb").read()
+    assert sorted(os.listdir(out_dir)) == sorted(os.listdir(reference))
+
+
+def test_disk_full_removes_partial_shard_and_keeps_finished_ones(tmp_path, tokenizer_path):
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 4, "--shard_size", 30_000,
+              "--val_tokens", 10_000, "--out", tmp_path]
+    proc = cli(common, env_extra={"GPTLAB_TEST_FAIL_WRITE": "train_000002.bin"})
+    assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    out_dir = glob.glob(os.path.join(str(tmp_path), "local_*"))[0]
+    assert sorted(os.listdir(out_dir)) == ["manifest.json", "train_000001.bin", "val_000000.bin"]
+    before = {n: open(os.path.join(out_dir, n), "rb").read() for n in ["train_000001.bin", "val_000000.bin"]}
+    assert [s["name"] for s in shards.check_manifest(out_dir)["shards"]] == ["train_000001.bin", "val_000000.bin"]
+    cli(common, check=True)
+    assert len(glob.glob(os.path.join(out_dir, "train_*.bin"))) == 4
+    for name, raw in before.items():
+        assert open(os.path.join(out_dir, name), "rb").read() == raw
+
+
+def test_other_settings_refused_unless_overwrite(tmp_path, tokenizer_path):
+    common = ["--input", FINEWEB_150, "--shard_size", 10_000, "--val_tokens", 1000, "--out", tmp_path,
+              "--num_shards", 2]
+    run_main(common + ["--tokenizer", tokenizer_path])
+    with pytest.raises(UserError, match=r"other settings .*seed: 0 → 1.*--overwrite"):
+        run_main(common + ["--tokenizer", tokenizer_path, "--seed", 1])
+    # a retrained tokenizer with the same file name: same folder, different vocabulary
+    retrained = save_tiny_tokenizer(str(tmp_path / os.path.basename(tokenizer_path)), ["abc abc abd " * 50], 5)
+    with pytest.raises(UserError, match="tokenizer"):
+        run_main(common + ["--tokenizer", retrained])
+    out_dir = run_main(common + ["--tokenizer", retrained, "--overwrite"])
+    shards.check_manifest(out_dir, json.load(open(os.path.join(out_dir, "manifest.json")))["tokenizer"]["ranks_sha256"])
+    with pytest.raises(UserError, match="were made with tokenizer"):
+        shards.check_manifest(out_dir, "0" * 64)
+    # a larger --num_shards extends a finished folder
+    out_dir = run_main(common[:-1] + [3, "--tokenizer", retrained])
+    assert len(shards.check_manifest(out_dir)["shards"]) == 4
+
+
+def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
+                       os.path.join(REPO, "download_fineweb.py"), "--quiet", "--input", FINEWEB_150,
+                       "--tokenizer", tokenizer_path, "--out", str(tmp_path), "--num_shards", "40",
+                       "--shard_size", "20000", "--val_tokens", "10000", "--shuffle_buffer", "0", "--workers", "1"])
+    assert proc.returncode == 0, proc.stderr
+    out_dir = glob.glob(os.path.join(str(tmp_path), "local_*"))[0]
+    manifest = shards.check_manifest(out_dir)
+    assert manifest["complete"] and manifest["parts"] == ["manifest.rank0.json", "manifest.rank1.json"]
+    names = [s["name"] for s in manifest["shards"]]
+    assert names[-1] == "val_000000.bin" and len(names) > 8 and len(set(names)) == len(names)
+    docs = list(iter_local_documents([FINEWEB_150]))
+    rank_docs = []
+    for rank in (0, 1):
+        part = json.load(open(os.path.join(out_dir, f"manifest.rank{rank}.json")))
+        rank_docs.append(decode_documents([os.path.join(out_dir, s["name"]) for s in part["shards"]],
+                                          tokenizer_path))
+        assert all((int(s["name"][6:12]) - 1) % 2 == rank for s in part["shards"] if s["split"] == "train")
+    # the input ran out before 40 shards: rank 0 holds documents 0, 2, 4, ... (val first), rank 1 holds 1, 3, 5, ...
+    assert rank_docs[0] == docs[0::2] and rank_docs[1] == docs[1::2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--version", "20B"], "--version '20B' is unknown"),
+    (["--shard_size", 0], "--shard_size must be a positive"),
+    (["--val_tokens", -1], "--val_tokens must be 0"),
+    (["--num_shards", 0], "--num_shards must be at least 1"),
+    (["--input", "/nonexistent/x.jsonl"], "does not exist"),
+    (["--input", "EMPTY"], "has no documents"),
+    (["--input", "BADPARQUET"], "not a readable parquet"),
+    (["--input", "BADJSON"], "is not valid JSON"),
+    (["--tokenizer", "no_such_tok.pkl"], "tokenizer 'no_such_tok.pkl' not found"),
+])
+def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{broken\n')
+    files = {"EMPTY": tmp_path / "empty.jsonl", "BADPARQUET": tmp_path / "bad.parquet",
+             "BADJSON": tmp_path / "bad.jsonl"}
+    args = [files.get(a, a) for a in args]
+    base = ["--out", tmp_path / "out"] + ([] if "--tokenizer" in args else ["--tokenizer", tokenizer_path])
+    if "--input" not in args and "--version" not in args:
+        base += ["--input", FINEWEB_150]
+    proc = cli(base + args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not os.path.exists(tmp_path / "out"), "a failed start leaves nothing behind"
+
+
+def test_offline_hub_names_input(tmp_path, tokenizer_path):
+    proc = cli(["--tokenizer", tokenizer_path, "--out", tmp_path / "o", "--version", "10B"],
+               env_extra={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}, timeout=120)
+    assert proc.returncode == 2 and "--input" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not os.path.exists(tmp_path / "o")
