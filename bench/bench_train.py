@@ -1,0 +1,212 @@
+"""Training-step speed of train_gpt.py's model: tokens/s, MFU and peak memory, compiled and not.
+
+    python bench/bench_train.py                       # GPU: GPT-2 small (12L/768), compiled and eager
+    python bench/bench_train.py --device cpu          # CPU: a tiny config, so CI keeps this script working
+    torchrun is not needed: one device, one process (multiply tokens/s by the GPU count for a DDP estimate).
+
+One measured step = forward + backward + Adam/Muon update on `--device_batch_size` tokens, exactly as in
+train_gpt.py (same model, masks, optimizers, autocast), after `--warmup` untimed steps.
+
+FLOPs per step (documented, used for MFU):
+    matmul FLOPs  = 6 x tokens x N_matmul, N_matmul = parameters that are multiplied (q/k/v, attention output,
+                    MLP and lm_head weights; embeddings and value embeddings are look-ups and count 0)
+    attention     = 3 x 4 x head_dim x num_heads x sum over layers of P_layer
+                    (forward QK^T and AV are 2 x head_dim multiply-adds per allowed query-key pair each; the
+                    backward costs twice the forward), where P_layer is the number of query-key pairs the
+                    layer's document-causal sliding-window mask actually allows in the benchmark batch
+                    (counted exactly from the mask, so masked-out work is not credited).
+    MFU = FLOPs per step / step time / peak. Peak: --peak_tflops, else a known GPU's dense bf16 peak (H100 SXM
+    989 TFLOP/s, ...), else n/a (CPU: n/a unless --peak_tflops is given).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from gptlab.errors import UserError, run_cli  # noqa: E402
+
+# dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by substring of torch.cuda.get_device_name()
+GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0),
+                        ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0),
+                        ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
+GPU_DEFAULT = dict(num_layers=12, model_dim=768, num_heads=12, vocab_size=50304, seq_len=1024, device_batch_size=16384,
+                   window_size=1792, steps=20, warmup=5)
+CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, seq_len=256, device_batch_size=512,
+                   window_size=256, steps=3, warmup=1)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--num_layers", type=int)
+    p.add_argument("--model_dim", type=int)
+    p.add_argument("--num_heads", type=int)
+    p.add_argument("--vocab_size", type=int)
+    p.add_argument("--num_val_emb", type=int, default=2)
+    p.add_argument("--seq_len", type=int, help="tokens per row (multiple of 128)")
+    p.add_argument("--device_batch_size", type=int, help="tokens per step (multiple of seq_len)")
+    p.add_argument("--window_size", type=int, help="long sliding window in tokens (the end-of-training size)")
+    p.add_argument("--doc_len", type=int, default=600, help="mean document length of the synthetic batch")
+    p.add_argument("--steps", type=int, help="timed steps")
+    p.add_argument("--warmup", type=int, help="untimed steps first (compilation happens here)")
+    p.add_argument("--compile", choices=["both", "on", "off"], default=None, help="default: both on CUDA, off on CPU")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
+    return p
+
+
+def flops_per_step(model, masks_by_layer, tokens):
+    """(matmul FLOPs, attention FLOPs) for one training step (see the module docstring)."""
+    n_matmul = sum(p.numel() for n, p in model.named_parameters()
+                   if p.ndim >= 2 and not n.startswith(("embed.", "value_embeds.")))
+    matmul = 6 * tokens * n_matmul
+    attn = 0
+    for block, mask in zip(model.blocks, masks_by_layer):
+        pairs = int(mask.sum())  # dense bool mask (B, 1, T, T): allowed query-key pairs
+        attn += 3 * 4 * block.attn.head_dim * block.attn.num_heads * pairs
+    return matmul, attn
+
+
+def gpu_peak_tflops(name):
+    for key, tflops in GPU_BF16_PEAK_TFLOPS:
+        if key.lower() in name.lower():
+            return tflops
+    return None
+
+
+def synthetic_batch(rows, seq_len, vocab, eot, doc_len, gen):
+    import torch
+
+    x = torch.randint(0, vocab, (rows, seq_len + 1), generator=gen)
+    x[x == eot] = 0
+    starts = torch.rand(rows, seq_len + 1, generator=gen) < 1.0 / doc_len  # documents of mean length doc_len
+    starts[:, 0] = True
+    x[starts] = eot
+    return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+
+
+def bench_one(cfg, device, compiled, amp_dtype):
+    import contextlib
+
+    import torch
+
+    import train_gpt
+
+    torch.manual_seed(0)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    head_dim = cfg["model_dim"] // cfg["num_heads"]
+    model = train_gpt.GPT(vocab_size=cfg["vocab_size"], num_layers=cfg["num_layers"], num_heads=cfg["num_heads"],
+                          head_dim=head_dim, model_dim=cfg["model_dim"], num_val_emb=cfg["num_val_emb"],
+                          max_seq_len=cfg["seq_len"]).to(device)
+    optimizers = train_gpt.build_optimizers(model, fused=device.type == "cuda")
+    use_flex = device.type == "cuda"
+    model_fwd = torch.compile(model, dynamic=False) if compiled else model
+    train_gpt.use_compiled_flex_attention(use_flex and not compiled)
+    eot = cfg["vocab_size"] - 1
+    rows = cfg["device_batch_size"] // cfg["seq_len"]
+    x, y = synthetic_batch(rows, cfg["seq_len"], cfg["vocab_size"], eot, cfg["doc_len"],
+                           torch.Generator().manual_seed(0))
+    x, y = x.to(device), y.to(device)
+    windows = train_gpt.window_blocks(1, 1, cfg["window_size"])  # the final (largest) windows
+    dense = train_gpt.build_attention_masks(x, eot, *windows, use_flex=False)
+    matmul_flops, attn_flops = flops_per_step(model, [dense[w] for w in model.layer_window], x.numel())
+    del dense
+    autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+
+    def step():
+        masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
+        with autocast():
+            loss = model_fwd(x, masks, y) / x.numel()
+        loss.backward()
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        return loss
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    t0 = time.perf_counter()
+    for _ in range(cfg["warmup"]):
+        step()
+    sync()
+    warmup_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        loss = step()
+    sync()
+    step_s = (time.perf_counter() - t0) / cfg["steps"]
+    if not torch.isfinite(loss):
+        raise RuntimeError("benchmark loss is not finite")
+    from gptlab.experiment import peak_memory
+    mem = peak_memory(device)
+    return {"compiled": compiled, "step_time_s": step_s, "tokens_per_s": x.numel() / step_s,
+            "flops_per_step": matmul_flops + attn_flops, "matmul_flops": matmul_flops, "attention_flops": attn_flops,
+            "achieved_tflops": (matmul_flops + attn_flops) / step_s / 1e12, "warmup_s": warmup_s,
+            "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
+            "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters())}
+
+
+def main(argv=None):
+    import torch
+
+    from gptlab.distributed import resolve_device
+
+    args = build_parser().parse_args(argv)
+    device = resolve_device(args.device)
+    cfg = dict(GPU_DEFAULT if device.type == "cuda" else CPU_DEFAULT)
+    cfg["num_val_emb"] = args.num_val_emb
+    cfg["doc_len"] = args.doc_len
+    for key in ("num_layers", "model_dim", "num_heads", "vocab_size", "seq_len", "device_batch_size", "window_size",
+                "steps", "warmup"):
+        if getattr(args, key) is not None:
+            cfg[key] = getattr(args, key)
+    if cfg["model_dim"] % cfg["num_heads"] or (cfg["model_dim"] // cfg["num_heads"]) % 4:
+        raise UserError(f"--model_dim {cfg['model_dim']} / --num_heads {cfg['num_heads']} must give a head_dim that "
+                        "is a multiple of 4")
+    for key in ("seq_len", "window_size"):
+        if cfg[key] % 128:
+            raise UserError(f"--{key} {cfg[key]} must be a multiple of 128")
+    if cfg["device_batch_size"] % cfg["seq_len"]:
+        raise UserError(f"--device_batch_size {cfg['device_batch_size']} must be a multiple of "
+                        f"--seq_len {cfg['seq_len']}")
+    if cfg["steps"] < 1 or cfg["warmup"] < 0:
+        raise UserError("--steps must be >= 1 and --warmup >= 0")
+    compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
+    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    amp_dtype = torch.bfloat16 if dtype == "bfloat16" else None
+    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = args.peak_tflops or (gpu_peak_tflops(gpu_name) if gpu_name else None)
+    print(f"device {device} ({gpu_name or 'CPU'}), dtype {dtype}, config {json.dumps(cfg)}", flush=True)
+    results = []
+    for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
+        try:
+            r = bench_one(cfg, device, compiled, amp_dtype)
+        except torch.cuda.OutOfMemoryError:
+            raise UserError("CUDA out of memory; lower --device_batch_size or --seq_len") from None
+        r["mfu"] = r["achieved_tflops"] / peak if peak else None
+        results.append(r)
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a (no peak known; pass --peak_tflops)"
+        print(f"compiled={compiled}: {r['tokens_per_s']:,.0f} tokens/s, step {1000 * r['step_time_s']:.1f} ms, "
+              f"{r['achieved_tflops']:.3f} TFLOP/s achieved (attention "
+              f"{100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs), MFU {mfu}, peak memory {r['peak_mem_allocated_gb']:.2f} GB allocated / "
+              f"{r['peak_mem_reserved_gb']:.2f} GB reserved ({r['peak_mem_label']})", flush=True)
+    report = {"device": str(device), "gpu_name": gpu_name, "dtype": dtype, "peak_tflops": peak, "config": cfg,
+              "results": results, "torch": torch.__version__}
+    if args.out:
+        from gptlab.fileio import atomic_write_text
+        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n", overwrite=True)
+    return report
+
+
+if __name__ == "__main__":
+    run_cli(main)

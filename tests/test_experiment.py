@@ -1,0 +1,96 @@
+"""gptlab/experiment.py: run folders, metrics CSV, code backup, results/config, checkpoints."""
+import datetime
+import json
+import os
+
+import pytest
+import torch
+
+from gptlab import experiment as exp
+from gptlab.errors import UserError
+
+
+def test_run_dirs_never_collide(tmp_path):
+    now = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    a = exp.create_run_dir(str(tmp_path), "M", now)
+    b = exp.create_run_dir(str(tmp_path), "M", now)
+    assert os.path.basename(a) == "20250102_030405_M" and os.path.basename(b) == "20250102_030405_M_2"
+    for bad in ("a/b", "", ".hidden"):
+        with pytest.raises(UserError, match="--model_name"):
+            exp.create_run_dir(str(tmp_path), bad)
+
+
+def test_metrics_csv_columns_empty_cells_and_no_overwrite(tmp_path):
+    path = str(tmp_path / exp.METRICS_FILE)
+    writer = exp.MetricsWriter(path)
+    writer.write(step=1, tokens=1024, train_loss=4.123456789, lr=1.0)
+    writer.write(step=1, tokens=1024, val_loss=4.5, val_bpb=1.25)
+    with open(path) as f:  # flushed as it goes: readable before close
+        lines = f.read().splitlines()
+    assert lines[0].split(",") == exp.METRICS_COLUMNS
+    assert lines[1] == "1,1024,4.1234568,,,1,,,,,"
+    rows = exp.read_metrics(path)
+    assert rows[1]["val_bpb"] == 1.25 and rows[1]["train_loss"] is None
+    with pytest.raises(ValueError):
+        writer.write(step=2, bogus=1)
+    writer.close()
+    with pytest.raises(FileExistsError):
+        exp.MetricsWriter(path)
+
+
+def test_results_and_config_are_written_once(tmp_path):
+    exp.write_config(str(tmp_path), {"a": 1})
+    exp.write_results(str(tmp_path), {"status": "finished", "final_val_loss": 3.0})
+    with open(tmp_path / exp.RESULTS_FILE) as f:
+        assert json.load(f)["status"] == "finished"
+    with pytest.raises(UserError, match="already exists"):
+        exp.write_results(str(tmp_path), {"status": "failed", "error": "x"})
+    with pytest.raises(ValueError):
+        exp.write_results(str(tmp_path / "other"), {"status": "running"})
+
+
+def test_code_backup_copies_project_sources_and_the_tokenizer_script(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    copied = exp.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
+    for rel in ("train_gpt.py", "gptlab/experiment.py", "gptlab/dataloader.py", "requirements.txt",
+                "tokenizer_train_script.py"):
+        assert rel in copied and os.path.isfile(tmp_path / exp.CODE_DIR / rel)
+    assert not any("__pycache__" in rel or rel.startswith("tests") for rel in copied)
+    assert (tmp_path / exp.CODE_DIR / "tokenizer_train_script.py").read_text() == "print('tokenizer trainer')\n"
+
+
+def test_checkpoint_round_trip_strips_compile_prefixes(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    state = {"_orig_mod." + k: v for k, v in model.state_dict().items()}
+    path = str(tmp_path / "ckpt" / "step_000003.pt")
+    exp.save_checkpoint(path, model_state=state, model_config={"d": 3}, step=3, args={"seed": 0},
+                        tokenizer={"name": "t", "ranks_sha256": "ab"}, optimizer_states=[opt.state_dict()],
+                        dataloader_state={"pos": 7}, rng_states={"torch": torch.get_rng_state()})
+    ckpt = exp.load_checkpoint(path)
+    assert set(ckpt["model"]) == {"weight", "bias"} and torch.equal(ckpt["model"]["weight"], model.weight)
+    assert ckpt["step"] == 3 and ckpt["dataloader"] == {"pos": 7} and ckpt["tokenizer"]["name"] == "t"
+    opt2 = torch.optim.Adam(model.parameters())
+    opt2.load_state_dict(ckpt["optimizers"][0])
+    with pytest.raises(UserError, match="already exists"):  # never overwritten
+        exp.save_checkpoint(path, model_state={}, model_config={}, step=4)
+    with pytest.raises(UserError, match="does not exist"):
+        exp.load_checkpoint(str(tmp_path / "missing.pt"))
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="cannot be read"):
+        exp.load_checkpoint(str(junk))
+    torch.save({"weight": torch.zeros(2)}, str(tmp_path / "plain.pt"))
+    with pytest.raises(UserError, match="not a gptlab checkpoint"):
+        exp.load_checkpoint(str(tmp_path / "plain.pt"))
+
+
+def test_environment_records():
+    mem = exp.peak_memory("cpu")
+    assert mem["allocated_gb"] > 0 and "max RSS" in mem["label"]
+    hw = exp.hardware_info("cpu")
+    assert hw["cpu_model"] and hw["gpu_count"] == 0 and hw["gpu_name"] is None
+    v = exp.versions()
+    assert v["torch"] == torch.__version__ and v["python"]

@@ -1,0 +1,423 @@
+"""train_gpt.py on CPU: model pieces, a real tiny training run and its run folder, 1 vs 2 ranks, a simulated
+two-node launch, exact resume, and every bad input failing before training."""
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script
+from gptlab import experiment as exp
+from gptlab.errors import UserError
+from gptlab.shards import write_shard
+
+sys.path.insert(0, REPO)
+import train_gpt  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """A tiny BPE tokenizer (512 merges-free bytes + 256 merges + <|endoftext|>) and shards from real text."""
+    from helpers.tiny_data import make_dataset
+
+    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
+
+
+def tiny_args(tiny, exp_dir, **overrides):
+    """CLI flags of a tiny CPU run (dim 64, 4 layers, seq 128, 1024 tokens/step)."""
+    flags = {"tokenizer": tiny["tokenizer"], "train_files": tiny["train"], "val_files": tiny["val"],
+             "train_seq_len": 128, "val_seq_len": 128, "model_dim": 64, "num_heads": 2, "num_layers": 4,
+             "batch_size": 1024, "device_batch_size": 512, "train_steps": 20, "val_loss_every": 10, "val_steps": 2,
+             "window_size": 256, "hellaswag_limit": 0, "experiments_dir": str(exp_dir), "log_every": 0,
+             "sample_tokens": 0, "model_name": "tiny"}
+    flags.update(overrides)
+    argv = []
+    for key, value in flags.items():
+        if value is True:
+            argv.append(f"--{key}")
+        elif value is not None and value is not False:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def only_run_dir(exp_dir, name="tiny"):
+    dirs = sorted(glob.glob(os.path.join(str(exp_dir), f"*_{name}*")))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def train_losses(run_dir):
+    return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+            if r["train_loss"] is not None}
+
+
+def val_losses(run_dir):
+    return {r["step"]: r["val_loss"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+            if r["val_loss"] is not None}
+
+
+# ------------------------------------------------------------------------------------------------ model pieces
+def test_flex_block_mask_and_dense_mask_agree_and_give_the_same_model_output():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    torch.manual_seed(0)
+    B, T, eot = 2, 384, 7
+    idx = torch.randint(0, 50, (B, T))
+    idx[0, [0, 40, 41, 200, 300]] = eot
+    idx[1, [0, 250]] = eot
+    docs = (idx == eot).cumsum(1)
+    for window in (1, 2, 3):
+        mask_mod = train_gpt.document_window_mask_mod(docs, torch.tensor(window))
+        dense = train_gpt.dense_mask(mask_mod, B, T, "cpu")  # (B, 1, T, T)
+        # the same rule written out by hand: causal, same document, within `window` blocks
+        q = torch.arange(T).view(T, 1)
+        k = torch.arange(T).view(1, T)
+        expected = (q >= k) & (docs[:, :, None] == docs[:, None, :]) & ((q // 128 - k // 128) < window)
+        assert torch.equal(dense[:, 0], expected)
+        block_mask = create_block_mask(mask_mod, B, None, T, T, device="cpu")
+        blocks_touched = dense.view(B, 1, T // 128, 128, T // 128, 128).any(dim=(3, 5))
+        assert torch.equal(block_mask.to_dense().bool(), blocks_touched)
+    model = train_gpt.GPT(vocab_size=50, num_layers=3, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=T).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # non-zero output projections, so attention matters for the logits
+            p.add_(torch.randn_like(p) * 0.05)
+        flex = model(idx, train_gpt.build_attention_masks(idx, eot, 2, 1, use_flex=True))
+        dense = model(idx, train_gpt.build_attention_masks(idx, eot, 2, 1, use_flex=False))
+    assert flex.shape == (B, T, 128)  # vocab 50 padded to 128
+    assert torch.allclose(flex, dense, atol=1e-5, rtol=1e-5)
+
+
+def test_document_mask_isolates_documents():
+    """A token's logits depend on earlier tokens of its own document only."""
+    torch.manual_seed(0)
+    eot = 3
+    model = train_gpt.GPT(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+        a = torch.randint(4, 40, (1, 128))
+        a[0, 0] = eot
+        a[0, 64] = eot  # second document starts at 64
+        b = a.clone()
+        b[0, 1:64] = torch.randint(4, 40, (63,))  # change only the first document
+        la = model(a, train_gpt.build_attention_masks(a, eot, 1, 1, False))
+        lb = model(b, train_gpt.build_attention_masks(b, eot, 1, 1, False))
+    assert torch.allclose(la[0, 64:], lb[0, 64:], atol=1e-6)
+    assert not torch.allclose(la[0, 1:64], lb[0, 1:64])
+
+
+@pytest.mark.parametrize("num_layers,num_val_emb", [(1, 1), (2, 2), (3, 2), (5, 3), (4, 0)])
+def test_value_embeddings_and_unet_work_for_any_depth(num_layers, num_val_emb):
+    model = train_gpt.GPT(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
+                          num_val_emb=num_val_emb, max_seq_len=128)
+    assert len(model.value_embeds) == num_val_emb
+    used = {i for i in model.ve_index if i is not None}
+    assert used == set(range(num_val_emb))
+    assert model.ve_index[0] == (0 if num_val_emb else None)
+    idx = torch.randint(0, 100, (2, 128))
+    loss = model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False), idx)
+    loss.backward()
+    assert math.isclose(loss.item() / idx.numel(), math.log(128), rel_tol=1e-4)  # zero head → uniform logits
+    opts = train_gpt.build_optimizers(model)
+    assert sum(len(g["params"]) for o in opts for g in o.param_groups) == len(list(model.parameters()))
+
+
+def test_newton_schulz_orthogonalises():
+    torch.manual_seed(0)
+    G = torch.randn(3, 32, 64)
+    X = train_gpt.zeropower_via_newtonschulz5(G, steps=5)
+    singular = torch.linalg.svdvals(X)
+    assert X.shape == G.shape
+    assert singular.min() > 0.5 and singular.max() < 1.3  # the quintic iteration's band around 1
+
+
+def test_schedules():
+    assert train_gpt.lr_multiplier(0, 100, 0.4) == 1.0
+    assert train_gpt.lr_multiplier(59, 100, 0.4) == 1.0
+    assert math.isclose(train_gpt.lr_multiplier(100, 100, 0.4), 0.1)
+    assert train_gpt.muon_momentum(0) == 0.85 and math.isclose(train_gpt.muon_momentum(300), 0.95)
+    assert train_gpt.window_blocks(0, 100, 1792) == (1, 1)
+    assert train_gpt.window_blocks(100, 100, 1792) == (14, 7)
+
+
+def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
+    from gptlab.tokenizer import load_tokenizer
+
+    enc = load_tokenizer(tiny["tokenizer"])
+    lengths = train_gpt.token_byte_lengths(enc, 640)
+    assert lengths[enc.eot_token] == 0 and lengths[600] == 0  # special and padding ids
+    assert lengths[65] == 1 and all(lengths[t] >= 2 for t in range(256, 512))
+    text = "To be, or not to be"
+    assert lengths[enc.encode_ordinary(text)].sum() == len(text.encode())
+
+
+# ------------------------------------------------------------------------------------------------ full runs
+def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
+    """A real run: the loss falls; config/metrics/log/results/code/checkpoint are complete and sane."""
+    argv = tiny_args(tiny, tmp_path, train_steps=40, val_loss_every=20, save_model=True, hellaswag_limit=8,
+                     hellaswag_every=15, hellaswag_path=HELLASWAG_VAL, sample_tokens=8)
+    proc = run_script(["train_gpt.py"] + argv, check=True)
+    run_dir = only_run_dir(tmp_path)
+    assert os.path.basename(run_dir)[:15].replace("_", "").isdigit()
+    losses = train_losses(run_dir)
+    assert sorted(losses) == list(range(1, 41))
+    assert np.mean([losses[s] for s in range(36, 41)]) < np.mean([losses[s] for s in range(1, 6)]) - 0.8
+    vals = val_losses(run_dir)
+    assert sorted(vals) == [0, 20, 40] and vals[40] < vals[0] - 0.5
+    rows = exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    with open(os.path.join(run_dir, exp.METRICS_FILE)) as f:
+        assert f.readline().strip().split(",") == exp.METRICS_COLUMNS
+    step_rows = [r for r in rows if r["train_loss"] is not None]
+    assert all(r["tokens"] == r["step"] * 1024 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in step_rows)
+    assert all(r["val_loss"] is None and r["hellaswag_acc"] is None for r in step_rows)
+    hs_rows = [r for r in rows if r["hellaswag_acc"] is not None]
+    assert [r["step"] for r in hs_rows] == [15, 30, 40]  # its own schedule, independent of val_loss_every
+
+    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+        config = json.load(f)
+    for key in ("world_size", "device", "gpu_name", "gpu_count", "n_params", "tokenizer_name",
+                "tokenizer_ranks_sha256", "command", "git_commit", "versions", "start_time", "grad_acc_steps",
+                "batch_size", "train_files", "seed"):
+        assert key in config, key
+    assert config["world_size"] == 1 and config["grad_acc_steps"] == 2 and config["device"] == "cpu"
+    assert config["tokenizer_name"] == os.path.basename(tiny["tokenizer"])[:-4]
+
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "finished" and results["steps"] == 40 and results["tokens"] == 40 * 1024
+    assert math.isclose(results["final_val_loss"], vals[40], rel_tol=1e-6)
+    assert 0 < results["final_val_bpb"] < results["final_val_loss"] / math.log(2)  # > 1 byte per token
+    assert results["hellaswag"]["n"] == 8 and 0 <= results["hellaswag"]["acc"] <= 1
+    for key in ("wall_time_s", "peak_mem_allocated_gb", "peak_mem_reserved_gb", "n_params", "gpu_name",
+                "world_size", "tokenizer", "model_name", "seed"):
+        assert key in results, key
+    assert results["n_params"] == config["n_params"] > 0 and results["peak_mem_allocated_gb"] > 0
+    assert 0 < results["train_time_s"] < results["wall_time_s"]
+
+    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+        log = f.read()
+    for needle in ("command:", "config:", "versions:", "hardware:", "parameters:", "step 40/40 train_loss",
+                   "peak memory (CPU: process max RSS", "sample:", "hellaswag acc", "results:"):
+        assert needle in log, needle
+
+    code = os.path.join(run_dir, exp.CODE_DIR)
+    for rel in ("train_gpt.py", "gptlab/dataloader.py", "gptlab/experiment.py", "requirements.txt",
+                "tokenizer_train_script.py"):
+        assert os.path.isfile(os.path.join(code, rel)), rel
+    with open(os.path.join(code, "tokenizer_train_script.py")) as f:
+        assert "def train_tiny_bpe" in f.read()
+
+    ckpt_path = os.path.join(run_dir, exp.CHECKPOINT_DIR, "step_000040.pt")
+    model, ckpt = train_gpt.load_model(ckpt_path)
+    assert ckpt["step"] == 40 and ckpt["tokenizer"]["ranks_sha256"] == config["tokenizer_ranks_sha256"]
+    assert not any(k.startswith("_orig_mod.") for k in ckpt["model"])
+    assert len(ckpt["optimizers"]) == 2 and ckpt["dataloader"]["pos"] > 0
+    assert "error" not in proc.stderr.lower()
+
+
+def test_one_and_two_ranks_give_the_same_loss_curve(tiny, tmp_path):
+    one = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "one"), check=True)
+    two = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+                     + tiny_args(tiny, tmp_path / "two"), check=True)
+    assert one.returncode == two.returncode == 0
+    dir1, dir2 = only_run_dir(tmp_path / "one"), only_run_dir(tmp_path / "two")
+    with open(os.path.join(dir2, exp.CONFIG_FILE)) as f:
+        config2 = json.load(f)
+    assert config2["world_size"] == 2 and config2["grad_acc_steps"] == 1
+    l1, l2 = train_losses(dir1), train_losses(dir2)
+    assert sorted(l1) == sorted(l2) == list(range(1, 21))
+    for step in l1:
+        assert abs(l1[step] - l2[step]) <= 1e-4 * abs(l1[step]), (step, l1[step], l2[step])
+    v1, v2 = val_losses(dir1), val_losses(dir2)
+    assert sorted(v1) == sorted(v2) == [0, 10, 20]
+    for step in v1:
+        assert abs(v1[step] - v2[step]) <= 1e-4 * abs(v1[step])
+    assert len(glob.glob(str(tmp_path / "two" / "*"))) == 1  # rank 1 writes no folder of its own
+
+
+def test_simulated_two_node_launch_trains(tiny, tmp_path):
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    argv = tiny_args(tiny, tmp_path, train_steps=6, val_loss_every=0)
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node_rank={i}",
+                               "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                               "--rdzv_id=gptlab-test", "train_gpt.py"] + argv,
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+        assert json.load(f)["world_size"] == 2
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        assert json.load(f)["status"] == "finished"
+    assert sorted(train_losses(run_dir)) == list(range(1, 7))
+
+
+def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
+    argv = tiny_args(tiny, tmp_path / "straight", train_steps=10, val_loss_every=5, checkpoint_every=5)
+    run_script(["train_gpt.py"] + argv, check=True)
+    straight = only_run_dir(tmp_path / "straight")
+    ckpt = os.path.join(straight, exp.CHECKPOINT_DIR, "step_000005.pt")
+    assert os.path.isfile(ckpt) and os.path.isfile(os.path.join(straight, exp.CHECKPOINT_DIR, "step_000010.pt"))
+    argv = tiny_args(tiny, tmp_path / "resumed", train_steps=10, val_loss_every=5, resume=ckpt)
+    run_script(["train_gpt.py"] + argv, check=True)
+    resumed = only_run_dir(tmp_path / "resumed")
+    a, b = train_losses(straight), train_losses(resumed)
+    assert sorted(b) == [6, 7, 8, 9, 10]
+    for step in b:
+        assert abs(a[step] - b[step]) <= 1e-6 * abs(a[step]), (step, a[step], b[step])
+    va, vb = val_losses(straight), val_losses(resumed)
+    assert abs(va[10] - vb[10]) <= 1e-6 * va[10]
+    with open(os.path.join(resumed, exp.CONFIG_FILE)) as f:
+        config = json.load(f)
+    assert config["resume_step"] == 5 and config["resumed_from"] == ckpt
+    # the checkpoint holds the full optimizer state and a world-size-free data position: resume on 2 ranks too
+    argv = tiny_args(tiny, tmp_path / "resumed2", train_steps=10, val_loss_every=5, resume=ckpt)
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"] + argv,
+               check=True)
+    c = train_losses(only_run_dir(tmp_path / "resumed2"))
+    assert sorted(c) == [6, 7, 8, 9, 10]
+    for step in c:
+        assert abs(a[step] - c[step]) <= 1e-5 * abs(a[step]), (step, a[step], c[step])
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
+    """Weights that turn NaN (here: planted in a checkpoint) stop training with a message and a failed result."""
+    good = tmp_path / "good"
+    run_script(["train_gpt.py"] + tiny_args(tiny, good, train_steps=4, val_loss_every=0, save_model=True), check=True)
+    good_ckpt = os.path.join(only_run_dir(good), exp.CHECKPOINT_DIR, "step_000004.pt")
+    ckpt = exp.load_checkpoint(good_ckpt)
+    ckpt["model"]["embed.weight"][5:50] = float("nan")
+    bad_ckpt = str(tmp_path / "poisoned.pt")
+    exp.save_checkpoint(bad_ckpt, model_state=ckpt["model"], model_config=ckpt["model_config"], step=4,
+                        args=ckpt["args"], tokenizer=ckpt["tokenizer"], optimizer_states=ckpt["optimizers"],
+                        dataloader_state=ckpt["dataloader"], rng_states=ckpt["rng"], extra=ckpt["extra"])
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "bad", train_steps=8, val_loss_every=0,
+                                                   checkpoint_every=1, resume=bad_ckpt))
+    assert proc.returncode == 2
+    assert "training loss became nan at step 5" in proc.stderr and "Traceback" not in proc.stderr
+    run_dir = only_run_dir(tmp_path / "bad")
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "failed" and "nan" in results["error"]
+    assert not glob.glob(os.path.join(run_dir, exp.CHECKPOINT_DIR, "*.pt"))  # nothing written after the NaN
+    assert os.path.isfile(good_ckpt)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
+    """In-process run that must fail with a UserError naming message_parts, before creating any run folder."""
+    with pytest.raises(UserError) as info:
+        train_gpt.main(tiny_args(tiny, tmp_path / "exps", **overrides))
+    for part in message_parts:
+        assert part in str(info.value), str(info.value)
+    assert not glob.glob(str(tmp_path / "exps" / "*"))
+    return str(info.value)
+
+
+def test_vocab_size_smaller_than_the_tokenizer_names_the_right_value(tiny, tmp_path):
+    run_main_expecting(tiny, tmp_path, ["--vocab_size 500", f"--vocab_size {tiny['n_vocab']}"], vocab_size=500)
+
+
+def test_missing_and_broken_shards_are_named(tiny, tmp_path):
+    run_main_expecting(tiny, tmp_path, ["nothing_here_*.bin"], train_files=str(tmp_path / "nothing_here_*.bin"))
+    broken = tmp_path / "train_000001.bin"
+    with open(glob.glob(tiny["train"])[0], "rb") as f:
+        broken.write_bytes(f.read()[:5000])  # truncated copy
+    run_main_expecting(tiny, tmp_path, [str(broken), "truncated"], train_files=str(broken))
+
+
+def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):
+    shard_dir = tmp_path / "other"
+    shard_dir.mkdir()
+    for path in glob.glob(tiny["val"]):
+        with open(path, "rb") as src, open(shard_dir / os.path.basename(path), "wb") as dst:
+            dst.write(src.read())
+    (shard_dir / "manifest.json").write_text(json.dumps({"tokenizer": {"name": "other", "ranks_sha256": "ab" * 32}}))
+    run_main_expecting(tiny, tmp_path, ["different tokenizer", str(shard_dir)], val_files=str(shard_dir / "val_*.bin"))
+    # no manifest, but ids beyond the vocabulary
+    write_shard(str(tmp_path / "big_ids.bin"), np.arange(1000, 5000) % 60000)
+    run_main_expecting(tiny, tmp_path, ["big_ids.bin", "different tokenizer"],
+                       train_files=str(tmp_path / "big_ids.bin"))
+
+
+@pytest.mark.parametrize("overrides,parts", [
+    ({"model_dim": 66, "num_heads": 4}, ["--model_dim 66", "--num_heads 4"]),
+    ({"model_dim": 64, "num_heads": 2, "head_dim": 30}, ["head_dim 30", "multiple of 4"]),
+    ({"train_seq_len": 100}, ["--train_seq_len 100", "multiple of 128", "use 128"]),
+    ({"val_seq_len": 200}, ["--val_seq_len 200", "multiple of 128"]),
+    ({"batch_size": 1000}, ["--batch_size 1000", "multiple of --train_seq_len"]),
+    ({"num_val_emb": 9}, ["--num_val_emb 9"]),
+    ({"batch_size": 2 ** 22}, ["fewer than one global batch", "--batch_size"]),
+    ({"val_steps": 100000}, ["validation needs", "--val_steps"]),
+    ({"tokenizer": "no_such_tokenizer.pkl"}, ["no_such_tokenizer.pkl", "not found"]),
+    ({"attention": "flex"}, ["--attention flex", "CUDA"]),
+])
+def test_bad_flags_fail_before_training(tiny, tmp_path, overrides, parts):
+    run_main_expecting(tiny, tmp_path, parts, **overrides)
+
+
+def test_more_ranks_than_data(tiny):
+    args = train_gpt.build_parser().parse_args(tiny_args(tiny, "/tmp/unused", batch_size=128, device_batch_size=128))
+    with pytest.raises(UserError, match="fewer than one row of 128 per rank for 2 ranks"):
+        train_gpt.resolve_config(args, world_size=2, device=torch.device("cpu"))
+    from gptlab.dataloader import ValidationSet
+    with pytest.raises(UserError, match="every rank needs at least one"):
+        ValidationSet(glob.glob(tiny["val"]), 128, n_rows=2, rank=0, world_size=4)
+
+
+def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, num_heads=3))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: --model_dim 64 is not divisible by --num_heads 3")
+    assert "Traceback" not in proc.stderr and not os.listdir(tmp_path)
+
+
+def test_resume_with_a_different_architecture_is_refused(tiny, tmp_path):
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
+               check=True)
+    ckpt = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    run_main_expecting(tiny, tmp_path, ["--num_layers 4 (checkpoint) vs 3"], num_layers=3, resume=ckpt)
+    run_main_expecting(tiny, tmp_path, ["not a gptlab checkpoint"], resume=tiny["tokenizer"])
+
+
+# ------------------------------------------------------------------------------------------------ benchmark
+def test_bench_flop_count_is_honest_about_the_mask():
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    from bench_train import flops_per_step
+
+    model = train_gpt.GPT(vocab_size=256, num_layers=2, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=256)
+    idx = torch.randint(0, 255, (1, 256))
+    idx[0, 0] = 255
+    full = train_gpt.build_attention_masks(idx, 255, 2, 2, False)  # one document, window covers everything
+    matmul, attn = flops_per_step(model, [full["long"], full["long"]], tokens=256)
+    n_matmul = 2 * (3 * 32 * 32 + 32 * 32 + 2 * 32 * 128) + 32 * 256  # qkv, proj, MLP per layer; lm_head
+    assert matmul == 6 * 256 * n_matmul
+    assert attn == 2 * 3 * 4 * 16 * 2 * (256 * 257 // 2)  # causal pairs only
+    idx[0, 128] = 255  # two documents of 128: half the pairs of the second document's queries disappear
+    split = train_gpt.build_attention_masks(idx, 255, 2, 2, False)
+    _, attn_split = flops_per_step(model, [split["long"], split["long"]], tokens=256)
+    assert attn_split == 2 * 3 * 4 * 16 * 2 * (2 * 128 * 129 // 2)
+
+
+def test_bench_runs_on_cpu(tmp_path):
+    out = tmp_path / "bench.json"
+    run_script(["bench/bench_train.py", "--device", "cpu", "--num_layers", "2", "--model_dim", "64", "--num_heads", "2",
+                "--seq_len", "128", "--device_batch_size", "256", "--steps", "1", "--warmup", "1",
+                "--peak_tflops", "1.0", "--out", str(out)], check=True)
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert report["device"] == "cpu" and r["compiled"] is False and r["tokens_per_s"] > 0
+    assert math.isclose(r["mfu"], r["achieved_tflops"] / 1.0) and 0 < r["attention_flops"] < r["flops_per_step"]
+    assert r["peak_mem_allocated_gb"] > 0
