@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole gptlab pipeline on the bundled sample (150 FineWeb-Edu documents, offline):
+#   tokenizer → token shards → HellaSwag file → a short training run → leaderboard and plot.
+# CPU: a few minutes. With GPUs: every visible GPU via torchrun. Re-running it reuses what is already there.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+SAMPLE=data/sample/fineweb_edu_150docs.jsonl
+TOKENIZER=quickstart_v1000_n400000.pkl
+SEED=${SEED:-0}
+STEPS=${STEPS:-120}
+
+echo "== 1/5 tokenizer: exact byte-level BPE, vocab 1000 + <|endoftext|>"
+if [ -f "tokenizers/$TOKENIZER" ]; then
+  echo "tokenizers/$TOKENIZER is already there"
+else
+  python train_tokenizer.py --input "$SAMPLE" --samples 400000 --vocabsize 1000 --name quickstart
+fi
+
+echo "== 2/5 token shards (resumes / skips finished shards)"
+python download_fineweb.py --input "$SAMPLE" --tokenizer "$TOKENIZER" --val_tokens 16384 --shard_size 50000 --num_shards 4
+
+echo "== 3/5 HellaSwag validation set (bundled copy, checksum-verified)"
+python download_hellaswag.py --source data/sample/hellaswag_val.jsonl.gz
+
+echo "== 4/5 train a 6-layer, 128-dim GPT for $STEPS steps (seed $SEED)"
+GPUS=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "$GPUS" -gt 0 ]; then
+  LAUNCH=(torchrun --standalone --nproc_per_node="$GPUS")
+else
+  LAUNCH=(python)
+fi
+"${LAUNCH[@]}" train_gpt.py --model_name Quickstart --tokenizer "$TOKENIZER" --vocab_size 1001 \
+  --model_dim 128 --num_heads 4 --num_layers 6 --train_seq_len 256 --val_seq_len 256 \
+  --batch_size 4096 --device_batch_size 4096 --train_steps "$STEPS" --cooldown_frac 0.4 \
+  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit 1000 --seed "$SEED"
+
+echo "== 5/5 leaderboard and plot"
+RUN=$(ls -d experiments/*_Quickstart* | sort | tail -n 1)
+python compare_experiments.py --no-plot
+python compare_experiments.py "$RUN" --plot "$RUN/compare.png" --overwrite --no-write > /dev/null
+echo
+echo "Done. This run: $RUN (metrics.csv, training_log.txt, results.json, code/, compare.png)"
+echo "All runs: experiments/LEADERBOARD.md"
