@@ -1,11 +1,11 @@
 """Read experiment run folders and compare them: leaderboard, seed-group noise, significance, curves, diffs.
 
-Every reader here is defensive: the trainer writes these folders incrementally (and may be killed at any point),
-so a missing key shows as "—", a half-written metrics.csv is parsed up to its last complete row, and a folder
-without results.json is classified as running or crashed from how recently it was written to.
+Runs are read defensively (the tolerant readers of gptlab.experiment, which owns the folder layout): the trainer
+writes these folders incrementally (and may be killed at any point), so a missing key shows as "—", a half-written
+metrics.csv is parsed up to its last complete row, and a folder without results.json is classified as running or
+crashed from how recently it was written to.
 """
 import contextlib
-import csv
 import datetime
 import difflib
 import glob
@@ -16,11 +16,11 @@ import os
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gptlab.errors import UserError
-from gptlab.experiment import (CODE_DIR, CONFIG_FILE, EXPERIMENTS_DIR, LOG_FILE, METRICS_COLUMNS, METRICS_FILE,
-                               RESULTS_FILE)
+from gptlab.experiment import (CODE_DIR, CONFIG_FILE, EXPERIMENTS_DIR, LOG_FILE, METRICS_FILE, RESULTS_FILE, Metrics,
+                               is_run_folder, read_metrics, read_run_json)
 from gptlab.fileio import atomic_write, atomic_write_text, check_writable
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
@@ -45,95 +45,6 @@ RUN_FOLDER_RE = re.compile(r"^(\d{8}_\d{6})_(.+)$")
 # ----------------------------------------------------------------------------------------------------------------
 # Reading one run folder
 
-@dataclass
-class Metrics:
-    """metrics.csv parsed into rows of {column: float or None}; `notes` says what could not be read."""
-    columns: list = field(default_factory=list)
-    rows: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-    truncated: bool = False
-
-    def series(self, x_col, y_col):
-        """(xs, ys) over the rows where both cells were measured."""
-        xs, ys = [], []
-        for row in self.rows:
-            x, y = row.get(x_col), row.get(y_col)
-            if x is not None and y is not None:
-                xs.append(x)
-                ys.append(y)
-        return xs, ys
-
-    def last(self, col):
-        for row in reversed(self.rows):
-            if row.get(col) is not None:
-                return row[col]
-        return None
-
-
-def _parse_cell(text):
-    text = text.strip()
-    if text == "" or text.lower() in ("nan", "none", "null"):
-        return None
-    value = float(text)  # ValueError for garbage: the caller counts the row as unreadable
-    return value if math.isfinite(value) else None
-
-
-def read_metrics(path):
-    """Parse metrics.csv, keeping every complete row; a half-written last line is dropped and noted."""
-    metrics = Metrics()
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as f:
-        text = f.read()
-    if not text.strip():
-        metrics.notes.append("metrics.csv is empty")
-        return metrics
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    elif len(lines) > 1:
-        # No newline after the last line: the writer was cut off mid-row.
-        lines.pop()
-        metrics.truncated = True
-        metrics.notes.append("metrics.csv: last line is half-written (run cut off mid-write); ignored it")
-    reader = csv.reader(lines)
-    header = [name.strip() for name in next(reader)]
-    unknown = [name for name in header if name not in METRICS_COLUMNS]
-    if not set(header) & set(METRICS_COLUMNS):
-        metrics.notes.append(f"metrics.csv has no known column in its header ({', '.join(header[:5])}...)")
-        return metrics
-    metrics.columns = header
-    bad_rows = []
-    for line_no, cells in enumerate(reader, start=2):
-        if not cells:
-            continue
-        try:
-            if len(cells) != len(header):
-                raise ValueError("wrong number of cells")
-            metrics.rows.append({name: _parse_cell(cell) for name, cell in zip(header, cells) if name not in unknown})
-        except ValueError:
-            bad_rows.append(line_no)
-    if bad_rows:
-        if bad_rows == [len(lines)]:
-            metrics.truncated = True
-            metrics.notes.append(f"metrics.csv: last line ({bad_rows[0]}) is incomplete; ignored it")
-        else:
-            shown = ", ".join(map(str, bad_rows[:5])) + (" ..." if len(bad_rows) > 5 else "")
-            metrics.notes.append(f"metrics.csv: ignored {len(bad_rows)} unreadable line(s): {shown}")
-    return metrics
-
-
-def _read_json(path, notes):
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as err:
-        notes.append(f"{os.path.basename(path)} is unreadable ({type(err).__name__}: {err}); ignored it")
-        return None
-    if not isinstance(data, dict):
-        notes.append(f"{os.path.basename(path)} is not a JSON object; ignored it")
-        return None
-    return data
-
-
 def _number(value):
     if isinstance(value, bool) or value is None:
         return None
@@ -155,11 +66,6 @@ def ci_interval(acc, ci):
         return lo, hi
     half = _number(ci)
     return None if half is None else (acc - abs(half), acc + abs(half))
-
-
-def is_run_folder(path):
-    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
-                                       for name in (CONFIG_FILE, METRICS_FILE, RESULTS_FILE))
 
 
 @dataclass
@@ -224,13 +130,12 @@ def load_run(path, now=None, with_metrics=True):
     with_metrics=False skips metrics.csv (enough for finished runs' final figures, e.g. to measure noise)."""
     now = time.time() if now is None else now
     notes = []
-    config_path, metrics_path, results_path = (os.path.join(path, n) for n in (CONFIG_FILE, METRICS_FILE,
-                                                                                 RESULTS_FILE))
-    config = (_read_json(config_path, notes) if os.path.exists(config_path) else None) or {}
-    if not os.path.exists(config_path):
+    metrics_path = os.path.join(path, METRICS_FILE)
+    config = read_run_json(path, CONFIG_FILE, notes) or {}
+    if not os.path.exists(os.path.join(path, CONFIG_FILE)):
         notes.append("no config.json")
-    results = _read_json(results_path, notes) if os.path.exists(results_path) else None
-    metrics = read_metrics(metrics_path) if with_metrics and os.path.exists(metrics_path) else Metrics()
+    results = read_run_json(path, RESULTS_FILE, notes)
+    metrics = read_metrics(metrics_path, strict=False) if with_metrics and os.path.exists(metrics_path) else Metrics()
     notes.extend(metrics.notes)
 
     if results is not None and results.get("status") in ("finished", "failed"):
@@ -419,14 +324,24 @@ def bpb_noise(reference, groups):
     return Noise(pooled, f"std pooled over {len(variances)} seed group(s)")
 
 
-def compare_bpb(run, reference, noise):
+def _unjudged(run, reference, attr):
+    """The cell for `attr` when run vs reference needs no significance test (same run, a value missing, the run
+    not finished), else None."""
     if run is reference:
         return "reference"
-    if run.val_bpb is None or reference.val_bpb is None:
+    value, ref_value = getattr(run, attr), getattr(reference, attr)
+    if value is None or ref_value is None:
         return MISSING
-    diff = run.val_bpb - reference.val_bpb
     if not run.final:
-        return f"{diff:+.4f} (not final)"
+        return f"{value - ref_value:+.4f} (not final)"
+    return None
+
+
+def compare_bpb(run, reference, noise):
+    cell = _unjudged(run, reference, "val_bpb")
+    if cell is not None:
+        return cell
+    diff = run.val_bpb - reference.val_bpb
     if noise is None:
         verdict = "lower" if diff < 0 else "higher" if diff > 0 else "equal"
         return f"{diff:+.4f} ({verdict}; noise unknown)"
@@ -436,13 +351,10 @@ def compare_bpb(run, reference, noise):
 
 
 def compare_hellaswag(run, reference):
-    if run is reference:
-        return "reference"
-    if run.hs_acc_norm is None or reference.hs_acc_norm is None:
-        return MISSING
+    cell = _unjudged(run, reference, "hs_acc_norm")
+    if cell is not None:
+        return cell
     diff = run.hs_acc_norm - reference.hs_acc_norm
-    if not run.final:
-        return f"{diff:+.4f} (not final)"
     if run.hs_ci is None or reference.hs_ci is None:
         return f"{diff:+.4f} (no CI)"
     overlap = run.hs_ci[0] <= reference.hs_ci[1] and reference.hs_ci[0] <= run.hs_ci[1]
@@ -850,10 +762,7 @@ def diff_runs(path_a, path_b):
     """Text of what changed from run A to run B: config keys (both values) and code backups (unified diffs)."""
     notes_a, notes_b = [], []
     name_a, name_b = os.path.basename(os.path.normpath(path_a)), os.path.basename(os.path.normpath(path_b))
-    config_a = _read_json(os.path.join(path_a, CONFIG_FILE), notes_a) if os.path.exists(
-        os.path.join(path_a, CONFIG_FILE)) else None
-    config_b = _read_json(os.path.join(path_b, CONFIG_FILE), notes_b) if os.path.exists(
-        os.path.join(path_b, CONFIG_FILE)) else None
+    config_a, config_b = read_run_json(path_a, CONFIG_FILE, notes_a), read_run_json(path_b, CONFIG_FILE, notes_b)
     out = [f"A = {path_a}", f"B = {path_b}", "", f"== config ({CONFIG_FILE}) =="]
     out += [f"  note: A: {n}" for n in notes_a] + [f"  note: B: {n}" for n in notes_b]
     if config_a is None or config_b is None:

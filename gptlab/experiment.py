@@ -12,11 +12,13 @@ A folder with no results.json is a run still in progress, or one that was killed
 import csv
 import datetime
 import json
+import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 from gptlab.errors import UserError
 from gptlab.fileio import atomic_write, atomic_write_text
@@ -82,21 +84,138 @@ def _fmt(value):
     return value
 
 
-def read_metrics(path):
-    """metrics.csv → list of dicts with floats (ints for step/tokens) and None for empty cells."""
-    rows = []
-    with open(path, newline="") as f:
-        for raw in csv.DictReader(f):
-            row = {}
-            for k, v in raw.items():
-                if v in ("", None):
-                    row[k] = None
-                elif k in ("step", "tokens"):
-                    row[k] = int(float(v))
-                else:
-                    row[k] = float(v)
-            rows.append(row)
-    return rows
+# Cells that read as "not measured" when browsing runs (strict reading keeps NaN as a float and refuses the rest).
+_MISSING_CELLS = ("nan", "none", "null")
+_INT_COLUMNS = ("step", "tokens")
+
+
+@dataclass
+class Metrics:
+    """metrics.csv parsed: `rows` of {column: int (step, tokens) / float / None = not measured}.
+
+    Iterating, len() and indexing go to `rows`. `notes` says what could not be read and `truncated` is True when
+    the last line was cut off mid-write (both only when read with strict=False)."""
+    columns: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    truncated: bool = False
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+    def series(self, x_col, y_col):
+        """(xs, ys) over the rows where both cells were measured."""
+        xs, ys = [], []
+        for row in self.rows:
+            x, y = row.get(x_col), row.get(y_col)
+            if x is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+        return xs, ys
+
+    def last(self, col):
+        """The last measured value of `col`, or None."""
+        for row in reversed(self.rows):
+            if row.get(col) is not None:
+                return row[col]
+        return None
+
+
+def _metrics_cell(column, text, strict):
+    text = text.strip()
+    if text == "" or (not strict and text.lower() in _MISSING_CELLS):
+        return None
+    value = float(text)  # ValueError for garbage
+    if not strict and not math.isfinite(value):
+        return None  # a diverged value cannot be plotted or ranked: shown as not measured
+    return int(value) if column in _INT_COLUMNS else value
+
+
+def read_metrics(path, strict=True):
+    """metrics.csv → Metrics (iterable like a list of row dicts; None for empty cells).
+
+    strict=True (the trainer's own files): any unreadable line is a ValueError naming the file and line.
+    strict=False (browsing runs that may have been killed mid-write): every complete row is kept, a half-written
+    last line and unreadable lines are skipped and described in `notes`, columns not in METRICS_COLUMNS are
+    ignored, and NaN / inf / "none" cells read as None."""
+    metrics = Metrics()
+    name = os.path.basename(path)
+
+    def damaged(note):  # `note` names the file by its base name; a strict error names the full path
+        if strict:
+            raise ValueError(note.replace(name, path, 1))
+        metrics.notes.append(note)
+
+    with open(path, "r", encoding="utf-8", errors="strict" if strict else "replace", newline="") as f:
+        text = f.read()
+    if not text.strip():
+        damaged(f"{name} is empty")
+        return metrics
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    elif len(lines) > 1:
+        # No newline after the last line: the writer was cut off mid-row.
+        lines.pop()
+        metrics.truncated = True
+        damaged(f"{name}: last line is half-written (run cut off mid-write); ignored it")
+    reader = csv.reader(lines)
+    header = [column.strip() for column in next(reader)]
+    if not set(header) & set(METRICS_COLUMNS):
+        damaged(f"{name} has no known column in its header ({', '.join(header[:5])}...)")
+        return metrics
+    metrics.columns = header
+    bad_lines = []
+    for line_no, cells in enumerate(reader, start=2):
+        if not cells:
+            continue
+        try:
+            if len(cells) != len(header):
+                raise ValueError(f"{len(cells)} cells for {len(header)} columns")
+            metrics.rows.append({column: _metrics_cell(column, cell, strict) for column, cell in zip(header, cells)
+                                 if column in METRICS_COLUMNS})
+        except (ValueError, OverflowError) as err:
+            if strict:
+                raise ValueError(f"{path}: line {line_no} is unreadable ({err})") from None
+            bad_lines.append(line_no)
+    if bad_lines:
+        if bad_lines == [len(lines)]:
+            metrics.truncated = True
+            damaged(f"{name}: last line ({bad_lines[0]}) is incomplete; ignored it")
+        else:
+            shown = ", ".join(map(str, bad_lines[:5])) + (" ..." if len(bad_lines) > 5 else "")
+            damaged(f"{name}: ignored {len(bad_lines)} unreadable line(s): {shown}")
+    return metrics
+
+
+def read_run_json(run_dir, filename, notes):
+    """run_dir/filename (config.json or results.json) as a dict; None when it is missing, or when it is unreadable
+    or not a JSON object (a run killed mid-write), in which case a line is added to `notes`."""
+    path = os.path.join(run_dir, filename)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        notes.append(f"{filename} is unreadable ({type(err).__name__}: {err}); ignored it")
+        return None
+    if not isinstance(data, dict):
+        notes.append(f"{filename} is not a JSON object; ignored it")
+        return None
+    return data
+
+
+def is_run_folder(path):
+    """A folder train_gpt.py wrote: it holds at least one of config.json, metrics.csv, results.json."""
+    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
+                                       for name in (CONFIG_FILE, METRICS_FILE, RESULTS_FILE))
 
 
 class RunLog:

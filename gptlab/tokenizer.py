@@ -44,6 +44,14 @@ def resolve_pattern(pattern):
         raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({err})") from None
     if regex.compile(pat).fullmatch("") is not None:
         raise UserError(f"--pattern {pattern!r} matches the empty string, so it cannot split text; fix the regex")
+    import tiktoken
+
+    try:  # the saved tokenizer (and the --demo) encode with tiktoken, whose regex engine knows less syntax
+        tiktoken.Encoding("pattern_check", pat_str=pat, mergeable_ranks={bytes([i]): i for i in range(256)},
+                          special_tokens={})
+    except ValueError as err:
+        raise UserError(f"--pattern {pattern!r} is a valid regex but tiktoken cannot use it ({err}); "
+                        "rewrite it without that syntax, or use gpt4 / gpt2") from None
     return name, pat
 
 

@@ -1,6 +1,7 @@
 """gptlab/experiment.py: run folders, metrics CSV, code backup, results/config, checkpoints."""
 import datetime
 import json
+import math
 import os
 
 import pytest
@@ -36,6 +37,45 @@ def test_metrics_csv_columns_empty_cells_and_no_overwrite(tmp_path):
     writer.close()
     with pytest.raises(FileExistsError):
         exp.MetricsWriter(path)
+    # the tolerant reader (for browsing runs) reads the writer's own file (\r\n line ends) exactly like strict
+    tolerant = exp.read_metrics(path, strict=False)
+    assert tolerant.rows == list(rows) and not tolerant.notes and not tolerant.truncated
+    assert isinstance(rows[0]["step"], int) and rows[0]["tokens"] == 1024
+
+
+def test_metrics_reader_strict_raises_tolerant_notes(tmp_path):
+    path = str(tmp_path / exp.METRICS_FILE)
+    writer = exp.MetricsWriter(path)
+    for step in range(1, 4):
+        writer.write(step=step, tokens=step * 8, train_loss=float("nan") if step == 2 else 1.0 / step)
+    writer.close()
+    assert math.isnan(exp.read_metrics(path)[1]["train_loss"])  # strict keeps a diverged loss as NaN
+    assert exp.read_metrics(path, strict=False)[1]["train_loss"] is None  # browsing: not plottable, not measured
+    with open(path, "a") as f:
+        empty_cells = "," * (len(exp.METRICS_COLUMNS) - 3)
+        f.write(f"oops,{empty_cells},\r\n4,32,0.25{empty_cells}\r\n5,40,0.2")  # garbage, a good row, a cut-off one
+    with pytest.raises(ValueError, match=r"metrics.csv: last line is half-written"):
+        exp.read_metrics(path)
+    metrics = exp.read_metrics(path, strict=False)
+    assert [r["step"] for r in metrics] == [1, 2, 3, 4] and metrics.truncated
+    assert metrics.last("train_loss") == 0.25 and metrics.series("step", "train_loss")[0] == [1, 3, 4]
+    assert any("half-written" in n for n in metrics.notes) and any("ignored 1 unreadable line(s): 5" in n
+                                                                  for n in metrics.notes)
+    with open(path, "a") as f:
+        f.write("\r\n")  # now complete: strict names the garbage line
+    with pytest.raises(ValueError, match=r"line 5 is unreadable"):
+        exp.read_metrics(path)
+
+
+def test_run_json_reader_notes_damage(tmp_path):
+    notes = []
+    assert exp.read_run_json(str(tmp_path), exp.CONFIG_FILE, notes) is None and notes == []  # missing: no note
+    (tmp_path / exp.RESULTS_FILE).write_text('{"status": "fini')
+    (tmp_path / exp.CONFIG_FILE).write_text("[1, 2]")
+    assert exp.read_run_json(str(tmp_path), exp.RESULTS_FILE, notes) is None
+    assert exp.read_run_json(str(tmp_path), exp.CONFIG_FILE, notes) is None
+    assert notes[0].startswith("results.json is unreadable") and notes[1] == "config.json is not a JSON object; ignored it"
+    assert exp.is_run_folder(str(tmp_path)) and not exp.is_run_folder(str(tmp_path / "missing"))
 
 
 def test_results_and_config_are_written_once(tmp_path):

@@ -1,34 +1,19 @@
 """--demo: show a sample text coloured by token (ANSI background colours) while the merges are learned."""
-import regex
 
 # 256-colour background codes that keep black text readable
 _COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
 
 
 def encode_with_merges(text, pattern, merges):
-    """Token byte strings of `text` under `merges` (slow and simple; for a short sample only)."""
-    rank = {pair: 256 + k for k, pair in enumerate(merges)}
-    vocab = [bytes([i]) for i in range(256)]
-    for a, b in merges:
-        vocab.append(vocab[a] + vocab[b])
-    pieces = []
-    for word in regex.findall(pattern, text):
-        ids = list(word.encode("utf-8"))
-        while len(ids) >= 2:
-            best = min(zip(ids, ids[1:]), key=lambda p: rank.get(p, float("inf")))
-            if best not in rank:
-                break
-            new_id, out, i = rank[best], [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            ids = out
-        pieces.extend(vocab[i] for i in ids)
-    return pieces
+    """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
+    a tiktoken Encoding of their ranks (the earliest id wins for duplicate byte strings, as in the trainer)."""
+    from gptlab.bpe.trainer import finish_result
+    from gptlab.tokenizer import encoding_from_dict
+
+    ranks = finish_result(merges, counts=[]).mergeable_ranks
+    encoding = encoding_from_dict({"pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": {}},
+                                  name=f"demo_{len(merges)}")
+    return [encoding.decode_single_token_bytes(token) for token in encoding.encode_ordinary(text)]
 
 
 def render(text, pattern, merges):

@@ -2,11 +2,10 @@
 
     python tests/helpers/tiny_data.py --out /tmp/tiny    # tokenizer + train/val shards for manual runs
 
-The BPE here is deliberately minimal (word-count merges, GPT-4 split pattern): enough to give the trainer a real
-tokenizer with a real `<|endoftext|>` id (not 50256) without depending on train_tokenizer.py.
+The tokenizer is trained in-process by the project's exact BPE trainer (gptlab/bpe, GPT-4 split pattern) on a few
+documents: a real tokenizer with a real `<|endoftext|>` id (not 50256), in well under a second.
 """
 import argparse
-import collections
 import json
 import os
 import sys
@@ -17,50 +16,31 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 
 def train_tiny_bpe(texts, n_merges):
-    """Merges [(left_id, right_id), ...] learned from the word counts of texts (ids: 0-255 bytes, then 256+k)."""
-    import regex
+    """The project's exact BPE (gptlab/bpe) on texts with the GPT-4 split pattern → MergeResult (merges, ranks).
 
+    Runs in this process: the C merge loop when it can be built, else the identical pure-Python loop."""
+    from gptlab.bpe import native
+    from gptlab.bpe.pretokenize import count_documents, to_bytes_table
+    from gptlab.bpe.trainer import train_merges_python
     from gptlab.tokenizer import PATTERNS
 
-    pat = regex.compile(PATTERNS["gpt4"])
-    word_counts = collections.Counter()
-    for text in texts:
-        word_counts.update(pat.findall(text))
-    words = [[list(w.encode("utf-8")), c] for w, c in word_counts.items()]
-    merges = []
-    for k in range(n_merges):
-        pairs = collections.Counter()
-        for ids, c in words:
-            for a, b in zip(ids, ids[1:]):
-                pairs[(a, b)] += c
-        if not pairs:
-            break
-        best = max(pairs.items(), key=lambda kv: (kv[1], -kv[0][0], -kv[0][1]))[0]
-        new_id = 256 + k
-        merges.append(best)
-        for entry in words:
-            ids, out, i = entry[0], [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            entry[0] = out
-    return merges
+    word_counts = to_bytes_table(count_documents(texts, PATTERNS["gpt4"]))
+    train = native.train_merges_native if native.available() else train_merges_python
+    return train(word_counts, n_merges)
 
 
 def save_tiny_tokenizer(path, texts, n_merges=256):
-    from gptlab.tokenizer import EOT, PATTERNS, save_tokenizer, token_bytes_by_id
+    """Train `n_merges` merges on texts and save the tokenizer at path (replacing it); <|endoftext|> = 256 + n_merges."""
+    import train_tokenizer
+    from gptlab.tokenizer import EOT, PATTERNS, save_tokenizer
 
-    merges = train_tiny_bpe(texts, n_merges)
-    vocab = token_bytes_by_id(merges)
-    ranks = {b: i for i, b in enumerate(vocab)}
+    result = train_tiny_bpe(texts, n_merges)
     with open(__file__) as f:
-        script = f.read()
-    return save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=merges, mergeable_ranks=ranks,
-                          special_tokens={EOT: len(ranks)}, metadata={"source": "tests/helpers/tiny_data.py"},
+        script = f.read() + "\n" + train_tokenizer.script_content()
+    return save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
+                          mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 256 + len(result.merges)},
+                          metadata={"source": "tests/helpers/tiny_data.py", "merge_counts": result.counts,
+                                    "duplicates": result.duplicates},
                           script_content=script, overwrite=True)
 
 
@@ -111,11 +91,19 @@ def make_dataset(out_dir, n_merges=256, train_shards=2, write_manifest=True):
         write_shard(os.path.join(shard_dir, f"train_{i + 1:06d}.bin"), part, overwrite=True)
     write_shard(os.path.join(shard_dir, "val_000000.bin"), encode_docs(enc, shakespeare[:1500]), overwrite=True)
     if write_manifest:
-        # the tokenizer record as download_fineweb.py writes it
-        manifest = {"tokenizer": {"name": os.path.basename(tok_path)[:-4],
-                                  "ranks_sha256": ranks_sha256(read_tokenizer_file(tok_path)["mergeable_ranks"])}}
-        with open(os.path.join(shard_dir, "manifest.json"), "w") as f:
-            json.dump(manifest, f)
+        # a real gptlab shard manifest (the format download_fineweb.py writes), so check_manifest accepts it
+        from gptlab import shards
+
+        listed = [{"name": name, "split": name.split("_")[0], "tokens": shards.read_header(os.path.join(shard_dir,
+                   name))[1], "bytes": os.path.getsize(os.path.join(shard_dir, name))}
+                  for name in sorted(os.listdir(shard_dir)) if name.endswith(".bin")]
+        shards.write_manifest(shard_dir, {
+            "format": shards.MANIFEST_FORMAT, "format_version": 1, "dataset": "tiny", "source": {"kind": "local"},
+            "seed": 0, "shuffle_buffer": 0, "shard_version": 1, "dtype": "uint16", "shard_size": None,
+            "val_tokens": sum(s["tokens"] for s in listed if s["split"] == "val"), "rank": 0, "world_size": 1,
+            "tokenizer": {"name": os.path.basename(tok_path)[:-4], "n_vocab": enc.n_vocab, "eot_id": enc.eot_token,
+                          "ranks_sha256": ranks_sha256(read_tokenizer_file(tok_path)["mergeable_ranks"])},
+            "shards": listed, "complete": True})
     return {"tokenizer": tok_path, "train": os.path.join(shard_dir, "train_*.bin"),
             "val": os.path.join(shard_dir, "val_*.bin"), "dir": shard_dir, "eot": enc.eot_token,
             "n_vocab": enc.n_vocab, "n_train_tokens": int(train_tokens.size)}
