@@ -198,7 +198,9 @@ class CausalSelfAttention(nn.Module):
         v = self.lambdas[0] * v
         if ve is not None:
             v = v + self.lambdas[1] * ve.view_as(v)
-        v = v.type_as(q)  # the fp32 mixing weights would otherwise promote v; FlexAttention needs one dtype
+        # q, k, v in the matmuls' dtype (bfloat16 under CUDA autocast): CUDA autocast runs rms_norm in float32 and
+        # the fp32 lambdas promote v, and FlexAttention (unlike SDPA) is not autocast, so it would run in float32
+        q, k, v = q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
@@ -250,9 +252,10 @@ class GPT(nn.Module):
             self.ve_index[num_layers - num_val_emb + i] = i
         self.blocks = nn.ModuleList([Block(model_dim, num_heads, head_dim, mlp_ratio, max_seq_len)
                                      for _ in range(num_layers)])
-        # long windows on every 4th layer and the last, short elsewhere (modded-nanogpt long/short windows, 2025,
-        # after Gemma 2's global/local alternation)
-        self.layer_window = ["long" if (i % 4 == 0 or i == num_layers - 1) else "short" for i in range(num_layers)]
+        # long windows on every 4th layer of the first half, mirrored in the second half (U-net symmetric), short
+        # elsewhere: for 12 layers long at 0, 4, 7, 11 (modded-nanogpt long/short windows, 2025, after Gemma 2's
+        # global/local alternation)
+        self.layer_window = ["long" if min(i, num_layers - 1 - i) % 4 == 0 else "short" for i in range(num_layers)]
         # U-net skips: the first half's outputs are added (learned weights) to the second half's inputs in
         # reverse order (modded-nanogpt U-net skip-connection record by Brendan Hogan, 2024-11)
         self.num_skips = num_layers // 2
@@ -283,7 +286,8 @@ class GPT(nn.Module):
 
 
 def document_window_mask_mod(docs, window_blocks):
-    """FlexAttention mask_mod: causal AND same document AND at most window_blocks-1 whole blocks back.
+    """FlexAttention mask_mod: causal AND same document AND at most window_blocks-1 whole blocks back
+    (document-causal sliding-window attention: modded-nanogpt FlexAttention record, 2024-11).
 
     docs: (B, T) document index of every position; window_blocks: 0-dim integer tensor (a tensor, not an int, so a
     growing window does not recompile). The window counts 128-token blocks, as modded-nanogpt's block masks do."""
@@ -314,12 +318,23 @@ def build_attention_masks(idx, eot_id, long_blocks, short_blocks, use_flex):
     masks = {}
     for name, blocks in (("long", long_blocks), ("short", short_blocks)):
         mask_mod = document_window_mask_mod(docs, torch.tensor(blocks, device=idx.device))
-        if use_flex:
-            masks[name] = create_block_mask(mask_mod, B, None, T, T, device=idx.device,
-                                            _compile=idx.device.type == "cuda")
+        if use_flex:  # partial vs full blocks are found by create_block_mask itself from the mask_mod
+            make = _compiled_create_block_mask() if idx.device.type == "cuda" else create_block_mask
+            masks[name] = make(mask_mod, B, None, T, T, device=idx.device)
         else:
             masks[name] = dense_mask(mask_mod, B, T, idx.device)
     return masks
+
+
+_CREATE_BLOCK_MASK = {}
+
+
+def _compiled_create_block_mask():
+    """create_block_mask compiled once (the eager version materialises (B, T, T) int64 intermediates on the GPU).
+    It compiles once per batch shape: the window and the documents live in tensors the mask_mod closes over."""
+    if "fn" not in _CREATE_BLOCK_MASK:
+        _CREATE_BLOCK_MASK["fn"] = torch.compile(create_block_mask, dynamic=False)
+    return _CREATE_BLOCK_MASK["fn"]
 
 
 def window_blocks(step, train_steps, window_size):
@@ -379,7 +394,8 @@ class Muon(torch.optim.Optimizer):
                 k += 1
                 if owner == self.rank:
                     # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
-                    update = zeropower_via_newtonschulz5(g, group["ns_steps"]).to(p.dtype)
+                    # contiguous for the broadcast (NCCL needs dense tensors; NS works on the transpose of tall ones)
+                    update = zeropower_via_newtonschulz5(g, group["ns_steps"]).to(p.dtype).contiguous()
                     update *= max(1, p.size(-2) / p.size(-1)) ** 0.5
                 else:
                     update = torch.empty_like(p)
@@ -517,47 +533,33 @@ def resolve_shard_globs(cfg, tokenizer_stem):
     cfg.val_files = cfg.val_files or [os.path.join(dirs[0], "val_*.bin")]
 
 
-def manifest_tokenizer_hash(manifest):
-    """The tokenizer hash a shard manifest records, wherever download_fineweb.py put it (None if it has none)."""
-    if isinstance(manifest, dict):
-        for key, value in manifest.items():
-            lowered = key.lower()
-            if isinstance(value, str) and "sha256" in lowered and ("rank" in lowered or "tokenizer" in lowered):
-                return value
-        for key, value in manifest.items():
-            if isinstance(value, dict) and ("tokenizer" in key.lower() or "ranks_sha256" in value):
-                if isinstance(value.get("ranks_sha256"), str):
-                    return value["ranks_sha256"]
-                found = manifest_tokenizer_hash(value)
-                if found:
-                    return found
-    return None
-
-
 def check_shards_match_tokenizer(paths, tok_hash, n_vocab, flag):
-    """Each shard folder's manifest.json must record our tokenizer's hash (if it records one); sampled token ids
-    must fit the vocabulary. Both name the offending file."""
+    """Refuse shards made with another tokenizer, naming the folder or file; returns the folders whose manifest
+    says the writer has not finished (still running, or killed) so the caller can warn.
+
+    A folder written by download_fineweb.py has a manifest (manifest.json, or manifest.rank{r}.json parts from split
+    jobs): gptlab.shards.check_manifest compares its tokenizer ranks_sha256 with ours and checks every listed shard's
+    header. Hand-made shards without a manifest are still checked for token ids beyond the vocabulary."""
     import numpy as np
 
-    from gptlab.shards import read_shard
+    from gptlab import shards
 
+    unfinished = []
     for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
-        # manifest.json, or manifest.rank<r>.json parts when download_fineweb.py ran on several ranks
-        for manifest_path in sorted(glob.glob(os.path.join(folder, "manifest*.json"))):
-            try:
-                with open(manifest_path) as f:
-                    recorded = manifest_tokenizer_hash(json.load(f))
-            except (OSError, json.JSONDecodeError) as err:
-                raise UserError(f"{manifest_path} is not valid JSON ({err}); re-run download_fineweb.py") from None
-            if recorded and recorded != tok_hash:
-                raise UserError(f"{flag} shards in {folder} were made with a different tokenizer (manifest "
-                                f"ranks_sha256 {recorded[:12]}... != {tok_hash[:12]}... of --tokenizer); pass the "
-                                "tokenizer they were made with, or re-tokenize with download_fineweb.py")
+        if not glob.glob(os.path.join(folder, shards.MANIFEST_GLOB)):
+            continue
+        try:
+            manifest = shards.check_manifest(folder, tok_hash, verify_files=True)
+        except UserError as err:
+            raise UserError(f"{flag}: {err}") from None
+        if not manifest["complete"]:
+            unfinished.append(folder)
     for path in paths:
-        head = np.asarray(read_shard(path)[: 1 << 20])
+        head = np.asarray(shards.read_shard(path)[: 1 << 20])
         if head.size and int(head.max()) >= n_vocab:
             raise UserError(f"shard {path} holds token id {int(head.max())} but the tokenizer has only {n_vocab} ids: "
                             "it was made with a different tokenizer; pass the right --tokenizer or re-tokenize")
+    return unfinished
 
 
 def rng_states():
@@ -711,8 +713,12 @@ def train(args, ctx):
     resolve_shard_globs(cfg, tok_stem)
     train_paths = expand_shard_files(cfg.train_files, "--train_files")
     val_paths = expand_shard_files(cfg.val_files, "--val_files")
-    check_shards_match_tokenizer(train_paths, tok_hash, encoding.n_vocab, "--train_files")
-    check_shards_match_tokenizer(val_paths, tok_hash, encoding.n_vocab, "--val_files")
+    unfinished = (check_shards_match_tokenizer(train_paths, tok_hash, encoding.n_vocab, "--train_files")
+                  + check_shards_match_tokenizer(val_paths, tok_hash, encoding.n_vocab, "--val_files"))
+    if ctx.is_main:
+        for folder in sorted(set(unfinished)):
+            print(f"warning: the manifest in {folder} says download_fineweb.py has not finished writing it; training "
+                  "on the shards written so far", file=sys.stderr, flush=True)
     train_loader = BOSAlignedLoader(train_paths, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
                                     cfg.grad_acc_steps, seed=cfg.seed)
     val_set = ValidationSet(val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),

@@ -31,7 +31,7 @@ if REPO not in sys.path:
 from gptlab.errors import UserError, run_cli  # noqa: E402
 
 # dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by substring of torch.cuda.get_device_name()
-GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0),
+GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
                         ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0),
                         ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
 GPU_DEFAULT = dict(num_layers=12, model_dim=768, num_heads=12, vocab_size=50304, seq_len=1024, device_batch_size=16384,

@@ -95,6 +95,21 @@ def test_flex_block_mask_and_dense_mask_agree_and_give_the_same_model_output():
     assert torch.allclose(flex, dense, atol=1e-5, rtol=1e-5)
 
 
+def test_attention_runs_in_the_matmul_dtype_under_autocast(monkeypatch):
+    """CUDA autocast runs rms_norm in float32 and FlexAttention is not autocast: q, k, v must still reach attention
+    in bfloat16. Emulated on CPU by a norm that returns float32, as CUDA autocast's does."""
+    seen = []
+    real_attend, real_norm = train_gpt.attend, train_gpt.norm
+    monkeypatch.setattr(train_gpt, "norm", lambda x: real_norm(x.float()))
+    monkeypatch.setattr(train_gpt, "attend", lambda q, k, v, m: seen.append((q.dtype, k.dtype, v.dtype))
+                        or real_attend(q, k, v, m))
+    model = train_gpt.GPT(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128)
+    idx = torch.randint(0, 40, (1, 128))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(idx, train_gpt.build_attention_masks(idx, 3, 1, 1, False), idx)
+    assert seen and all(dtypes == (torch.bfloat16,) * 3 for dtypes in seen)
+
+
 def test_document_mask_isolates_documents():
     """A token's logits depend on earlier tokens of its own document only."""
     torch.manual_seed(0)
@@ -128,6 +143,14 @@ def test_value_embeddings_and_unet_work_for_any_depth(num_layers, num_val_emb):
     assert math.isclose(loss.item() / idx.numel(), math.log(128), rel_tol=1e-4)  # zero head → uniform logits
     opts = train_gpt.build_optimizers(model)
     assert sum(len(g["params"]) for o in opts for g in o.param_groups) == len(list(model.parameters()))
+
+
+def test_long_and_short_window_layers_follow_modded_nanogpt():
+    def long_layers(n):
+        model = train_gpt.GPT(vocab_size=10, num_layers=n, num_heads=1, head_dim=4, model_dim=4, num_val_emb=0)
+        return [i for i, w in enumerate(model.layer_window) if w == "long"]
+    assert long_layers(12) == [0, 4, 7, 11]  # record #26: L S S S L S | S L S S S L
+    assert long_layers(4) == [0, 3] and long_layers(1) == [0]
 
 
 def test_newton_schulz_orthogonalises():
@@ -343,12 +366,46 @@ def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):
     for path in glob.glob(tiny["val"]):
         with open(path, "rb") as src, open(shard_dir / os.path.basename(path), "wb") as dst:
             dst.write(src.read())
-    (shard_dir / "manifest.json").write_text(json.dumps({"tokenizer": {"name": "other", "ranks_sha256": "ab" * 32}}))
-    run_main_expecting(tiny, tmp_path, ["different tokenizer", str(shard_dir)], val_files=str(shard_dir / "val_*.bin"))
+    with open(os.path.join(tiny["dir"], "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest["tokenizer"] = {"name": "other", "ranks_sha256": "ab" * 32}
+    manifest["shards"] = [s for s in manifest["shards"] if s["split"] == "val"]
+    (shard_dir / "manifest.json").write_text(json.dumps(manifest))
+    run_main_expecting(tiny, tmp_path, ["--val_files", str(shard_dir), "made with tokenizer 'other'"],
+                       val_files=str(shard_dir / "val_*.bin"))
     # no manifest, but ids beyond the vocabulary
     write_shard(str(tmp_path / "big_ids.bin"), np.arange(1000, 5000) % 60000)
     run_main_expecting(tiny, tmp_path, ["big_ids.bin", "different tokenizer"],
                        train_files=str(tmp_path / "big_ids.bin"))
+
+
+def test_manifests_of_split_jobs_are_checked_with_the_package_reader(tiny, tmp_path):
+    """Folders written by split download jobs hold only manifest.rank{r}.json parts: accepted when they record our
+    tokenizer (an unfinished part is reported), refused when they record another, via gptlab.shards.check_manifest."""
+    from gptlab import shards
+    from gptlab.tokenizer import ranks_sha256, read_tokenizer_file
+
+    tok_hash = ranks_sha256(read_tokenizer_file(tiny["tokenizer"])["mergeable_ranks"])
+    with open(os.path.join(tiny["dir"], "manifest.json")) as f:
+        whole = json.load(f)
+    folder = tmp_path / "split"
+    folder.mkdir()
+    for rank in range(2):
+        names = [s["name"] for s in whole["shards"]][rank::2]
+        for name in names:
+            with open(os.path.join(tiny["dir"], name), "rb") as src:
+                (folder / name).write_bytes(src.read())
+        shards.write_manifest(str(folder), {**whole, "rank": rank, "world_size": 2, "complete": rank == 0,
+                                            "shards": [s for s in whole["shards"] if s["name"] in names]})
+    assert sorted(os.listdir(folder)) == ["manifest.rank0.json", "manifest.rank1.json", "train_000001.bin",
+                                          "train_000002.bin", "val_000000.bin"]
+    paths = sorted(glob.glob(str(folder / "train_*.bin")))
+    assert train_gpt.check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files") == [str(folder)]
+    with pytest.raises(UserError, match="--train_files: shards in .*split were made with tokenizer"):
+        train_gpt.check_shards_match_tokenizer(paths, "cd" * 32, tiny["n_vocab"], "--train_files")
+    (folder / "val_000000.bin").write_bytes(b"")  # a listed shard that is broken is named
+    with pytest.raises(UserError, match="val_000000.bin"):
+        train_gpt.check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files")
 
 
 @pytest.mark.parametrize("overrides,parts", [
