@@ -35,6 +35,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"]) and "duplicates" in meta
     assert "# ===== train_tokenizer.py =====" in data["script_content"]
     assert "# ===== gptlab/bpe/trainer.py =====" in data["script_content"]
+    assert "# ===== gptlab/bpe/train.py =====" in data["script_content"]
     assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
     enc = load_tokenizer(str(path))
     with open(FINEWEB_150) as f:
@@ -103,6 +104,39 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
     assert proc.returncode != 0
     assert time.time() - start < 200
     assert not list(tmp_path.glob("*.pkl"))
+
+
+def test_in_process_api_matches_the_cli(tmp_path):
+    from gptlab.bpe.train import save, train_tokenizer
+    from gptlab.errors import UserError
+
+    trained = train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=400, workers=1, device="cpu",
+                              progress=False)
+    assert trained.out_path is None and trained.is_main and not list(tmp_path.iterdir())
+    assert len(trained.result.merges) == 144 and trained.metadata["chars_used"] == 60_000
+    _, cli_path = train(tmp_path / "cli", vocab=400, samples=60_000)
+    cli = read_tokenizer_file(str(cli_path))
+    assert [tuple(m) for m in cli["merges"]] == [tuple(m) for m in trained.result.merges]
+    assert cli["mergeable_ranks"] == trained.result.mergeable_ranks
+    api_path = save(trained, str(tmp_path / "api.pkl"))
+    api = read_tokenizer_file(api_path)
+    assert api["mergeable_ranks"] == cli["mergeable_ranks"] and api["special_tokens"] == {EOT: 400}
+    assert api["script_content"].startswith("# ===== train_tokenizer.py =====")
+    with pytest.raises(UserError, match="already exists; pass --overwrite"):
+        train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=400, out_path=api_path, progress=False)
+    with pytest.raises(UserError, match="below 256"):
+        train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=10, progress=False)
+
+
+def test_character_budget_and_table_combining():
+    from gptlab.bpe.train import combine_tables, limit_chars, rank_budget
+
+    assert [rank_budget(10, rank, 3) for rank in range(3)] == [4, 3, 3]
+    assert sum(rank_budget(1_000_003, rank, 8) for rank in range(8)) == 1_000_003
+    sample_box = []
+    assert list(limit_chars(["  ", "abcdef", "ghi"], 7, sample_box)) == ["  ", "abcde"]
+    assert sample_box == ["abcde"]  # the first non-blank document, as cut
+    assert combine_tables([{b"a": 1, b"bc": 2}, {b"a": 2**40}, {}]) == {b"a": 2**40 + 1, b"bc": 2}
 
 
 # ---------------------------------------------------------------------------------------------- bad input

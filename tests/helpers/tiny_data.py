@@ -31,12 +31,12 @@ def train_tiny_bpe(texts, n_merges):
 
 def save_tiny_tokenizer(path, texts, n_merges=256):
     """Train `n_merges` merges on texts and save the tokenizer at path (replacing it); <|endoftext|> = 256 + n_merges."""
-    import train_tokenizer
+    from gptlab.bpe.train import script_content
     from gptlab.tokenizer import EOT, PATTERNS, save_tokenizer
 
     result = train_tiny_bpe(texts, n_merges)
     with open(__file__) as f:
-        script = f.read() + "\n" + train_tokenizer.script_content()
+        script = f.read() + "\n" + script_content()
     return save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
                           mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 256 + len(result.merges)},
                           metadata={"source": "tests/helpers/tiny_data.py", "merge_counts": result.counts,
