@@ -1,0 +1,40 @@
+"""--demo: show a sample text coloured by token (ANSI background colours) while the merges are learned."""
+
+# 256-colour background codes that keep black text readable
+_COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
+
+
+def encode_with_merges(text, pattern, merges):
+    """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
+    a tiktoken Encoding of their ranks (the earliest id wins for duplicate byte strings, as in the trainer)."""
+    from gptlab.bpe.trainer import finish_result
+    from gptlab.tokenizer import encoding_from_dict
+
+    ranks = finish_result(merges, counts=[]).mergeable_ranks
+    encoding = encoding_from_dict({"pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": {}},
+                                  name=f"demo_{len(merges)}")
+    return [encoding.decode_single_token_bytes(token) for token in encoding.encode_ordinary(text)]
+
+
+def render(text, pattern, merges):
+    """The sample with each token on its own background colour, plus a token count line."""
+    tokens = encode_with_merges(text, pattern, merges)
+    parts, pending, colour = [], b"", 0
+    for token in tokens:
+        pending += token
+        try:  # a token may end inside a UTF-8 character: colour it together with the next one(s)
+            shown = pending.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(pending) < 4:
+                continue
+            shown = pending.decode("utf-8", errors="replace")
+        pending = b""
+        shown = shown.replace("\n", "\\n\n")
+        parts.append(f"\x1b[48;5;{_COLOURS[colour % len(_COLOURS)]}m\x1b[30m{shown}\x1b[0m")
+        colour += 1
+    if pending:
+        parts.append(pending.decode("utf-8", errors="replace"))
+    n_bytes = len(text.encode("utf-8"))
+    ratio = n_bytes / max(1, len(tokens))
+    return (f"--- after {len(merges)} merges: {len(tokens)} tokens for {n_bytes} bytes "
+            f"({ratio:.2f} bytes/token) ---\n" + "".join(parts) + "\n")
