@@ -284,7 +284,13 @@ class SeedGroup:
         return [r for r in self.runs if r.final and r.val_bpb is not None]
 
     def stats(self, attr):
-        values = [getattr(r, attr) for r in self.runs if r.final and getattr(r, attr) is not None]
+        """(mean, std, n) over distinct seeds: a rerun of the same seed reproduces a run rather than sampling the
+        noise again, so only the first finished run of each seed counts."""
+        by_seed = {}
+        for run in self.runs:
+            if run.final and getattr(run, attr) is not None:
+                by_seed.setdefault(str(run.seed), getattr(run, attr))
+        values = list(by_seed.values())
         if len(values) < 2:
             return None
         return statistics.mean(values), statistics.stdev(values), len(values)

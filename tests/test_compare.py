@@ -344,3 +344,23 @@ def test_damaged_files_are_reported_not_fatal(tmp_path):
     assert "Damaged: metrics.csv: ignored 1 unreadable line(s)" in out
     assert "crashed" in row_of(out, "Damaged") and "no metrics" in row_of(out, "HeaderOnly")
     assert "No finished run with a val bpb yet" in out
+
+
+def test_a_rerun_of_the_same_seed_does_not_shrink_the_noise(lab):
+    # A reproduction of seed 1 (as a user's quickstart run reproduces a committed baseline) is not a new sample.
+    config = variant(seed=1, command="train_gpt.py --seed 1", start_time="2026-01-06T10:00:00")
+    make_run(lab, "20260106_100000_Baseline", config, metrics_rows(40, 1.300, 0.300),
+             finished_results(config, 1.300, 0.300))
+    board = cmp.compare([], experiments_dir=lab, no_plot=True, write=False)["board"]
+    assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
+    group = next(g for g in board.groups if len(g.runs) == 4)
+    assert group.stats("val_bpb")[2] == 3
+
+
+def test_reruns_of_one_seed_measure_no_noise(tmp_path):
+    for i in range(2):
+        config = variant(seed=7, start_time=f"2026-01-01T10:0{i}:00")
+        make_run(str(tmp_path), f"20260101_10000{i}_Baseline", config, metrics_rows(10, 1.3, 0.3),
+                 finished_results(config, 1.3, 0.3))
+    board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
+    assert board.noise is None
