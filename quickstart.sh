@@ -2,6 +2,7 @@
 # The whole gptlab pipeline on the bundled sample (150 FineWeb-Edu documents, offline):
 #   tokenizer → token shards → HellaSwag file → a short training run → leaderboard and plot.
 # CPU: a few minutes. With GPUs: every visible GPU via torchrun. Re-running it reuses what is already there.
+# SEED, STEPS and HELLASWAG_LIMIT may be set in the environment (the committed baselines: SEED=0, 1, 2).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -9,6 +10,7 @@ SAMPLE=data/sample/fineweb_edu_150docs.jsonl
 TOKENIZER=quickstart_v1000_n400000.pkl
 SEED=${SEED:-0}
 STEPS=${STEPS:-120}
+HELLASWAG_LIMIT=${HELLASWAG_LIMIT:-1000}
 
 echo "== 1/5 tokenizer: exact byte-level BPE, vocab 1000 + <|endoftext|>"
 if [ -f "tokenizers/$TOKENIZER" ]; then
@@ -33,7 +35,7 @@ fi
 "${LAUNCH[@]}" train_gpt.py --model_name Quickstart --tokenizer "$TOKENIZER" --vocab_size 1001 \
   --model_dim 128 --num_heads 4 --num_layers 6 --train_seq_len 256 --val_seq_len 256 \
   --batch_size 4096 --device_batch_size 4096 --train_steps "$STEPS" --cooldown_frac 0.4 \
-  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit 1000 --seed "$SEED"
+  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED"
 
 echo "== 5/5 leaderboard and plot"
 RUN=$(ls -d experiments/*_Quickstart* | sort | tail -n 1)

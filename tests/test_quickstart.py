@@ -1,0 +1,35 @@
+"""The README's first command, end to end: quickstart.sh in a copy of the repository (short run)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_quickstart_runs_the_whole_pipeline(tmp_path):
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    copy = tmp_path / "repo"
+    for rel in tracked:
+        if rel.startswith("experiments/2") or not os.path.exists(os.path.join(REPO, rel)):
+            continue  # the committed baseline runs are not needed (the leaderboard then holds just this run)
+        dest = copy / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.join(REPO, rel), dest)
+    env = dict(os.environ, STEPS="6", HELLASWAG_LIMIT="40", OMP_NUM_THREADS="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(["bash", "quickstart.sh"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = sorted(p for p in (copy / "experiments").iterdir() if p.name.endswith("_Quickstart"))
+    assert len(runs) == 1
+    results = json.loads((runs[0] / "results.json").read_text())
+    assert results["status"] == "finished" and results["steps"] == 6
+    assert results["hellaswag"]["n"] == 40 and 0 < results["final_val_bpb"] < 8
+    assert (runs[0] / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert runs[0].name in (copy / "experiments" / "LEADERBOARD.md").read_text()
+    assert "Done. This run: experiments/" in proc.stdout
+    # a second run reuses the tokenizer, shards and HellaSwag file instead of failing or rewriting them
+    again = subprocess.run(["bash", "quickstart.sh"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is already there" in again.stdout and "nothing to do" in again.stderr
