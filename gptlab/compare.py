@@ -660,10 +660,10 @@ def _draw_curves(plt, runs, size, dpi):
                              gridspec_kw={"height_ratios": [1.2, 1.2, 1.0]})
     colors = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
     all_times = [t for r in runs for t in r.metrics.series("elapsed_s", "elapsed_s")[0]]
-    all_times += [r.wall_time_s for r in runs if r.wall_time_s is not None]
     time_scale, time_unit = _time_unit(max(all_times, default=0.0))
     many_tokenizers = len({r.tokenizer_id for r in runs if r.tokenizer_id}) > 1
-    xaxes = [("tokens", "tokens seen"), ("elapsed_s", f"wall time ({time_unit})")]
+    # metrics.csv's elapsed_s is the training wall time (evaluations excluded, as modded-nanogpt times runs)
+    xaxes = [("tokens", "tokens seen"), ("elapsed_s", f"training wall time ({time_unit}, evals excluded)")]
     panels = [("val_bpb", "val bpb (bits/byte)", "validation bits per byte (lower is better)"),
               ("train_loss", "train loss (nats/token)",
                "train loss (faint: raw, solid: smoothed)"
@@ -698,8 +698,11 @@ def _draw_curves(plt, runs, size, dpi):
                     ax.plot(xs, ys, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None,
                             markersize=3.5)
                 if ycol == "hellaswag_acc_norm" and run.final and run.hs_acc_norm is not None and run.hs_ci:
-                    final_x = run.tokens if xcol == "tokens" else (
-                        None if run.wall_time_s is None else run.wall_time_s / scale)
+                    if xcol == "tokens":
+                        final_x = run.tokens
+                    else:  # on the same clock as the curve: the last row where HellaSwag was measured
+                        hs_times = run.metrics.series("elapsed_s", "hellaswag_acc_norm")[0]
+                        final_x = hs_times[-1] / scale if hs_times else None
                     if final_x is not None and (final_x > 0 or not log_x):
                         lo, hi = run.hs_ci
                         ax.errorbar([final_x], [run.hs_acc_norm], color=color, marker="D", markersize=6, capsize=4,
