@@ -38,7 +38,7 @@ fi
   --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED"
 
 echo "== 5/5 leaderboard and plot"
-RUN=$(ls -d experiments/*_Quickstart* | sort | tail -n 1)
+RUN=$(ls -td experiments/*_Quickstart* | head -n 1)  # newest by modification time: the run just made
 python compare_experiments.py --no-plot
 python compare_experiments.py "$RUN" --plot "$RUN/compare.png" --overwrite --no-write > /dev/null
 echo

@@ -28,7 +28,7 @@ def parse_args(argv=None):
     ap.add_argument("--name", default="tokenizer", help="file name prefix")
     ap.add_argument("--input", nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
                     "without it FineWeb(-Edu) is streamed from the HuggingFace Hub")
-    ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb-edu",
+    ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb",
                     help=f"Hub dataset when no --input is given (config {DATASET_CONFIG})")
     ap.add_argument("--seed", type=int, default=0, help="shuffle seed of the streamed dataset")
     ap.add_argument("--pattern", default="gpt4", help="pre-tokenization regex: gpt4, gpt2 or a regex")

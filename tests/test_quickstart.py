@@ -12,8 +12,8 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     copy = tmp_path / "repo"
     for rel in tracked:
-        if rel.startswith("experiments/2") or not os.path.exists(os.path.join(REPO, rel)):
-            continue  # the committed baseline runs are not needed (the leaderboard then holds just this run)
+        if not os.path.exists(os.path.join(REPO, rel)):
+            continue
         dest = copy / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.join(REPO, rel), dest)
@@ -21,8 +21,15 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     proc = subprocess.run(["bash", "quickstart.sh"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    runs = sorted(p for p in (copy / "experiments").iterdir() if p.name.endswith("_Quickstart"))
-    assert len(runs) == 1
+    committed = {rel.split("/")[1] for rel in tracked if rel.startswith("experiments/2")}
+    runs = sorted(p for p in (copy / "experiments").iterdir() if p.is_dir() and p.name not in committed)
+    assert len(runs) == 1 and runs[0].name.endswith("_Quickstart")
+    assert f"This run: experiments/{runs[0].name}" in proc.stdout  # not a committed baseline's folder
+    for name in committed:  # the committed baselines' files are left alone
+        for rel in ("compare.png", "results.json"):
+            if (copy / "experiments" / name / rel).exists():
+                assert (copy / "experiments" / name / rel).read_bytes() == \
+                    open(os.path.join(REPO, "experiments", name, rel), "rb").read()
     results = json.loads((runs[0] / "results.json").read_text())
     assert results["status"] == "finished" and results["steps"] == 6
     assert results["hellaswag"]["n"] == 40 and 0 < results["final_val_bpb"] < 8
