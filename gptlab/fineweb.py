@@ -20,6 +20,8 @@ after each shard with the stream position (document index, token offset) where t
 re-run with the same settings checks the finished shards, skips past them in the stream (re-reading, not
 re-tokenizing, the documents before that point) and continues with the same document order, so the result is
 byte-identical to an uninterrupted run. A larger --num_shards extends a finished folder the same way.
+--input files count as the same when their names and sizes match in order (not their folder), so a moved
+or re-cloned checkout resumes too.
 """
 import collections
 import contextlib
@@ -418,7 +420,8 @@ def resume_state(out_dir, planned, rank, world_size, overwrite):
     if conflicts:
         if not overwrite:
             name, diff = next(iter(conflicts.items()))
-            details = ", ".join(f"{key}: {parts[name].get(key)!r} → {planned.get(key)!r}" for key in diff)
+            details = ", ".join(f"{key}: {shard_format.comparable_setting(parts[name], key)!r} → "
+                                f"{shard_format.comparable_setting(planned, key)!r}" for key in diff)
             raise UserError(f"{out_dir} holds shards made with other settings ({name}: {details}); pass "
                             "--overwrite to replace them, or choose another --out")
         remove_owned_files(out_dir, rank, world_size)

@@ -95,7 +95,8 @@ def read_shard(path, mmap=True):
 MANIFEST_FORMAT = "gptlab-shards"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_GLOB = "manifest*.json"
-# Settings every manifest part of one folder must agree on (a resumed run must match them too).
+# Settings every manifest part of one folder must agree on (a resumed run must match them too), compared by
+# comparable_setting.
 MANIFEST_SETTINGS = ("dataset", "source", "seed", "shuffle_buffer", "tokenizer", "shard_version", "dtype",
                      "shard_size", "val_tokens", "world_size")
 
@@ -136,9 +137,21 @@ def settings_of(manifest):
     return {key: manifest.get(key) for key in MANIFEST_SETTINGS}
 
 
+def comparable_setting(manifest, key):
+    """A setting as compared between runs. Local inputs compare by file name and size, in order (what decides the
+    documents and their order); their absolute paths stay in the manifest for information only, so a moved or
+    re-cloned checkout can still resume its shards."""
+    value = manifest.get(key)
+    if key == "source" and isinstance(value, dict) and isinstance(value.get("inputs"), list):
+        inputs = [{"name": os.path.basename(str(i.get("path", ""))), "bytes": i.get("bytes")}
+                  for i in value["inputs"]]
+        return {"kind": value.get("kind"), "inputs": inputs}
+    return value
+
+
 def settings_difference(a, b):
     """Names of the settings where two manifests (or a manifest and a planned run) differ."""
-    return [key for key in MANIFEST_SETTINGS if a.get(key) != b.get(key)]
+    return [key for key in MANIFEST_SETTINGS if comparable_setting(a, key) != comparable_setting(b, key)]
 
 
 def load_manifest(directory):

@@ -211,6 +211,34 @@ def test_other_settings_refused_unless_overwrite(tmp_path, tokenizer_path):
     assert len(shards.check_manifest(out_dir)["shards"]) == 4
 
 
+def test_moved_input_still_resumes_other_input_refused(tmp_path, tokenizer_path, capsys):
+    docs = [json.loads(line)["text"] for line in open(FINEWEB_150)][:40]
+    (tmp_path / "old").mkdir(), (tmp_path / "new").mkdir()
+    first = write_jsonl(tmp_path / "old" / "docs.jsonl", docs)
+    settings = ["--tokenizer", tokenizer_path, "--shard_size", 4_000, "--val_tokens", 2_000, "--seed", 2]
+    reference = run_main(["--input", first, "--num_shards", 4, "--out", tmp_path / "ref"] + settings)
+    common = settings + ["--out", tmp_path / "shards"]
+    out_dir = run_main(["--input", first, "--num_shards", 2] + common)
+    # the repository (with data/ kept) is moved: same file name and bytes, another folder
+    moved = str(tmp_path / "new" / "docs.jsonl")
+    os.rename(first, moved)
+    capsys.readouterr()
+    assert run_main(["--input", moved, "--num_shards", 2] + common) == out_dir
+    assert "nothing to do" in capsys.readouterr().err
+    # resuming from the new place continues the same stream: identical to one uninterrupted run
+    run_main(["--input", moved, "--num_shards", 4] + common)
+    assert sorted(os.listdir(out_dir)) == sorted(os.listdir(reference))
+    for name in os.listdir(reference):
+        if name.endswith(".bin"):
+            assert open(os.path.join(out_dir, name), "rb").read() == open(os.path.join(reference, name), "rb").read()
+    manifest = json.load(open(os.path.join(out_dir, "manifest.json")))
+    assert manifest["source"]["inputs"] == [{"path": moved, "bytes": os.path.getsize(moved)}]  # recorded as-is
+    # another file under the same name (other size) is other data: refused
+    write_jsonl(moved, docs[:30])
+    with pytest.raises(UserError, match=r"other settings .*source.*--overwrite"):
+        run_main(["--input", moved, "--num_shards", 4] + common)
+
+
 def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
                        os.path.join(REPO, "download_fineweb.py"), "--quiet", "--input", FINEWEB_150,
@@ -238,6 +266,8 @@ def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     (["--shard_size", 0], "--shard_size must be a positive"),
     (["--val_tokens", -1], "--val_tokens must be 0"),
     (["--num_shards", 0], "--num_shards must be at least 1"),
+    (["--shard_size", -5], "--shard_size must be a positive"),
+    (["--num_shards", -5], "--num_shards must be at least 1"),
     (["--input", "/nonexistent/x.jsonl"], "does not exist"),
     (["--input", "EMPTY"], "has no documents"),
     (["--input", "BADPARQUET"], "not a readable parquet"),

@@ -140,3 +140,20 @@ def test_manifest_errors_are_clear(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"hello": 1}))
     with pytest.raises(UserError, match="not a gptlab shard manifest"):
         shards.load_manifest(str(tmp_path))
+
+
+def test_local_inputs_compare_by_name_and_size_not_folder():
+    source = lambda *inputs: {"kind": "local", "inputs": [{"path": p, "bytes": n} for p, n in inputs]}
+    here = _manifest(0, 1, [], source=source(("/old/repo/data/a.jsonl", 100), ("/old/repo/data/b.jsonl", 7)))
+    moved = _manifest(0, 1, [], source=source(("/new/clone/data/a.jsonl", 100), ("/new/clone/data/b.jsonl", 7)))
+    assert shards.settings_difference(here, moved) == []
+    assert shards.comparable_setting(moved, "source") == \
+        {"kind": "local", "inputs": [{"name": "a.jsonl", "bytes": 100}, {"name": "b.jsonl", "bytes": 7}]}
+    for other in (source(("/old/repo/data/a.jsonl", 101), ("/old/repo/data/b.jsonl", 7)),  # other size
+                  source(("/old/repo/data/b.jsonl", 7), ("/old/repo/data/a.jsonl", 100)),  # other order
+                  source(("/old/repo/data/a.jsonl", 100),),  # a file fewer
+                  source(("/old/repo/data/c.jsonl", 100), ("/old/repo/data/b.jsonl", 7))):  # other name
+        assert shards.settings_difference(here, _manifest(0, 1, [], source=other)) == ["source"]
+    hub = {"kind": "hub", "repo_id": "HuggingFaceFW/fineweb", "config": "sample-10BT"}
+    assert shards.settings_difference(_manifest(0, 1, [], source=hub), _manifest(0, 1, [], source=dict(hub))) == []
+    assert shards.settings_difference(_manifest(0, 1, [], source=hub), here) == ["source"]

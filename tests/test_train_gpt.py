@@ -440,6 +440,32 @@ def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
     assert "Traceback" not in proc.stderr and not os.listdir(tmp_path)
 
 
+def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, tmp_path):
+    missing = str(tmp_path / "nonexistent.jsonl")
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "exps", train_steps=2, val_loss_every=0,
+                                                    hellaswag_limit=4, hellaswag_every=1, hellaswag_path=missing),
+                      check=True)
+    run_dir = only_run_dir(tmp_path / "exps")
+    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+        log = f.read()
+    for shown in (proc.stdout, log):  # the trainer's messages go to stdout and the run's log
+        assert f"warning: HellaSwag file {missing} not found" in shown and "python download_hellaswag.py" in shown
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "finished" and results["steps"] == 2 and results["hellaswag"] is None
+    assert results["final_val_loss"] > 0
+    assert all(r["hellaswag_acc"] is None for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE)))
+
+
+def test_cli_asking_for_more_validation_than_the_val_shards_hold_fails_before_training(tiny, tmp_path):
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, val_steps=100000, val_batch_size=256))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: validation needs 200000 rows of 128 tokens"), proc.stderr
+    assert "lower --val_steps or --val_batch_size" in error
+    assert not os.listdir(tmp_path), "nothing is created before the check"
+
+
 def test_resume_with_a_different_architecture_is_refused(tiny, tmp_path):
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
