@@ -4,8 +4,9 @@
     python   train_tokenizer.py --input data/sample/fineweb_edu_150docs.jsonl --samples 500000 --vocabsize 2048
     torchrun --nproc_per_node=G train_tokenizer.py --samples 1000000000 --vocabsize 65534 --name gpt4regex
 
---samples counts characters of text, split evenly over ranks; --vocabsize counts the 256 bytes plus the merges
-(the one special token, <|endoftext|>, gets id vocabsize). Every rank pre-tokenizes its own share of the
+--samples counts characters of text: with --input, the first --samples characters of the files, whatever the
+world size; streamed from the Hub, --samples / world_size per rank. --vocabsize counts the 256 bytes plus the
+merges (the one special token, <|endoftext|>, gets id vocabsize). Every rank pre-tokenizes its own share of the
 documents with --workers processes, the deduplicated (pre-token → count) tables are combined exactly, and the
 merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
 The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.

@@ -252,11 +252,13 @@ def write_results(run_dir, results):
 
 # ------------------------------------------------------------------------------------------------ code backup
 def project_source_files(repo_root):
-    """Relative paths of every project source a run uses: top-level *.py, gptlab/**/*.py, requirements.txt."""
+    """Relative paths of every project source a run uses: top-level *.py, gptlab/**/*.py and gptlab/**/*.c (the C
+    merge loop), requirements.txt."""
     files = sorted(f for f in os.listdir(repo_root) if f.endswith(".py") and os.path.isfile(os.path.join(repo_root, f)))
     for dirpath, dirnames, filenames in os.walk(os.path.join(repo_root, "gptlab")):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        files += sorted(os.path.relpath(os.path.join(dirpath, f), repo_root) for f in filenames if f.endswith(".py"))
+        files += sorted(os.path.relpath(os.path.join(dirpath, f), repo_root) for f in filenames
+                        if f.endswith((".py", ".c")))
     if os.path.isfile(os.path.join(repo_root, "requirements.txt")):
         files.append("requirements.txt")
     return files

@@ -15,6 +15,7 @@ import hashlib
 import io
 import os
 import pickle
+from collections import Counter
 
 from gptlab.errors import UserError
 from gptlab.fileio import atomic_write
@@ -151,7 +152,7 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 
 
 def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
-    """The tokenizer's dict, normalised to the current format (old gpt-lab pickles get defaults filled in)."""
+    """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults)."""
     path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
     with open(path, "rb") as f:
         data = safe_unpickle(f.read(), path)
@@ -160,7 +161,8 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
                         "train one with train_tokenizer.py")
     ranks = data["mergeable_ranks"]
     if not isinstance(ranks, dict) or not all(isinstance(k, bytes) and isinstance(v, int) for k, v in ranks.items()):
-        raise UserError(f"{path}: mergeable_ranks must map bytes to int; the file is damaged, retrain it")
+        raise UserError(f"{path}: mergeable_ranks must map bytes to int; the file is damaged, retrain it "
+                        "with train_tokenizer.py")
     out = dict(data)
     out.setdefault("format", "gpt-lab-legacy")
     out.setdefault("pattern_name", "custom")
@@ -168,17 +170,69 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     out.setdefault("vocabsize", len(ranks))
     out.setdefault("metadata", {})
     out.setdefault("script_content", "")
+    check_tokenizer_dict(out, path)
     out["path"] = path
     return out
 
 
+def _is_id(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VOCAB
+
+
+def check_tokenizer_dict(data, source):
+    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source`), never a panic."""
+    import regex
+
+    def damaged(problem):
+        return UserError(f"{source} is damaged: {problem}; retrain it with train_tokenizer.py")
+
+    pat_str = data["pat_str"]
+    if not isinstance(pat_str, str):
+        raise damaged(f"pat_str is a {type(pat_str).__name__}, not a regex string")
+    try:
+        compiled = regex.compile(pat_str)
+    except regex.error as err:
+        raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({err})") from None
+    if compiled.fullmatch("") is not None:
+        raise damaged(f"pat_str {pat_str[:80]!r} matches the empty string, so it cannot split text")
+    ranks = data["mergeable_ranks"]
+    if not all(_is_id(v) for v in ranks.values()):
+        bad = next(v for v in ranks.values() if not _is_id(v))
+        raise damaged(f"mergeable_ranks holds the id {bad!r}; ids must be ints from 0 to {MAX_VOCAB}")
+    missing = [i for i in range(256) if bytes([i]) not in ranks]
+    if missing:
+        raise damaged(f"mergeable_ranks lacks {len(missing)} of the 256 single bytes (first: {bytes(missing[:1])!r}), "
+                      "so some text could not be encoded")
+    rank_ids = set(ranks.values())
+    if len(rank_ids) != len(ranks):
+        dup = Counter(ranks.values()).most_common(1)[0][0]
+        raise damaged(f"mergeable_ranks gives the id {dup} to more than one token")
+    special = data["special_tokens"]
+    if not isinstance(special, dict) or not all(isinstance(k, str) and _is_id(v) for k, v in special.items()):
+        raise damaged(f"special_tokens must map str to int ids from 0 to {MAX_VOCAB}, got {str(special)[:120]}")
+    special_counts = Counter(special.values())
+    clashes = sorted(tok for tok, v in special.items() if v in rank_ids or special_counts[v] > 1)
+    if clashes:
+        raise damaged(f"the id of special token {', '.join(clashes)} collides with another token's id")
+
+
 def encoding_from_dict(data, name=None):
-    """A tiktoken.Encoding from a tokenizer dict (fast encode_ordinary / decode / eot_token / n_vocab)."""
+    """A tiktoken.Encoding from a tokenizer dict (fast encode_ordinary / decode / eot_token / n_vocab).
+
+    What tiktoken still refuses (a regex its engine cannot parse, a Rust panic) is a UserError naming the file."""
     import tiktoken
 
+    source = data.get("path", "the tokenizer")
     name = name or os.path.splitext(os.path.basename(data.get("path", "gptlab")))[0]
-    return tiktoken.Encoding(name=name, pat_str=data["pat_str"], mergeable_ranks=data["mergeable_ranks"],
-                             special_tokens=data["special_tokens"])
+    try:
+        return tiktoken.Encoding(name=name, pat_str=data["pat_str"], mergeable_ranks=data["mergeable_ranks"],
+                                 special_tokens=data["special_tokens"])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # ValueError, or pyo3_runtime.PanicException (a BaseException) from the Rust core
+        raise UserError(f"{source}: tiktoken cannot build an encoder from it ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200] if str(err) else ''}); retrain it with train_tokenizer.py"
+                        ) from None
 
 
 def load_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):

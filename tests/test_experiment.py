@@ -92,8 +92,8 @@ def test_results_and_config_are_written_once(tmp_path):
 def test_code_backup_copies_project_sources_and_the_tokenizer_script(tmp_path):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     copied = exp.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
-    for rel in ("train_gpt.py", "gptlab/experiment.py", "gptlab/dataloader.py", "requirements.txt",
-                "tokenizer_train_script.py"):
+    for rel in ("train_gpt.py", "gptlab/experiment.py", "gptlab/dataloader.py", "gptlab/bpe/merge_loop.c",
+                "requirements.txt", "tokenizer_train_script.py"):
         assert rel in copied and os.path.isfile(tmp_path / exp.CODE_DIR / rel)
     assert not any("__pycache__" in rel or rel.startswith("tests") for rel in copied)
     assert (tmp_path / exp.CODE_DIR / "tokenizer_train_script.py").read_text() == "print('tokenizer trainer')\n"

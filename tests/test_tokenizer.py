@@ -2,6 +2,7 @@
 import json
 import os
 import pickle
+import re
 
 import pytest
 
@@ -106,6 +107,52 @@ def test_loader_refuses_non_tokenizers(tmp_path):
         load_tokenizer(str(bad_ranks))
     with pytest.raises(UserError, match="not found"):
         load_tokenizer(str(tmp_path / "absent.pkl"))
+
+
+def _byte_ranks():
+    return {bytes([i]): i for i in range(256)}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pat_str": b"\\w+"}, "pat_str is a bytes, not a regex string"),
+    ({"pat_str": "(unclosed"}, "is not a valid regex"),
+    ({"pat_str": "x*"}, "matches the empty string"),
+    ({"pat_str": r"\X+"}, r"tiktoken cannot build an encoder from it \(ValueError"),  # `regex` accepts \X, tiktoken not
+    ({"mergeable_ranks": {bytes([i]): i for i in range(1, 256)}}, "lacks 1 of the 256 single bytes"),
+    ({"mergeable_ranks": {**_byte_ranks(), b"ab": 7}}, "gives the id 7 to more than one token"),
+    ({"mergeable_ranks": {**_byte_ranks(), b"ab": -1}}, "holds the id -1"),
+    ({"mergeable_ranks": {**_byte_ranks(), b"ab": 2**40}}, "holds the id 1099511627776"),
+    ({"mergeable_ranks": {**_byte_ranks(), b"ab": True}}, "holds the id True"),
+    ({"special_tokens": {EOT: 65}}, re.escape(f"special token {EOT} collides")),
+    ({"special_tokens": {EOT: "256"}}, "special_tokens must map str to int"),
+    ({"special_tokens": {EOT: -3}}, "special_tokens must map str to int"),
+    ({"special_tokens": [EOT, 256]}, "special_tokens must map str to int"),
+    ({"special_tokens": {EOT: 256, "<|pad|>": 256}}, "collides"),
+])
+def test_loader_names_a_damaged_file_and_never_crashes(tmp_path, change, message):
+    """Every damage tiktoken would choke on (ValueError, a Rust panic, a silent mis-encoding) is one UserError."""
+    path = tmp_path / "damaged.pkl"
+    path.write_bytes(pickle.dumps({"pat_str": PATTERNS["gpt4"], "mergeable_ranks": _byte_ranks(),
+                                   "special_tokens": {EOT: 256}, **change}))
+    with pytest.raises(UserError, match=message) as err:
+        load_tokenizer(str(path))
+    assert str(path) in str(err.value) and "retrain it with train_tokenizer.py" in str(err.value)
+
+
+def test_loader_accepts_what_it_checks_for(tmp_path):
+    """The checks refuse only real damage: bytes-only vocabulary with gaps in the ids, several special tokens."""
+    path = tmp_path / "ok.pkl"
+    path.write_bytes(pickle.dumps({"pat_str": PATTERNS["gpt2"], "mergeable_ranks": {**_byte_ranks(), b"ab": 300},
+                                   "special_tokens": {EOT: 256, "<|pad|>": 301}}))
+    enc = load_tokenizer(str(path))
+    assert enc.encode_ordinary("ab ab") == [300, 32, 300] and enc.eot_token == 256
+
+
+def test_encoding_from_dict_turns_a_tiktoken_panic_into_a_user_error():
+    """Bypassing the file checks (a dict built in code), tiktoken's Rust panic still becomes a UserError."""
+    with pytest.raises(UserError, match=r"t.pkl: tiktoken cannot build an encoder.*PanicException"):
+        encoding_from_dict({"pat_str": "\\w+", "mergeable_ranks": {**_byte_ranks(), b"ab": 7}, "special_tokens": {},
+                            "path": "t.pkl"})
 
 
 def test_old_gpt_lab_format_loads(tmp_path, trained):

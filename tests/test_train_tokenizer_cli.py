@@ -36,6 +36,8 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     assert "# ===== train_tokenizer.py =====" in data["script_content"]
     assert "# ===== gptlab/bpe/trainer.py =====" in data["script_content"]
     assert "# ===== gptlab/bpe/train.py =====" in data["script_content"]
+    with open(os.path.join(REPO, "gptlab", "bpe", "merge_loop.c")) as f:  # the default engine's C source
+        assert "# ===== gptlab/bpe/merge_loop.c =====\n" + f.read() in data["script_content"]
     assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
     enc = load_tokenizer(str(path))
     with open(FINEWEB_150) as f:
@@ -66,14 +68,12 @@ def test_engines_and_worker_counts_agree(tmp_path):
 
 
 def test_one_and_two_ranks_and_two_nodes_give_identical_merges(tmp_path):
-    # the whole (small) input on every launch: ranks split the documents, the merged table is the same
-    subset = tmp_path / "subset.jsonl"
-    with open(FINEWEB_150) as f:
-        subset.write_text("".join(line for _, line in zip(range(40), f)))
-    _, single = train(tmp_path / "one", inputs=[subset], samples=10_000_000)
+    # --samples well below the input (417 kB): every launch trains on the same first 60 000 characters, the ranks
+    # only split those documents between them, so the summed table and the merges are byte-identical
+    _, single = train(tmp_path / "one", samples=60_000)
     port = free_port()
-    common = ["train_tokenizer.py", "--name", "t", "--vocabsize", "400", "--samples", "10000000", "--workers",
-              "1", "--device", "cpu", "--input", str(subset)]
+    common = ["train_tokenizer.py", "--name", "t", "--vocabsize", "400", "--samples", "60000", "--workers",
+              "1", "--device", "cpu", "--input", FINEWEB_150]
     proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(port), *common,
                        "--out", str(tmp_path / "two")], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -88,11 +88,13 @@ def test_one_and_two_ranks_and_two_nodes_give_identical_merges(tmp_path):
     outputs = [node.communicate(timeout=300) for node in nodes]
     assert all(node.returncode == 0 for node in nodes), outputs[0][1][-3000:] + outputs[1][1][-3000:]
     ref = read_tokenizer_file(str(single))
+    assert ref["metadata"]["chars_used"] == 60_000 and ref["metadata"]["world_size"] == 1
     for folder in ("two", "nodes"):
-        other = read_tokenizer_file(str(tmp_path / folder / "t_v400_n10000000.pkl"))
+        other = read_tokenizer_file(str(tmp_path / folder / "t_v400_n60000.pkl"))
         assert other["merges"] == ref["merges"] and other["mergeable_ranks"] == ref["mergeable_ranks"]
+        assert other["metadata"]["merge_counts"] == ref["metadata"]["merge_counts"]
         assert other["metadata"]["world_size"] == 2
-        assert other["metadata"]["chars_used"] == ref["metadata"]["chars_used"] > 100_000
+        assert other["metadata"]["chars_used"] == 60_000 and other["metadata"]["docs"] == ref["metadata"]["docs"]
 
 
 def test_a_rank_that_dies_ends_the_run(tmp_path):
@@ -128,6 +130,32 @@ def test_in_process_api_matches_the_cli(tmp_path):
         train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=10, progress=False)
 
 
+def test_local_ranks_split_exactly_the_text_one_rank_uses(tmp_path):
+    """Any world size: the ranks' documents, dealt back in order, are the one-rank documents (the last one cut)."""
+    from gptlab.bpe.train import open_documents
+    from gptlab.text_sources import ReadStats
+
+    def rank_docs(rank, world_size, samples, stats=None):
+        box = []
+        docs, source = open_documents([FINEWEB_150], "fineweb", 0, samples, rank, world_size,
+                                      stats or ReadStats(), box)
+        return list(docs), box
+
+    with open(FINEWEB_150) as f:
+        all_docs = [json.loads(line)["text"] for line in f]
+    for samples in (60_000, 1_000, 10_000_000):
+        stats = ReadStats()
+        one, one_box = rank_docs(0, 1, samples, stats)
+        assert sum(map(len, one)) == min(samples, sum(map(len, all_docs)))
+        assert one[:-1] == all_docs[:len(one) - 1] and all_docs[len(one) - 1].startswith(one[-1])
+        assert stats.docs == len(one)  # reading stops at the budget: the next document is never read
+        for world_size in (2, 3):
+            shares = [rank_docs(rank, world_size, samples) for rank in range(world_size)]
+            dealt = [shares[i % world_size][0][i // world_size] for i in range(len(one))]
+            assert dealt == one and sum(len(docs) for docs, _ in shares) == len(one)
+            assert all(box == one_box for _, box in shares)
+
+
 def test_character_budget_and_table_combining():
     from gptlab.bpe.train import combine_tables, limit_chars, rank_budget
 
@@ -136,6 +164,10 @@ def test_character_budget_and_table_combining():
     sample_box = []
     assert list(limit_chars(["  ", "abcdef", "ghi"], 7, sample_box)) == ["  ", "abcde"]
     assert sample_box == ["abcde"]  # the first non-blank document, as cut
+    assert list(limit_chars(iter(["ab", "cd"]), 0, [])) == []
+    read = []
+    assert list(limit_chars((read.append(d) or d for d in ["abc", "def", "ghi"]), 6, [])) == ["abc", "def"]
+    assert read == ["abc", "def"]  # the document after the budget is not pulled from the reader
     assert combine_tables([{b"a": 1, b"bc": 2}, {b"a": 2**40}, {}]) == {b"a": 2**40 + 1, b"bc": 2}
 
 

@@ -4,11 +4,16 @@
     trained = train_tokenizer(inputs=["data/sample/fineweb_edu_150docs.jsonl"], samples=400_000, vocabsize=1000,
                               out_path="tokenizers/t_v1000_n400000.pkl")
 
-Steps: check the settings → pick the engine and device → every rank reads its share of the documents (local files
-or the Hub, `samples` characters split evenly over ranks) and pre-tokenizes them → the ranks' (pre-token → count)
-tables are summed exactly → every rank runs the merge loop → the ranks' merges are compared → rank 0 saves the
+Steps: check the settings → pick the engine and device → every rank pre-tokenizes its share of the documents → the
+ranks' (pre-token → count) tables are summed exactly → every rank runs the merge loop → the ranks' merges are compared → rank 0 saves the
 tokenizer with its metadata and the trainer's source. Under torchrun (RANK / WORLD_SIZE set) the ranks meet in a
 process group; a plain single-process CPU run never imports torch.
+
+Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
+used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
+W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own disjoint part
+of the shuffled dataset and takes `samples / W` characters of it, so runs with different world sizes see different
+(equally sized) text.
 """
 import glob
 import os
@@ -96,30 +101,39 @@ def rank_budget(samples, rank, world_size):
 
 
 def limit_chars(docs, budget, sample_box):
-    """Documents until `budget` characters (the last one cut); the first document's start goes to sample_box."""
+    """Documents until `budget` characters (the last one cut); the first non-blank one's start goes to sample_box.
+
+    Stops without reading the document after the budget, so read statistics count only the text used."""
     used = 0
+    if budget <= 0:
+        return
     for doc in docs:
-        if used >= budget:
-            return
         if len(doc) > budget - used:
             doc = doc[:budget - used]
         if not sample_box and doc.strip():
             sample_box.append(doc[:SAMPLE_CHARS])
         used += len(doc)
         yield doc
+        if used >= budget:
+            return
 
 
-def open_documents(inputs, dataset, seed, rank, world_size, stats):
-    """(this rank's document iterator, source description for the metadata): local files, else the Hub."""
+def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box):
+    """(this rank's documents, already cut to the character budget; source description for the metadata).
+
+    Local files: the global budget is applied to the whole stream first (exactly the text one rank would use), then
+    the documents are dealt out round robin, so the text does not depend on the world size. The Hub: each rank
+    streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
     from gptlab.text_sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
 
     if inputs:
         source = {"input": list(inputs)}
-        docs = take_every(iter_local_documents(inputs, stats), rank, world_size)
+        docs = take_every(limit_chars(iter_local_documents(inputs, stats), samples, sample_box), rank, world_size)
     else:
         repo_id = HUB_DATASETS[dataset]
         source = {"dataset": repo_id, "config": DATASET_CONFIG, "seed": seed}
-        docs = iter_hub_documents(repo_id, DATASET_CONFIG, seed, rank, world_size, stats=stats)
+        docs = limit_chars(iter_hub_documents(repo_id, DATASET_CONFIG, seed, rank, world_size, stats=stats),
+                           rank_budget(samples, rank, world_size), sample_box)
     return docs, source
 
 
@@ -140,9 +154,12 @@ def merges_digest(result):
 
 
 def script_content():
-    """train_tokenizer.py and every gptlab/bpe/*.py source, each under a `# ===== path =====` header."""
+    """train_tokenizer.py and every gptlab/bpe/*.py and *.c source (the C merge loop is the default engine),
+    each under a `# ===== path =====` header."""
     cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
-    paths = ([cli] if os.path.exists(cli) else []) + sorted(glob.glob(os.path.join(REPO_ROOT, "gptlab", "bpe", "*.py")))
+    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "bpe")
+    sources = sorted(glob.glob(os.path.join(bpe_dir, "*.py")) + glob.glob(os.path.join(bpe_dir, "*.c")))
+    paths = ([cli] if os.path.exists(cli) else []) + sources
     parts = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -240,16 +257,18 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
 
     # ---- this rank's documents → deduplicated pre-token table
     stats = ReadStats()
-    docs, source = open_documents(inputs, dataset, seed, rank, world_size, stats)
     sample_box = []
+    docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
     bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)", unit="B")
     try:
-        table, chars, n_docs = pretokenize(limit_chars(docs, rank_budget(samples, rank, world_size), sample_box),
-                                           pat_str, workers=workers, progress=bar.update if bar is not None else None)
+        table, chars, n_docs = pretokenize(docs, pat_str, workers=workers,
+                                           progress=bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
-    local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": stats.replaced_docs,
+    # every rank reads all the local text, so its count of replaced documents is already the total: rank 0 reports it
+    replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
+    local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
              "sample": sample_box[0] if sample_box else ""}
     if os.environ.get(TEST_DIE_ENV) == str(rank):
         os._exit(1)
