@@ -172,14 +172,16 @@ def test_schedules():
 
 
 def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
+    from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
     from gptlab.tokenizer import load_tokenizer
 
     enc = load_tokenizer(tiny["tokenizer"])
-    lengths = train_gpt.token_byte_lengths(enc, 640)
+    lengths = token_byte_lengths(enc, 640)
     assert lengths[enc.eot_token] == 0 and lengths[600] == 0  # special and padding ids
     assert lengths[65] == 1 and all(lengths[t] >= 2 for t in range(256, 512))
     text = "To be, or not to be"
     assert lengths[enc.encode_ordinary(text)].sum() == len(text.encode())
+    assert bits_per_byte(math.log(2) * 38, 19) == pytest.approx(2.0)  # 38 bits over 19 bytes
 
 
 # ------------------------------------------------------------------------------------------------ full runs
