@@ -36,6 +36,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from gptlab import distributed as dist_utils
 from gptlab import experiment as exp
 from gptlab.errors import UserError, run_cli
+from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
 from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -580,16 +581,6 @@ def _tuplify(x):
     return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-def token_byte_lengths(encoding, padded_vocab):
-    """(padded_vocab,) UTF-8 byte count of every token id; special tokens and padding ids count 0 bytes."""
-    specials = set(encoding._special_tokens.values())
-    lengths = torch.zeros(padded_vocab, dtype=torch.float64)
-    for t in range(encoding.n_vocab):
-        if t not in specials:
-            lengths[t] = len(encoding.decode_single_token_bytes(t))
-    return lengths
-
-
 def model_config_of(cfg):
     return {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
             "head_dim": cfg.head_dim, "model_dim": cfg.model_dim, "mlp_ratio": cfg.mlp_ratio,
@@ -620,7 +611,7 @@ def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, dev
         totals[2] += byte_lengths[y.cpu()].sum().to(device)
     dist_utils.all_reduce_sum(ctx, totals)
     loss_nats, n_tokens, n_bytes = totals.tolist()
-    return loss_nats / n_tokens, loss_nats / math.log(2) / max(n_bytes, 1)
+    return loss_nats / n_tokens, bits_per_byte(loss_nats, n_bytes)
 
 
 def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
