@@ -34,16 +34,25 @@ PATTERNS = {
 MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
 
 
-def resolve_pattern(pattern):
-    """'gpt4' | 'gpt2' | a regex → (name, pattern string); a regex that does not compile is a UserError."""
+def split_pattern_problem(pat):
+    """None when `pat` can split text (compiles with `regex`, never matches the empty string), else
+    ("invalid", error) or ("empty", None)."""
     import regex
 
-    name, pat = (pattern, PATTERNS[pattern]) if pattern in PATTERNS else ("custom", pattern)
     try:
-        regex.compile(pat)
+        compiled = regex.compile(pat)
     except regex.error as err:
-        raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({err})") from None
-    if regex.compile(pat).fullmatch("") is not None:
+        return "invalid", err
+    return ("empty", None) if compiled.fullmatch("") is not None else None
+
+
+def resolve_pattern(pattern):
+    """'gpt4' | 'gpt2' | a regex → (name, pattern string); a regex that does not compile is a UserError."""
+    name, pat = (pattern, PATTERNS[pattern]) if pattern in PATTERNS else ("custom", pattern)
+    problem = split_pattern_problem(pat)
+    if problem and problem[0] == "invalid":
+        raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({problem[1]})")
+    if problem:
         raise UserError(f"--pattern {pattern!r} matches the empty string, so it cannot split text; fix the regex")
     import tiktoken
 
@@ -181,19 +190,16 @@ def _is_id(value):
 
 def check_tokenizer_dict(data, source):
     """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source`), never a panic."""
-    import regex
-
     def damaged(problem):
         return UserError(f"{source} is damaged: {problem}; retrain it with train_tokenizer.py")
 
     pat_str = data["pat_str"]
     if not isinstance(pat_str, str):
         raise damaged(f"pat_str is a {type(pat_str).__name__}, not a regex string")
-    try:
-        compiled = regex.compile(pat_str)
-    except regex.error as err:
-        raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({err})") from None
-    if compiled.fullmatch("") is not None:
+    problem = split_pattern_problem(pat_str)
+    if problem and problem[0] == "invalid":
+        raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({problem[1]})")
+    if problem:
         raise damaged(f"pat_str {pat_str[:80]!r} matches the empty string, so it cannot split text")
     ranks = data["mergeable_ranks"]
     if not all(_is_id(v) for v in ranks.values()):
