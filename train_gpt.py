@@ -366,46 +366,158 @@ def zeropower_via_newtonschulz5(G, steps=5):
 
 
 class Muon(torch.optim.Optimizer):
-    """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10).
+    """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10), distributed
+    as in record #26: same-shape matrices are dealt out in chunks of world_size, one per rank; each rank receives
+    only the rank-summed gradients of its own matrices (a reduce-scatter, launched by GradientSync while backward
+    still runs), updates their momentum, orthogonalises and applies the update, then an all-gather hands every
+    rank the updated matrices. No rank holds or orthogonalises a gradient it does not own.
 
-    Gradients arrive already all-reduced. Every rank updates the (cheap) Nesterov momentum of every matrix, but the
-    (expensive) orthogonalisation of matrix k is computed on rank k % world_size only and broadcast, as in
-    modded-nanogpt's distributed Muon. The result does not depend on the world size, and every rank ends with the
-    full optimizer state (so any rank's checkpoint resumes on any world size)."""
+    The update of every matrix is computed exactly as on one rank, so the result does not depend on the world size.
+    Momentum buffers live on their owner; `gather_state()` (collective) copies them everywhere before a checkpoint,
+    so any rank's checkpoint resumes on any world size."""
 
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
         self.rank, self.world_size = rank, world_size
+        by_shape = {}
+        for g, group in enumerate(self.param_groups):  # group index, not the dict: load_state_dict replaces those
+            for p in group["params"]:
+                by_shape.setdefault(tuple(p.shape), []).append((p, g))
+        # chunks: ([(param, group index)] of one shape, at most world_size long); entry j belongs to rank j
+        self.chunks = [members[i:i + world_size] for members in by_shape.values()
+                       for i in range(0, len(members), world_size)]
+        self.chunk_of = {p: c for c, chunk in enumerate(self.chunks) for p, _ in chunk}
+        self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
+
+    def start_reduce(self, c):
+        """Start summing chunk c's gradients over ranks (each rank receives its own matrix's); idempotent."""
+        if self._reduced[c] is None:
+            self._reduce(c)
+
+    def _reduce(self, c):
+        import torch.distributed as dist
+
+        chunk = self.chunks[c]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p, _ in chunk]
+        if self.world_size == 1:
+            self._reduced[c] = (grads[0], None)
+            return
+        padding = [torch.zeros_like(grads[0])] * (self.world_size - len(chunk))  # short last chunk of a shape
+        owned = torch.empty_like(grads[0]) if self.rank < len(chunk) else None
+        out = owned if owned is not None else torch.empty_like(grads[0])
+        handle = dist.reduce_scatter(out, grads + padding, op=dist.ReduceOp.SUM, async_op=True)
+        self._reduced[c] = (owned, handle)
 
     @torch.no_grad()
     def step(self):
         import torch.distributed as dist
 
-        pending = []  # (param, update, lr, handle)
-        k = 0
-        for group in self.param_groups:
-            for p in group["params"]:
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                g = p.grad.lerp(buf, group["momentum"])  # Nesterov
-                owner = k % self.world_size
-                k += 1
-                if owner == self.rank:
-                    # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
-                    # contiguous for the broadcast (NCCL needs dense tensors; NS works on the transpose of tall ones)
-                    update = zeropower_via_newtonschulz5(g, group["ns_steps"]).to(p.dtype).contiguous()
-                    update *= max(1, p.size(-2) / p.size(-1)) ** 0.5
-                else:
-                    update = torch.empty_like(p)
-                handle = dist.broadcast(update, src=owner, async_op=True) if self.world_size > 1 else None
-                pending.append((p, update, group["lr"], handle))
-        for p, update, lr, handle in pending:
+        for c in range(len(self.chunks)):  # without GradientSync (or for chunks it did not start)
+            self.start_reduce(c)
+        gathers = []
+        for c, chunk in enumerate(self.chunks):
+            grad, handle = self._reduced[c]
             if handle is not None:
                 handle.wait()
-            p.add_(update, alpha=-lr)
+            if self.rank < len(chunk):
+                p, g = chunk[self.rank]
+                group = self.param_groups[g]
+                buf = self._momentum(p)
+                buf.lerp_(grad, 1 - group["momentum"])
+                g = grad.lerp(buf, group["momentum"])  # Nesterov
+                update = zeropower_via_newtonschulz5(g, group["ns_steps"]).to(p.dtype)
+                # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
+                p.add_(update, alpha=-group["lr"] * max(1, p.size(-2) / p.size(-1)) ** 0.5)
+            if self.world_size > 1:
+                gathers.append(self._all_gather(chunk, [p for p, _ in chunk]))
+        for handle in gathers:
+            handle.wait()
+        self._reduced = [None] * len(self.chunks)
+
+    def _momentum(self, p):
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        return state["momentum_buffer"]
+
+    def _all_gather(self, chunk, tensors):
+        """Every rank's tensors[j] becomes rank j's tensors[j] (async handle); tensors: one per entry of chunk."""
+        import torch.distributed as dist
+
+        padding = [torch.empty_like(tensors[0]) for _ in range(self.world_size - len(chunk))]
+        mine = tensors[self.rank] if self.rank < len(chunk) else padding[0]
+        return dist.all_gather(list(tensors) + padding, mine, async_op=True)
+
+    @torch.no_grad()
+    def gather_state(self):
+        """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
+        if self.world_size == 1:
+            return
+        handles = [self._all_gather(chunk, [self._momentum(p) for p, _ in chunk]) for chunk in self.chunks]
+        for handle in handles:
+            handle.wait()
+
+
+class GradientSync:
+    """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
+    2025 records). During the last micro-batch's backward each parameter reports when its gradient is final;
+    Adam's parameters are all-reduced and Muon's chunks reduce-scattered (see Muon) as soon as they are complete.
+    Collectives must start in the same order on every rank, so they start in one fixed order (the expected
+    backward order: parameters registered last first), each only when everything before it is ready, as
+    DistributedDataParallel does with its buckets. Under torch.compile the whole backward is one graph and the
+    hooks fire when it ends: no overlap then, but the same result."""
+
+    def __init__(self, model, adam_params, muon, world_size):
+        import torch.distributed as dist
+
+        self.dist, self.muon, self.world_size = dist, muon, world_size
+        position = {p: i for i, p in enumerate(model.parameters())}
+        units = [(position[p], "adam", p) for p in adam_params]
+        units += [(min(position[p] for p, _ in chunk), "muon", c) for c, chunk in enumerate(muon.chunks)]
+        self.units = [(kind, item) for _, kind, item in sorted(units, key=lambda u: -u[0])]
+        self.unit_of = {}  # param → its unit
+        for u, (kind, item) in enumerate(self.units):
+            for p in [item] if kind == "adam" else [p for p, _ in muon.chunks[item]]:
+                self.unit_of[p] = u
+        self.members = [sum(1 for v in self.unit_of.values() if v == u) for u in range(len(self.units))]
+        self.armed = False  # True during the backward of the last micro-batch of a step
+        self._reset()
+        if world_size > 1:
+            for p in self.unit_of:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _reset(self):
+        self.ready = [0] * len(self.units)
+        self.next_unit = 0  # units before this one have started
+        self.handles = []
+
+    def _grad_ready(self, p):
+        if not self.armed:
+            return
+        self.ready[self.unit_of[p]] += 1
+        while self.next_unit < len(self.units) and self.ready[self.next_unit] == self.members[self.next_unit]:
+            self._start(self.next_unit)
+
+    def _start(self, u):
+        kind, item = self.units[u]
+        if kind == "adam":
+            if item.grad is None:  # no gradient this step: counts as zero
+                item.grad = torch.zeros_like(item)
+            self.handles.append(self.dist.all_reduce(item.grad, op=self.dist.ReduceOp.SUM, async_op=True))
+        else:
+            self.muon.start_reduce(item)
+        self.next_unit = u + 1
+
+    def finish(self):
+        """After the last backward: start what has not started (e.g. parameters without a gradient), wait for
+        Adam's all-reduces (Muon waits for its own in step())."""
+        self.armed = False
+        if self.world_size > 1:
+            while self.next_unit < len(self.units):
+                self._start(self.next_unit)
+            for handle in self.handles:
+                handle.wait()
+        self._reset()
 
 
 def build_optimizers(model, rank=0, world_size=1, fused=False):
@@ -867,7 +979,8 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
     from tqdm import tqdm
 
     device = ctx.device
-    params = list(model.parameters())
+    adam, muon = optimizers
+    grad_sync = GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon, ctx.world_size)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
     final = {"val_loss": None, "val_bpb": None, "hellaswag": None}
@@ -883,6 +996,7 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
 
     def save(step):
         nonlocal last_checkpoint
+        muon.gather_state()  # collective: rank 0 needs every matrix's momentum
         if not ctx.is_main:
             return
         path = os.path.join(run_dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
@@ -945,24 +1059,19 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
         t0 = time.perf_counter()
         batches = train_loader.next_batch()
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
-        for x_np, y_np in batches:
+        for micro, (x_np, y_np) in enumerate(batches):
             x = torch.from_numpy(x_np).to(device, non_blocking=True)
             y = torch.from_numpy(y_np).to(device, non_blocking=True)
             masks = build_attention_masks(x, eot, *windows, use_flex)
             with autocast():
                 # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
                 loss = model_fwd(x, masks, y) / tokens_per_step
+            grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
             loss.backward()
             loss_total += loss.detach()
+        grad_sync.finish()
         if ctx.is_distributed:
-            handles = []
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                handles.append(dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True))
-            handles.append(dist.all_reduce(loss_total, op=dist.ReduceOp.SUM, async_op=True))
-            for h in handles:
-                h.wait()
+            dist.all_reduce(loss_total, op=dist.ReduceOp.SUM)
         train_loss = loss_total.item()
         if not math.isfinite(train_loss):
             keep = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was saved"
@@ -972,7 +1081,7 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
         for opt in optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["initial_lr"] * lr_mult
-        for group in optimizers[1].param_groups:
+        for group in muon.param_groups:
             group["momentum"] = muon_momentum(step)
         for opt in optimizers:
             opt.step()

@@ -268,6 +268,24 @@ def test_one_and_two_ranks_give_the_same_loss_curve(tiny, tmp_path):
     assert len(glob.glob(str(tmp_path / "two" / "*"))) == 1  # rank 1 writes no folder of its own
 
 
+def test_compiled_bfloat16_two_rank_run_follows_the_eager_float32_curve(tiny, tmp_path):
+    """The GPU recipe's pieces that run on CPU: torch.compile of the whole model, bfloat16 autocast, and the
+    gradient hooks firing after a compiled backward on 2 ranks (gloo). FlexAttention itself needs CUDA."""
+    flags = dict(train_steps=6, val_loss_every=0)
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "eager", **flags), check=True)
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+               + tiny_args(tiny, tmp_path / "compiled", compile=True, dtype="bfloat16", **flags), check=True)
+    compiled = only_run_dir(tmp_path / "compiled")
+    with open(os.path.join(compiled, exp.CONFIG_FILE)) as f:
+        config = json.load(f)
+    assert config["compile"] is True and config["dtype"] == "bfloat16" and config["world_size"] == 2
+    a, b = train_losses(only_run_dir(tmp_path / "eager")), train_losses(compiled)
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for step in a:  # bfloat16 matmuls: close, not equal
+        assert abs(a[step] - b[step]) <= 0.02 * a[step], (step, a[step], b[step])
+    assert b[6] < b[1]
+
+
 def test_simulated_two_node_launch_trains(tiny, tmp_path):
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
@@ -314,6 +332,29 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     assert sorted(c) == [6, 7, 8, 9, 10]
     for step in c:
         assert abs(a[step] - c[step]) <= 1e-5 * abs(a[step]), (step, a[step], c[step])
+
+
+def test_two_rank_checkpoint_resumes_on_one_rank_with_accumulation_and_uneven_muon_chunks(tiny, tmp_path):
+    """Muon's momentum lives on each matrix's owner rank; a 2-rank checkpoint must still hold all of it. 3 layers
+    give an odd number of matrices per shape (a chunk with an idle rank), 2048 tokens/step gives 2 micro-batches
+    per rank, so the gradient hooks fire only on the last one."""
+    flags = dict(num_layers=3, batch_size=2048, train_steps=8, val_loss_every=0, checkpoint_every=4)
+    argv = tiny_args(tiny, tmp_path / "two", **flags)
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"] + argv,
+               check=True)
+    two = only_run_dir(tmp_path / "two")
+    with open(os.path.join(two, exp.CONFIG_FILE)) as f:
+        assert json.load(f)["grad_acc_steps"] == 2
+    ckpt = exp.load_checkpoint(os.path.join(two, exp.CHECKPOINT_DIR, "step_000004.pt"))
+    muon_state = ckpt["optimizers"][1]["state"]
+    assert len(muon_state) == 3 * 4 and all(float(s["momentum_buffer"].abs().sum()) > 0 for s in muon_state.values())
+    argv = tiny_args(tiny, tmp_path / "one", resume=os.path.join(two, exp.CHECKPOINT_DIR, "step_000004.pt"),
+                     **flags)
+    run_script(["train_gpt.py"] + argv, check=True)
+    a, b = train_losses(two), train_losses(only_run_dir(tmp_path / "one"))
+    assert sorted(b) == [5, 6, 7, 8]
+    for step in b:
+        assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (step, a[step], b[step])
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
