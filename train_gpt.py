@@ -369,8 +369,9 @@ class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10), distributed
     as in record #26: same-shape matrices are dealt out in chunks of world_size, one per rank; each rank receives
     only the rank-summed gradients of its own matrices (a reduce-scatter, launched by GradientSync while backward
-    still runs), updates their momentum, orthogonalises and applies the update, then an all-gather hands every
-    rank the updated matrices. No rank holds or orthogonalises a gradient it does not own.
+    still runs), updates their momentum, orthogonalises all of its matrices of one shape in one batched
+    Newton–Schulz (few large kernels instead of many small ones) and applies the updates, then an all-gather per
+    chunk hands every rank the updated matrices. No rank holds or orthogonalises a gradient it does not own.
 
     The update of every matrix is computed exactly as on one rank, so the result does not depend on the world size.
     Momentum buffers live on their owner; `gather_state()` (collective) copies them everywhere before a checkpoint,
@@ -382,10 +383,13 @@ class Muon(torch.optim.Optimizer):
         by_shape = {}
         for g, group in enumerate(self.param_groups):  # group index, not the dict: load_state_dict replaces those
             for p in group["params"]:
-                by_shape.setdefault(tuple(p.shape), []).append((p, g))
-        # chunks: ([(param, group index)] of one shape, at most world_size long); entry j belongs to rank j
-        self.chunks = [members[i:i + world_size] for members in by_shape.values()
-                       for i in range(0, len(members), world_size)]
+                by_shape.setdefault((tuple(p.shape), g), []).append((p, g))
+        # chunks: ([(param, group index)] of one shape and group, at most world_size long); entry j belongs to rank j
+        self.chunks, self.chunks_by_shape = [], []
+        for members in by_shape.values():
+            first = len(self.chunks)
+            self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
+            self.chunks_by_shape.append(range(first, len(self.chunks)))
         self.chunk_of = {p: c for c, chunk in enumerate(self.chunks) for p, _ in chunk}
         self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
 
@@ -415,21 +419,27 @@ class Muon(torch.optim.Optimizer):
         for c in range(len(self.chunks)):  # without GradientSync (or for chunks it did not start)
             self.start_reduce(c)
         gathers = []
-        for c, chunk in enumerate(self.chunks):
-            grad, handle = self._reduced[c]
-            if handle is not None:
-                handle.wait()
-            if self.rank < len(chunk):
-                p, g = chunk[self.rank]
-                group = self.param_groups[g]
-                buf = self._momentum(p)
-                buf.lerp_(grad, 1 - group["momentum"])
-                g = grad.lerp(buf, group["momentum"])  # Nesterov
-                update = zeropower_via_newtonschulz5(g, group["ns_steps"]).to(p.dtype)
+        for chunk_ids in self.chunks_by_shape:
+            owned, nesterov = [], []  # this rank's matrices of this shape, their Nesterov momenta
+            for c in chunk_ids:
+                grad, handle = self._reduced[c]
+                if handle is not None:
+                    handle.wait()
+                if self.rank < len(self.chunks[c]):
+                    p, g = self.chunks[c][self.rank]
+                    group = self.param_groups[g]
+                    buf = self._momentum(p)
+                    buf.lerp_(grad, 1 - group["momentum"])
+                    nesterov.append(grad.lerp(buf, group["momentum"]))
+                    owned.append(p)
+            if owned:
+                updates = zeropower_via_newtonschulz5(torch.stack(nesterov), group["ns_steps"])
                 # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
-                p.add_(update, alpha=-group["lr"] * max(1, p.size(-2) / p.size(-1)) ** 0.5)
-            if self.world_size > 1:
-                gathers.append(self._all_gather(chunk, [p for p, _ in chunk]))
+                lr = group["lr"] * max(1, owned[0].size(-2) / owned[0].size(-1)) ** 0.5
+                for p, update in zip(owned, updates):
+                    p.add_(update.to(p.dtype), alpha=-lr)
+            if self.world_size > 1:  # the next shape's Newton–Schulz overlaps these all-gathers
+                gathers += [self._all_gather(self.chunks[c], [p for p, _ in self.chunks[c]]) for c in chunk_ids]
         for handle in gathers:
             handle.wait()
         self._reduced = [None] * len(self.chunks)

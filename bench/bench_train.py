@@ -4,8 +4,11 @@
     python bench/bench_train.py --device cpu          # CPU: a tiny config, so CI keeps this script working
     torchrun is not needed: one device, one process (multiply tokens/s by the GPU count for a DDP estimate).
 
-One measured step = forward + backward + Adam/Muon update on `--device_batch_size` tokens, exactly as in
-train_gpt.py (same model, masks, optimizers, autocast), after `--warmup` untimed steps.
+One measured step = `--grad_acc_steps` forward + backward passes of `--device_batch_size` tokens each, then the
+Adam/Muon update, exactly as in train_gpt.py (same model, masks, optimizers, autocast), after `--warmup` untimed
+steps. The optimizer's share is timed on its own too: Muon's Newton–Schulz costs the same however many tokens
+a step has, so a step of one small micro-batch understates what a real run (many micro-batches per update)
+reaches; the GPU default is 8 micro-batches of 16,384 tokens (131,072 tokens per update).
 
 FLOPs per step (documented, used for MFU):
     matmul FLOPs  = 6 x tokens x N_matmul, N_matmul = parameters that are multiplied (q/k/v, attention output,
@@ -35,9 +38,9 @@ GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3",
                         ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0),
                         ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
 GPU_DEFAULT = dict(num_layers=12, model_dim=768, num_heads=12, vocab_size=50304, seq_len=1024, device_batch_size=16384,
-                   window_size=1792, steps=20, warmup=5)
+                   window_size=1792, steps=10, warmup=3, grad_acc_steps=8)
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, seq_len=256, device_batch_size=512,
-                   window_size=256, steps=3, warmup=1)
+                   window_size=256, steps=3, warmup=1, grad_acc_steps=1)
 
 
 def build_parser():
@@ -49,7 +52,8 @@ def build_parser():
     p.add_argument("--vocab_size", type=int)
     p.add_argument("--num_val_emb", type=int, default=2)
     p.add_argument("--seq_len", type=int, help="tokens per row (multiple of 128)")
-    p.add_argument("--device_batch_size", type=int, help="tokens per step (multiple of seq_len)")
+    p.add_argument("--device_batch_size", type=int, help="tokens per micro-batch (multiple of seq_len)")
+    p.add_argument("--grad_acc_steps", type=int, help="micro-batches per optimizer step (GPU default 8, CPU 1)")
     p.add_argument("--window_size", type=int, help="long sliding window in tokens (the end-of-training size)")
     p.add_argument("--doc_len", type=int, default=600, help="mean document length of the synthetic batch")
     p.add_argument("--steps", type=int, help="timed steps")
@@ -121,14 +125,18 @@ def bench_one(cfg, device, compiled, amp_dtype):
     del dense
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
 
-    def step():
-        masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
-        with autocast():
-            loss = model_fwd(x, masks, y) / x.numel()
-        loss.backward()
-        for opt in optimizers:
-            opt.step()
-        model.zero_grad(set_to_none=True)
+    tokens_per_step = x.numel() * cfg["grad_acc_steps"]
+
+    def step(update=True):
+        for _ in range(cfg["grad_acc_steps"]):
+            masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
+            with autocast():
+                loss = model_fwd(x, masks, y) / tokens_per_step
+            loss.backward()
+        if update:
+            for opt in optimizers:
+                opt.step()
+            model.zero_grad(set_to_none=True)
         return loss
 
     def sync():
@@ -147,9 +155,22 @@ def bench_one(cfg, device, compiled, amp_dtype):
     step_s = (time.perf_counter() - t0) / cfg["steps"]
     if not torch.isfinite(loss):
         raise RuntimeError("benchmark loss is not finite")
+    step(update=False)  # gradients for the optimizer-only timing (the update itself does not depend on them)
+    with torch.no_grad():
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(cfg["steps"]):
+            for opt in optimizers:
+                opt.step()
+        sync()
+    optimizer_s = (time.perf_counter() - t0) / cfg["steps"]
+    model.zero_grad(set_to_none=True)
+    matmul_flops *= cfg["grad_acc_steps"]
+    attn_flops *= cfg["grad_acc_steps"]
     from gptlab.experiment import peak_memory
     mem = peak_memory(device)
-    return {"compiled": compiled, "step_time_s": step_s, "tokens_per_s": x.numel() / step_s,
+    return {"compiled": compiled, "step_time_s": step_s, "optimizer_time_s": optimizer_s,
+            "tokens_per_step": tokens_per_step, "tokens_per_s": tokens_per_step / step_s,
             "flops_per_step": matmul_flops + attn_flops, "matmul_flops": matmul_flops, "attention_flops": attn_flops,
             "achieved_tflops": (matmul_flops + attn_flops) / step_s / 1e12, "warmup_s": warmup_s,
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
@@ -167,7 +188,7 @@ def main(argv=None):
     cfg["num_val_emb"] = args.num_val_emb
     cfg["doc_len"] = args.doc_len
     for key in ("num_layers", "model_dim", "num_heads", "vocab_size", "seq_len", "device_batch_size", "window_size",
-                "steps", "warmup"):
+                "steps", "warmup", "grad_acc_steps"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
     if cfg["model_dim"] % cfg["num_heads"] or (cfg["model_dim"] // cfg["num_heads"]) % 4:
@@ -179,8 +200,8 @@ def main(argv=None):
     if cfg["device_batch_size"] % cfg["seq_len"]:
         raise UserError(f"--device_batch_size {cfg['device_batch_size']} must be a multiple of "
                         f"--seq_len {cfg['seq_len']}")
-    if cfg["steps"] < 1 or cfg["warmup"] < 0:
-        raise UserError("--steps must be >= 1 and --warmup >= 0")
+    if cfg["steps"] < 1 or cfg["warmup"] < 0 or cfg["grad_acc_steps"] < 1:
+        raise UserError("--steps and --grad_acc_steps must be >= 1 and --warmup >= 0")
     compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     amp_dtype = torch.bfloat16 if dtype == "bfloat16" else None
@@ -196,7 +217,8 @@ def main(argv=None):
         r["mfu"] = r["achieved_tflops"] / peak if peak else None
         results.append(r)
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a (no peak known; pass --peak_tflops)"
-        print(f"compiled={compiled}: {r['tokens_per_s']:,.0f} tokens/s, step {1000 * r['step_time_s']:.1f} ms, "
+        print(f"compiled={compiled}: {r['tokens_per_s']:,.0f} tokens/s, step {1000 * r['step_time_s']:.1f} ms "
+              f"({r['tokens_per_step']:,} tokens; optimizer {1000 * r['optimizer_time_s']:.1f} ms of it), "
               f"{r['achieved_tflops']:.3f} TFLOP/s achieved (attention "
               f"{100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs), MFU {mfu}, peak memory {r['peak_mem_allocated_gb']:.2f} GB allocated / "
               f"{r['peak_mem_reserved_gb']:.2f} GB reserved ({r['peak_mem_label']})", flush=True)
