@@ -3,6 +3,7 @@
     pip install tokenizers          # for this benchmark only; not a project requirement
     python bench/bench_tokenizer.py --mb 50 --vocab 32768
     python bench/bench_tokenizer.py --corpus my.jsonl --vocab 8192
+    python bench/bench_tokenizer.py --corpus big.jsonl --vocab 65534 --ours native:cpu torch:cuda   # GPU machine
 
 Each trainer runs as a whole subprocess (interpreter start-up and file reading included); we print wall time,
 peak resident memory of the child (ru_maxrss) and the ratio ours/HF. HF gets the same split regex
@@ -60,6 +61,9 @@ def main(argv=None):
     ap.add_argument("--corpus", help="an existing .jsonl corpus (field text) instead of building one")
     ap.add_argument("--pattern", default="gpt4", help="gpt4 or gpt2")
     ap.add_argument("--workers", type=int, default=None, help="our --workers (default: all cores)")
+    ap.add_argument("--ours", nargs="+", default=["auto:cpu"], metavar="ENGINE:DEVICE",
+                    help="our runs, each an --engine:--device pair (engines auto, native, python, torch; devices "
+                         "cpu, cuda), e.g. native:cpu torch:cuda; every one is timed against the same HF run")
     ap.add_argument("--skip-hf", action="store_true", help="time ours only")
     args = ap.parse_args(argv)
     sys.path.insert(0, REPO)
@@ -73,14 +77,19 @@ def main(argv=None):
                                  check=True, capture_output=True, text=True).stdout.strip())
         size_mb = os.path.getsize(corpus) / 1e6
         env = dict(os.environ, PYTHONPATH=REPO)
-        ours_cmd = [sys.executable, os.path.join(REPO, "train_tokenizer.py"), "--input", corpus,
-                    "--samples", str(10**12), "--vocabsize", str(args.vocab), "--pattern", args.pattern,
-                    "--device", "cpu", "--out", tmp, "--name", "bench", "--overwrite"]
-        if args.workers:
-            ours_cmd += ["--workers", str(args.workers)]
-        ours_wall, ours_rss, ours_out = run_child(ours_cmd, env)
-        print(f"ours: {ours_wall:7.2f} s  peak RSS {ours_rss:7.0f} MiB   ({size_mb:.1f} MB file, vocab {args.vocab})")
-        print("      " + ours_out.strip().splitlines()[-1])
+        ours = []
+        for spec in args.ours:
+            engine, _, device = spec.partition(":")
+            ours_cmd = [sys.executable, os.path.join(REPO, "train_tokenizer.py"), "--input", corpus,
+                        "--samples", str(10**12), "--vocabsize", str(args.vocab), "--pattern", args.pattern,
+                        "--engine", engine, "--device", device or "cpu", "--out", tmp, "--name", "bench",
+                        "--overwrite"]
+            if args.workers:
+                ours_cmd += ["--workers", str(args.workers)]
+            wall, rss, out = run_child(ours_cmd, env)
+            ours.append((spec, wall))
+            print(f"ours {spec}: {wall:7.2f} s  peak RSS {rss:7.0f} MiB   ({size_mb:.1f} MB file, vocab {args.vocab})")
+            print("      " + out.strip().splitlines()[-1])
         if args.skip_hf:
             return
         try:
@@ -91,7 +100,8 @@ def main(argv=None):
                   os.path.join(tmp, "hf.json")]
         hf_wall, hf_rss, _ = run_child(hf_cmd, env)
         print(f"HF:   {hf_wall:7.2f} s  peak RSS {hf_rss:7.0f} MiB   (tokenizers {tokenizers.__version__})")
-        print(f"ratio ours/HF: {ours_wall / hf_wall:.2f}")
+        for spec, wall in ours:
+            print(f"ratio ours {spec}/HF: {wall / hf_wall:.2f}")
 
 
 if __name__ == "__main__":

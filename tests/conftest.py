@@ -7,7 +7,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+# ../shared/data beside the checkout; GPTLAB_SHARED_DATA points elsewhere (a device machine gets only the repo)
+SHARED_DATA = os.environ.get("GPTLAB_SHARED_DATA") or os.path.join(os.path.dirname(REPO), "shared", "data")
 SAMPLE_DATA = os.path.join(REPO, "data", "sample")
 FINEWEB_150 = os.path.join(SHARED_DATA, "fineweb_edu_150docs.jsonl")
 HELLASWAG_VAL = os.path.join(SHARED_DATA, "hellaswag_val.jsonl")

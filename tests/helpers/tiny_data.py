@@ -12,7 +12,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+# ../shared/data beside the checkout; GPTLAB_SHARED_DATA points elsewhere (a device machine gets only the repo)
+SHARED_DATA = os.environ.get("GPTLAB_SHARED_DATA") or os.path.join(os.path.dirname(REPO), "shared", "data")
 
 
 def train_tiny_bpe(texts, n_merges):

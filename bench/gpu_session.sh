@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU measurements the README asks for, on a machine with one CUDA GPU and the CUDA build of torch.
+#
+#   bash bench/gpu_session.sh tests       # tests/test_gpu.py (CUDA paths) + the BPE exactness tests
+#   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), eager and compiled: MFU
+#   bash bench/gpu_session.sh tokenizer   # >= 1 GB corpus, vocab 65534: ours (C loop on CPU, torch loop on the GPU)
+#                                         # vs HuggingFace tokenizers on all cores, in one run
+#
+# Results go to $OUT (default bench/out/, git-ignored). The tests read the shared data from $GPTLAB_SHARED_DATA
+# (default ../shared/data, else .device/shared_data: copy ../shared/data there when the machine gets only the repo).
+# MB (default 1200) sets the tokenizer corpus size; ROOTS the folders it is built from (see make_large_corpus.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+if [ -z "${GPTLAB_SHARED_DATA:-}" ]; then
+  if [ -d ../shared/data ]; then GPTLAB_SHARED_DATA=$(cd ../shared/data && pwd); else GPTLAB_SHARED_DATA=$PWD/.device/shared_data; fi
+fi
+export GPTLAB_SHARED_DATA
+PY=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
+case "${1:-}" in
+  tests)
+    "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
+  train)
+    "$PY" bench/bench_train.py --out "$OUT/bench_train.json" 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_train.txt" ;;
+  tokenizer)
+    corpus=${CORPUS:-/tmp/gptlab_corpus_${MB:-1200}mb.jsonl}
+    if [ ! -f "$corpus" ]; then
+      # shellcheck disable=SC2086
+      "$PY" bench/make_large_corpus.py --mb "${MB:-1200}" --out "$corpus" ${ROOTS:+--roots $ROOTS} | tee "$OUT/corpus.txt"
+    fi
+    "$PY" bench/bench_tokenizer.py --corpus "$corpus" --vocab 65534 --ours native:cpu torch:cuda 2>&1 \
+      | tee "$OUT/bench_tokenizer.txt" ;;
+  *)
+    echo "usage: bash bench/gpu_session.sh tests|train|tokenizer" >&2; exit 2 ;;
+esac

@@ -1,0 +1,35 @@
+"""The benchmark scripts keep working on CPU (their figures are in the README; timings are not asserted)."""
+import json
+import os
+
+from conftest import REPO, SHARED_DATA, run_script
+
+
+def test_bench_tokenizer_times_several_of_our_engines_on_one_corpus(tmp_path):
+    if not os.path.isdir(SHARED_DATA):
+        import pytest
+        pytest.skip("needs ../shared (make_corpus.py)")
+    proc = run_script(["bench/bench_tokenizer.py", "--mb", "0.3", "--vocab", "400", "--ours", "native:cpu",
+                       "python:cpu", "--skip-hf"], check=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("ours ")]
+    assert [line.split(":")[0] for line in lines] == ["ours native", "ours python"], proc.stdout
+    assert proc.stdout.count("(400 tokens + <|endoftext|>") == 2
+
+
+def test_make_large_corpus_collects_text_files_once_and_never_overwrites(tmp_path):
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "one.py").write_text("def f():\n    return 1\n")
+    (src / "a" / "copy.md").write_text("def f():\n    return 1\n")  # same bytes: taken once
+    (src / "b.txt").write_text("héllo wörld\n" * 100)
+    (src / "bin.txt").write_bytes(b"\xff\xfe not utf-8")  # not UTF-8: skipped
+    (src / "image.png").write_bytes(b"\x89PNG")  # not a text extension
+    out = tmp_path / "corpus.jsonl"
+    proc = run_script(["bench/make_large_corpus.py", "--mb", "1", "--out", str(out), "--roots", str(src)],
+                      check=True)
+    docs = [json.loads(line)["text"] for line in out.read_text(encoding="utf-8").splitlines()]
+    assert sorted(docs) == sorted(["def f():\n    return 1\n", "héllo wörld\n" * 100])
+    assert proc.stdout.startswith("2 files,") and "only" in proc.stderr  # asked for 1 MB, found less
+    again = run_script(["bench/make_large_corpus.py", "--mb", "1", "--out", str(out), "--roots", str(src)])
+    assert again.returncode != 0 and "exists" in again.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2

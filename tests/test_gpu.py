@@ -1,0 +1,99 @@
+"""The CUDA paths: run only where torch sees a GPU (skipped on CPU machines and in CI).
+
+    GPTLAB_SHARED_DATA=/path/to/shared/data python -m pytest -q tests/test_gpu.py     # on a GPU machine
+
+They check what the CPU tests cannot: the torch BPE engine on the GPU gives the CPU engines' merges, FlexAttention
+(compiled, with backward) computes what the dense SDPA path computes, and a whole train_gpt.py run with the GPU
+recipe (torch.compile, FlexAttention block masks, bfloat16 autocast, fused Adam) trains and records GPU memory.
+"""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import FINEWEB_150, REPO, SHARED_DATA, TINY_SHAKESPEARE, run_script
+
+sys.path.insert(0, REPO)
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs the shared data (GPTLAB_SHARED_DATA)")]
+
+
+def _word_table(vocab_texts):
+    from gptlab.bpe.pretokenize import count_documents, to_bytes_table
+    from gptlab.tokenizer import PATTERNS
+
+    return to_bytes_table(count_documents(vocab_texts, PATTERNS["gpt4"]))
+
+
+def test_torch_engine_on_cuda_gives_the_cpu_merges():
+    from gptlab.bpe import native
+    from gptlab.bpe.trainer import train_merges_python, train_merges_torch
+    from helpers.tiny_data import read_docs
+
+    texts = read_docs(FINEWEB_150) + read_docs(TINY_SHAKESPEARE)[:2000] + ["aaaaaaa bbbb   \r\n\r\n 🙂🙂🙂 1234567"]
+    table = _word_table(texts)
+    cpu = (native.train_merges_native if native.available() else train_merges_python)(table, 3000)
+    gpu = train_merges_torch(table, 3000, device="cuda")
+    assert gpu.merges == cpu.merges and gpu.counts == cpu.counts
+
+
+def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
+    import train_gpt
+
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    model = train_gpt.GPT(vocab_size=1000, num_layers=4, num_heads=4, head_dim=32, model_dim=128,
+                          max_seq_len=512).to(device)
+    with torch.no_grad():  # zero-initialised projections would make every layer's attention output 0
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    eot = 999
+    idx = torch.randint(0, eot, (2, 512), device=device)
+    idx[0, [0, 100, 300]] = eot
+    idx[1, [0, 257]] = eot
+    targets = torch.randint(0, eot, (2, 512), device=device)
+    results = []
+    train_gpt.use_compiled_flex_attention(True)
+    try:
+        for use_flex in (True, False):
+            model.zero_grad(set_to_none=True)
+            masks = train_gpt.build_attention_masks(idx, eot, 3, 1, use_flex)
+            loss = model(idx, masks, targets)
+            loss.backward()
+            results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    finally:
+        train_gpt.use_compiled_flex_attention(False)
+    (flex_loss, flex_grads), (dense_loss, dense_grads) = results
+    assert torch.allclose(flex_loss, dense_loss, rtol=1e-4)
+    for a, b in zip(flex_grads, dense_grads):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-5 * b.abs().max().item() + 1e-8)
+
+
+def test_train_gpt_gpu_recipe_trains(tmp_path):
+    """Default CUDA settings: compile, FlexAttention, bfloat16 autocast, fused Adam; one rank."""
+    from gptlab import experiment as exp
+    from helpers.tiny_data import make_dataset
+
+    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
+    args = ["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
+            tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads", "4",
+            "--num_layers", "4", "--batch_size", "8192", "--device_batch_size", "4096", "--train_steps", "30",
+            "--val_loss_every", "15", "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0",
+            "--experiments_dir", str(tmp_path / "exp"), "--sample_tokens", "8", "--device", "cuda",
+            "--model_name", "gpu"]
+    run_script(args, check=True, timeout=1200)
+    (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
+    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+        config = json.load(f)
+    assert config["compile"] is True and config["attention"] == "flex" and config["dtype"] == "bfloat16"
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "finished" and results["peak_mem_allocated_gb"] > 0
+    rows = exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    val = [r["val_loss"] for r in rows if r["val_loss"] is not None]
+    assert len(val) == 3 and val[-1] < val[0] - 0.5
+    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+        assert "nvidia-smi" in f.read()
