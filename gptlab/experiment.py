@@ -389,6 +389,8 @@ def load_checkpoint(path, map_location="cpu"):
                         f"{CHECKPOINT_DIR}/ folder")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError:
+        raise UserError(f"checkpoint {path} is not readable (permission denied); check its permissions") from None
     except Exception as err:
         raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is damaged or not a "
                         "gptlab checkpoint") from None

@@ -56,7 +56,11 @@ def _open_source(source, timeout_s):
     if not os.path.isfile(source):
         raise UserError(f"--source {source} does not exist (or is not a file); give the path of "
                         f"hellaswag_val.jsonl or hellaswag_val.jsonl.gz, e.g. --source {SAMPLE_GZ}")
-    return open(source, "rb"), os.path.getsize(source)
+    try:
+        return open(source, "rb"), os.path.getsize(source)
+    except OSError as err:
+        raise UserError(f"--source {source} is not readable ({err.strerror or err}); check its permissions "
+                        f"(chmod a+r) or give another copy, e.g. --source {SAMPLE_GZ}") from None
 
 
 def _decompressed_chunks(raw_chunks):

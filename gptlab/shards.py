@@ -62,8 +62,11 @@ def read_header(path):
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             header = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+    except PermissionError:
+        raise UserError(f"shard {path} is not readable (permission denied); check its permissions (chmod a+r) or "
+                        "point the shard flags at files you can read") from None
     except OSError as err:
-        raise UserError(f"cannot read shard {path}: {err}") from None
+        raise UserError(f"cannot read shard {path}: {err.strerror or err}; check the path and the disk") from None
     if header.size < HEADER_INTS:
         raise UserError(f"shard {path} is broken: {size} bytes is shorter than the {HEADER_BYTES}-byte header; "
                         "delete it and re-run download_fineweb.py to rewrite it")

@@ -163,8 +163,13 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults)."""
     path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
-    with open(path, "rb") as f:
-        data = safe_unpickle(f.read(), path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise UserError(f"tokenizer {path} is not readable ({err.strerror or err}); check its permissions "
+                        "(chmod a+r) or retrain it with train_tokenizer.py") from None
+    data = safe_unpickle(raw, path)
     if not isinstance(data, dict) or "pat_str" not in data or "mergeable_ranks" not in data:
         raise UserError(f"{path} is a pickle but not a tokenizer (it needs pat_str and mergeable_ranks); "
                         "train one with train_tokenizer.py")

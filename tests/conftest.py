@@ -21,15 +21,39 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _drop_root_file_access():
+    """preexec_fn: give up the two capabilities that let root read any file (CAP_DAC_OVERRIDE = 1,
+    CAP_DAC_READ_SEARCH = 2) from the bounding set, so the child sees file permissions as any user does."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def unreadable_file(path, text="some text " * 100):
+    """Write path, make it unreadable (chmod 0) and return it; skips the test where that cannot be arranged."""
+    path.write_text(text)
+    path.chmod(0)
+    probe = subprocess.run([sys.executable, "-c", f"open({str(path)!r}).read()"], capture_output=True,
+                           preexec_fn=_drop_root_file_access if os.geteuid() == 0 else None)
+    if probe.returncode == 0:
+        pytest.skip("cannot make a file unreadable here (root without a way to drop its file capabilities)")
+    return path
+
+
 def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
-    """Run `python <args>` (or a torchrun line when args[0] == 'torchrun') and return the CompletedProcess."""
+    """Run `python <args>` (or a torchrun line when args[0] == 'torchrun') and return the CompletedProcess.
+    As root, the child runs without root's read-any-file capabilities, so permission errors are real."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
     env.update(env_extra or {})
     if args[0] == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run"] + list(args[1:])
     else:
         cmd = [sys.executable] + list(args)
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_drop_root_file_access if os.geteuid() == 0 else None)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

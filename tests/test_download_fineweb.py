@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import FINEWEB_150, REPO, free_port, run_script
+from conftest import FINEWEB_150, REPO, free_port, run_script, unreadable_file
 from helpers.tiny_data import save_tiny_tokenizer
 
 from gptlab import shards
@@ -273,6 +273,8 @@ def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     (["--input", "BADPARQUET"], "not a readable parquet"),
     (["--input", "BADJSON"], "is not valid JSON"),
     (["--tokenizer", "no_such_tok.pkl"], "tokenizer 'no_such_tok.pkl' not found"),
+    (["--input", "LOCKED"], "not readable"),
+    (["--tokenizer", "LOCKEDTOK"], "is not readable"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
     (tmp_path / "empty.jsonl").write_text("")
@@ -280,6 +282,10 @@ def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{broken\n')
     files = {"EMPTY": tmp_path / "empty.jsonl", "BADPARQUET": tmp_path / "bad.parquet",
              "BADJSON": tmp_path / "bad.jsonl"}
+    if "LOCKED" in args:
+        files["LOCKED"] = unreadable_file(tmp_path / "locked.jsonl", '{"text": "hello"}\n')
+    if "LOCKEDTOK" in args:
+        files["LOCKEDTOK"] = unreadable_file(tmp_path / "locked_v300_n1.pkl")
     args = [files.get(a, a) for a in args]
     base = ["--out", tmp_path / "out"] + ([] if "--tokenizer" in args else ["--tokenizer", tokenizer_path])
     if "--input" not in args and "--version" not in args:

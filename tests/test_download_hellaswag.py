@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import HELLASWAG_VAL, REPO, run_script
+from conftest import HELLASWAG_VAL, REPO, run_script, unreadable_file
 from gptlab.errors import UserError
 from gptlab.hellaswag_data import HELLASWAG_ROWS, HELLASWAG_SHA256, SAMPLE_GZ, fetch_hellaswag, sha256_file
 
@@ -93,6 +93,13 @@ def test_missing_source(tmp_path):
     assert proc.returncode == 2
     assert "--source" in proc.stderr and "nope.jsonl" in proc.stderr and "Traceback" not in proc.stderr
     assert files_in(tmp_path) == []
+
+
+def test_unreadable_source(tmp_path):
+    locked = unreadable_file(tmp_path / "locked.jsonl")
+    proc = run_script([SCRIPT, "--source", str(locked), "--out", str(tmp_path / "o.jsonl")])
+    assert proc.returncode == 2 and "not readable" in proc.stderr and str(locked) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and files_in(tmp_path) == ["locked.jsonl"]
 
 
 def test_offline_url_fails_fast_naming_source(tmp_path):

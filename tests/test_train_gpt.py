@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script
+from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, unreadable_file
 from gptlab import experiment as exp
 from gptlab.errors import UserError
 from gptlab.shards import write_shard
@@ -401,6 +401,18 @@ def test_missing_and_broken_shards_are_named(tiny, tmp_path):
     with open(glob.glob(tiny["train"])[0], "rb") as f:
         broken.write_bytes(f.read()[:5000])  # truncated copy
     run_main_expecting(tiny, tmp_path, [str(broken), "truncated"], train_files=str(broken))
+
+
+def test_unreadable_shard_is_named(tiny, tmp_path):
+    with open(glob.glob(tiny["train"])[0], "rb") as f:
+        data = f.read()
+    locked = tmp_path / "train_000001.bin"
+    locked.write_bytes(data)
+    locked.chmod(0)
+    unreadable_file(tmp_path / "probe.txt")  # skips where root cannot give up reading everything
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "exps", train_files=str(locked)))
+    assert proc.returncode == 2 and str(locked) in proc.stderr and "not readable" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not glob.glob(str(tmp_path / "exps" / "*"))
 
 
 def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script
+from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script, unreadable_file
 
 from gptlab.tokenizer import EOT, load_tokenizer, read_tokenizer_file
 
@@ -207,11 +207,7 @@ def test_without_input_and_no_hub_points_to_input(tmp_path):
 
 
 def test_unreadable_file(tmp_path):
-    locked = tmp_path / "locked.txt"
-    locked.write_text("some text " * 100)
-    locked.chmod(0)
-    if os.access(locked, os.R_OK):
-        pytest.skip("running as a user who can read any file (root)")
+    locked = unreadable_file(tmp_path / "locked.txt")
     fails(tmp_path, inputs=[locked], match="not readable")
 
 
