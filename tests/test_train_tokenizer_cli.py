@@ -265,3 +265,51 @@ def test_plain_cpu_run_does_not_import_torch(tmp_path):
     proc = run_script(["-c", code, "--input", TINY_SHAKESPEARE, "--vocabsize", "300", "--samples", "30000",
                        "--out", str(tmp_path), "--workers", "1"], check=True)
     assert (tmp_path / "tokenizer_v300_n30000.pkl").exists(), proc.stderr
+
+
+def _start_pretokenizing(tmp_path):
+    """A train_tokenizer.py process (own session, 2 workers) on ~22 MB of text, once its workers are running."""
+    with open(TINY_SHAKESPEARE) as f:
+        text = f.read()
+    big = tmp_path / "big.txt"
+    big.write_text(text * 20)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "train_tokenizer.py", "--input", str(big), "--samples", "30000000",
+                             "--vocabsize", "2000", "--name", "big", "--out", str(tmp_path / "out"), "--workers", "2",
+                             "--device", "cpu"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    children = f"/proc/{proc.pid}/task/{proc.pid}/children"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with open(children) as f:
+            workers = [int(pid) for pid in f.read().split()]
+        if len(workers) >= 2:
+            time.sleep(0.5)  # let them start counting
+            return proc, workers
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the pre-tokenization workers never started")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_during_pretokenization_exits_at_once(tmp_path):
+    import signal
+
+    proc, _ = _start_pretokenizing(tmp_path)
+    start = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and time.time() - start < 15, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err, err[-2000:]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())  # no partial tokenizer
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_pretokenization_worker_is_one_clear_error(tmp_path):
+    import signal
+
+    proc, workers = _start_pretokenizing(tmp_path)
+    os.kill(workers[0], signal.SIGKILL)  # what the out-of-memory killer does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "worker died" in err and "--workers" in err, err[-2000:]
+    assert "Traceback" not in err

@@ -15,6 +15,8 @@ import os
 import sys
 from collections import Counter
 
+from gptlab.errors import UserError
+
 DEFAULT_CHUNK_CHARS = 1 << 20
 
 
@@ -39,7 +41,12 @@ def count_documents(docs, pattern):
 
 
 def _worker(pattern, tasks, results):
+    import signal
+
     import regex
+
+    # Ctrl-C reaches the whole process group: the parent handles it (and terminates us), so no traceback here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     findall = regex.compile(pattern).findall
     counter = Counter()
@@ -114,6 +121,10 @@ def pretokenize(docs, pattern, workers=1, chunk_chars=DEFAULT_CHUNK_CHARS, progr
             _put(tasks, None, procs)
         tables = [_get(results, procs) for _ in procs]
     except BaseException:
+        # Ctrl-C or a dead worker: stop the workers and do not let the queues' feeder threads wait at exit for
+        # pipes nobody reads any more (that would hang the process forever)
+        for queue in (tasks, results):
+            queue.cancel_join_thread()
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()
@@ -130,8 +141,8 @@ def pretokenize(docs, pattern, workers=1, chunk_chars=DEFAULT_CHUNK_CHARS, progr
 def _alive_or_raise(procs):
     dead = [p for p in procs if p.exitcode not in (None, 0)]
     if dead:
-        raise RuntimeError(f"a pre-tokenization worker died (exit code {dead[0].exitcode}); "
-                           "out of memory? try fewer --workers")
+        raise UserError(f"a pre-tokenization worker died (exit code {dead[0].exitcode}: killed, often for lack "
+                        "of memory); try fewer --workers or a smaller --samples")
 
 
 def _put(queue, item, procs):
