@@ -751,6 +751,20 @@ def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
     return logits_fn
 
 
+def check_hellaswag_file(cfg):
+    """Before training: a warning (str) when the HellaSwag file is missing, None when it is there and parses; a
+    damaged file is a UserError now rather than after hours of training."""
+    if cfg.hellaswag_limit == 0:
+        return None
+    if not os.path.isfile(cfg.hellaswag_path):
+        return (f"warning: HellaSwag file {cfg.hellaswag_path} not found, so this run will skip HellaSwag; get it "
+                "with `python download_hellaswag.py` (or pass --hellaswag_path)")
+    from gptlab.hellaswag_data import load_hellaswag
+
+    load_hellaswag(cfg.hellaswag_path, limit=cfg.hellaswag_limit)
+    return None
+
+
 def run_hellaswag(cfg, logits_fn, encoding, ctx, device, log):
     """HellaSwag accuracy via gptlab.evals.hellaswag, or None (with a warning) when the file or module is missing."""
     if cfg.hellaswag_limit == 0:
@@ -826,6 +840,15 @@ def train(args, ctx):
     resolve_shard_globs(cfg, tok_stem)
     train_paths = expand_shard_files(cfg.train_files, "--train_files")
     val_paths = expand_shard_files(cfg.val_files, "--val_files")
+    overlap = sorted(set(map(os.path.realpath, train_paths)) & set(map(os.path.realpath, val_paths)))
+    if overlap:
+        more = ", ..." if len(overlap) > 1 else ""
+        raise UserError(f"--train_files and --val_files share {len(overlap)} shard(s) ({overlap[0]}{more}): the "
+                        "model would be validated on text it trained on. Match only train_*.bin with --train_files "
+                        "(e.g. 'data/<folder>/train_*.bin')")
+    hellaswag_warning = check_hellaswag_file(cfg)
+    if hellaswag_warning and ctx.is_main:
+        print(hellaswag_warning, file=sys.stderr, flush=True)
     unfinished = (check_shards_match_tokenizer(train_paths, tok_hash, encoding.n_vocab, "--train_files")
                   + check_shards_match_tokenizer(val_paths, tok_hash, encoding.n_vocab, "--val_files"))
     if ctx.is_main:
@@ -1056,6 +1079,8 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
         if last or (cfg.val_loss_every and step % cfg.val_loss_every == 0):
             bar.clear()
             final["val_loss"], final["val_bpb"] = evaluate_loss(step, eval_windows)
+        if last and (cfg.save_model or cfg.checkpoint_every):
+            save(step)  # before the final HellaSwag: the weights are safe whatever happens there
         if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > start_step):
             bar.clear()
             hs = evaluate_hellaswag(step, eval_windows)
@@ -1116,8 +1141,6 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
 
     mem = exp.peak_memory(device)
     say(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved {mem['reserved_gb']:.3f} GB")
-    if cfg.save_model or cfg.checkpoint_every:
-        save(step)
     if cfg.sample_tokens and ctx.is_main:
         model.eval()
         logits_fn = make_logits_fn(model, eot, full_windows, False, autocast, model.vocab_size)

@@ -175,7 +175,7 @@ def load_hellaswag(path=DEFAULT_PATH, limit=None):
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise UserError(f"{where}: not valid JSON ({err.msg} at column {err.colno}); fix the file, "
+                    raise UserError(f"{where}: not valid JSON ({err.msg}, column {err.colno}); fix the file, "
                                     "or re-download it with `python download_hellaswag.py --overwrite`") from None
                 examples.append(_parse_example(obj, where))
     except (UnicodeDecodeError, OSError, EOFError) as err:

@@ -415,6 +415,19 @@ def test_unreadable_shard_is_named(tiny, tmp_path):
     assert "Traceback" not in proc.stderr and not glob.glob(str(tmp_path / "exps" / "*"))
 
 
+def test_train_files_overlapping_the_validation_shards_are_refused(tiny, tmp_path):
+    everything = os.path.join(tiny["dir"], "*.bin")  # the natural glob also matches val_000000.bin
+    run_main_expecting(tiny, tmp_path, ["share 1 shard", "val_000000.bin", "train_*.bin"], train_files=everything)
+
+
+def test_a_damaged_hellaswag_file_fails_before_training(tiny, tmp_path):
+    damaged = tmp_path / "hellaswag_val.jsonl"
+    with open(HELLASWAG_VAL, "rb") as f:
+        damaged.write_bytes(f.read(50_000))  # cut mid-line
+    run_main_expecting(tiny, tmp_path, [str(damaged), "not valid JSON", "download_hellaswag.py"],
+                       hellaswag_path=str(damaged), hellaswag_limit=None)
+
+
 def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):
     shard_dir = tmp_path / "other"
     shard_dir.mkdir()
