@@ -916,6 +916,7 @@ def train(args, ctx):
         log = exp.RunLog(os.path.join(run_dir, exp.LOG_FILE))
         metrics = exp.MetricsWriter(os.path.join(run_dir, exp.METRICS_FILE))
     run_dir = dist_utils.broadcast_object(ctx, run_dir)
+    live = {"step": start_step, "checkpoint": None}  # progress, for the message if the run is interrupted
     say = _make_say(ctx, log)
     try:
         config = {**vars(cfg), "world_size": ctx.world_size, "device": str(device),
@@ -949,7 +950,7 @@ def train(args, ctx):
             print(f"run folder: {run_dir}", flush=True)
         results = _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, encoding, eot,
                               byte_lengths, autocast, use_flex, start_step, (elapsed_before, wall_before), run_dir,
-                              say, metrics, tok_stem, tok_hash, model_config)
+                              say, metrics, tok_stem, tok_hash, model_config, live)
         results.update({"n_params": n_params, "gpu_name": hw["gpu_name"], "world_size": ctx.world_size,
                         "tokenizer": tok_stem, "model_name": cfg.model_name, "seed": cfg.seed})
         if ctx.is_main:
@@ -957,7 +958,15 @@ def train(args, ctx):
             say(f"results: {json.dumps(results)}")
         return results
     except BaseException as err:
-        if ctx.is_main and not isinstance(err, KeyboardInterrupt):
+        if ctx.is_main and isinstance(err, KeyboardInterrupt):
+            ckpt_path = live["checkpoint"]
+            how = (f"resume with --resume {ckpt_path}" if ckpt_path else
+                   "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
+            say(f"run interrupted (Ctrl-C) after step {live['step']}; {how}")
+            exp.write_results(run_dir, {"status": "interrupted", "steps": live["step"], "checkpoint": ckpt_path,
+                                        "model_name": cfg.model_name, "world_size": ctx.world_size,
+                                        "tokenizer": tok_stem, "seed": cfg.seed})
+        elif ctx.is_main:
             message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
             say(f"run failed: {message}")
             exp.write_results(run_dir, {"status": "failed", "error": message, "model_name": cfg.model_name,
@@ -1007,7 +1016,8 @@ def _make_say(ctx, log):
 
 def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
                 autocast, use_flex, start_step, time_before, run_dir, say, metrics, tok_stem, tok_hash,
-                model_config):
+                model_config, live):
+    """The loop; `live` ({"step", "checkpoint"}) tells the caller how far it got if it is interrupted."""
     import torch.distributed as dist
     from tqdm import tqdm
 
@@ -1039,7 +1049,7 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
                             dataloader_state=train_loader.state_dict(), rng_states=rng_states(),
                             extra={"elapsed_s": elapsed, "wall_time_s": time.perf_counter() - wall_start,
                                    "run_dir": run_dir})
-        last_checkpoint = path
+        last_checkpoint = live["checkpoint"] = path
         say(f"checkpoint: {path}", echo=False)
 
     def evaluate_loss(step, windows):
@@ -1124,7 +1134,7 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
         sync()
         step_time = time.perf_counter() - t0
         elapsed += step_time
-        done = step + 1
+        done = live["step"] = step + 1
         if ctx.is_main:
             metrics.write(step=done, tokens=done * tokens_per_step, train_loss=train_loss, lr=lr_mult,
                           step_time_s=step_time, elapsed_s=elapsed, tokens_per_s=tokens_per_step / step_time)

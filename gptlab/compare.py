@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 
 from gptlab.errors import UserError
-from gptlab.experiment import (CODE_DIR, CONFIG_FILE, EXPERIMENTS_DIR, LOG_FILE, METRICS_FILE, RESULTS_FILE, Metrics,
-                               is_run_folder, read_metrics, read_run_json)
+from gptlab.experiment import (CODE_DIR, CONFIG_FILE, EXPERIMENTS_DIR, LOG_FILE, METRICS_FILE, RESULT_STATUSES,
+                               RESULTS_FILE, Metrics, is_run_folder, read_metrics, read_run_json)
 from gptlab.fileio import atomic_write, atomic_write_text, check_writable
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
@@ -30,7 +30,7 @@ MISSING = "—"
 RUNNING_WINDOW_S = 600
 # Two final val bpb values closer than this many seed-to-seed standard deviations are "not distinguishable".
 NOISE_SIGMAS = 2.0
-STATUS_ORDER = {"finished": 0, "running": 1, "crashed": 2, "failed": 3, "no metrics": 4}
+STATUS_ORDER = {"finished": 0, "running": 1, "interrupted": 2, "crashed": 3, "failed": 4, "no metrics": 5}
 # Config keys that differ between repeats of the same experiment (or only describe where/when it ran): ignored
 # when forming seed groups.
 VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "started_at", "start_time_utc",
@@ -138,7 +138,7 @@ def load_run(path, now=None, with_metrics=True):
     metrics = read_metrics(metrics_path, strict=False) if with_metrics and os.path.exists(metrics_path) else Metrics()
     notes.extend(metrics.notes)
 
-    if results is not None and results.get("status") in ("finished", "failed"):
+    if results is not None and results.get("status") in RESULT_STATUSES:
         status = results["status"]
     elif results is not None:
         status = "finished"
@@ -516,7 +516,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"These runs use {len(tokenizers)} different tokenizers ({', '.join(names)}): val loss is per "
                      "token and NOT comparable across tokenizers; compare on val bpb (bits per byte of text), which is.")
     if any(not r.final for r in runs):
-        notes.append("* last measured value: the run has not finished (running, crashed or failed).")
+        notes.append("* last measured value: the run has not finished (running, interrupted, crashed or failed).")
     for run in ordered:
         for note in run.notes + ([f"error: {run.error}"] if run.error else []):
             notes.append(f"{run.name}: {note}")

@@ -14,5 +14,5 @@ def run_cli(main, argv=None):
         print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
+        print("\ninterrupted", file=sys.stderr, flush=True)  # on a line of its own, after any progress bar
         sys.exit(130)

@@ -3,7 +3,7 @@
     config.json        every flag and derived setting, command line, versions, hardware (written at start)
     metrics.csv        one row per train step and per eval (METRICS_COLUMNS; empty cell = not measured)
     training_log.txt   human-readable log
-    results.json       written at the end: status "finished" (or "failed" with an error), final figures
+    results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
     code/              backup of every project source the run used + requirements.txt + tokenizer_train_script.py
     checkpoints/       --save_model checkpoints (git-ignored)
 
@@ -243,10 +243,14 @@ def write_config(run_dir, config):
     write_json(os.path.join(run_dir, CONFIG_FILE), config)
 
 
+RESULT_STATUSES = ("finished", "failed", "interrupted")
+
+
 def write_results(run_dir, results):
-    """results.json; status "finished" or "failed" (with "error"). Written once, at the end of a run."""
-    if results.get("status") not in ("finished", "failed"):
-        raise ValueError("results status must be 'finished' or 'failed'")
+    """results.json; status "finished", "failed" (with "error") or "interrupted" (Ctrl-C, with the last
+    checkpoint). Written once, at the end of a run."""
+    if results.get("status") not in RESULT_STATUSES:
+        raise ValueError(f"results status must be one of {RESULT_STATUSES}")
     write_json(os.path.join(run_dir, RESULTS_FILE), results)
 
 

@@ -572,3 +572,34 @@ def test_bench_runs_on_cpu(tmp_path):
     assert report["device"] == "cpu" and r["compiled"] is False and r["tokens_per_s"] > 0
     assert math.isclose(r["mfu"], r["achieved_tflops"] / 1.0) and 0 < r["attention_flops"] < r["flops_per_step"]
     assert r["peak_mem_allocated_gb"] > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups")
+def test_ctrl_c_records_an_interrupted_run_and_names_the_checkpoint_to_resume(tiny, tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    argv = tiny_args(tiny, tmp_path, train_steps=5000, val_loss_every=0, checkpoint_every=3)
+    proc = subprocess.Popen([sys.executable, "train_gpt.py"] + argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        dirs = glob.glob(str(tmp_path / "*_tiny"))
+        if dirs and glob.glob(os.path.join(dirs[0], exp.CHECKPOINT_DIR, "step_*.pt")):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "interrupted" and results["steps"] >= 3
+    assert results["checkpoint"].endswith(".pt") and os.path.isfile(results["checkpoint"])
+    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+        log = f.read()
+    assert f"run interrupted (Ctrl-C) after step {results['steps']}; resume with --resume " in log
+    assert "Traceback" not in err and "\ninterrupted" in err
+    from gptlab.compare import load_run
+    assert load_run(run_dir).status == "interrupted"
