@@ -12,6 +12,7 @@ See gptlab/fineweb.py for the exact layout, document order and resume rules.
 import argparse
 import os
 
+from gptlab.distributed import default_workers
 from gptlab.errors import run_cli
 
 
@@ -33,8 +34,7 @@ def parse_args(argv=None):
     p.add_argument("--shuffle_buffer", type=int, default=10_000,
                    help="documents in the shuffle buffer (0: keep the stream order)")
     p.add_argument("--out", default="data", help="parent folder of the dataset folder")
-    local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))  # torchrun: share the cores between ranks
-    p.add_argument("--workers", type=int, default=max(1, len(os.sched_getaffinity(0)) // local_ranks),
+    p.add_argument("--workers", type=int, default=default_workers(),
                    help="tokenizer threads (cores / processes on this machine)")
     p.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)),
                    help="this process's part of a split job (torchrun sets RANK)")

@@ -414,8 +414,6 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self):
-        import torch.distributed as dist
-
         for c in range(len(self.chunks)):  # without GradientSync (or for chunks it did not start)
             self.start_reduce(c)
         gathers = []

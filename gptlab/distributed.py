@@ -110,3 +110,13 @@ def all_reduce_sum(ctx, tensor):
     if ctx.is_distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def default_workers():
+    """All cores of this rank: cpu count divided by the ranks sharing this machine."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, local_world))

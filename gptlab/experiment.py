@@ -291,7 +291,9 @@ def git_commit(repo_root):
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True, text=True,
                                 timeout=10).stdout.strip()
         # --no-optional-locks: read only, never refresh the index of the checkout being recorded
-        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+        # experiments/ is left out: its reports (LEADERBOARD.md, plots) are regenerated, not code
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)experiments"],
                                cwd=repo_root, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None

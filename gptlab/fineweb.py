@@ -37,6 +37,7 @@ import numpy as np
 
 from gptlab import shards as shard_format
 from gptlab.errors import UserError
+from gptlab.fileio import check_folder_creatable
 from gptlab.text_sources import HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents, \
     take_every
 
@@ -312,6 +313,7 @@ def make_shards(args):
         source = {"kind": "hub", "repo_id": repo_id, "config": config}
     tokenizer_stem = os.path.splitext(os.path.basename(tokenizer["path"]))[0]
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
+    check_folder_creatable(out_dir)
     manifest = {
         "format": shard_format.MANIFEST_FORMAT, "format_version": 1,
         "dataset": dataset, "version": args.version if args.input is None else None, "source": source,

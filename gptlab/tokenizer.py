@@ -129,22 +129,29 @@ _ALLOWED_GLOBALS = {("builtins", "set"), ("builtins", "frozenset"), ("builtins",
                     ("collections", "OrderedDict")}
 
 
+class _RefusedGlobal(pickle.UnpicklingError):
+    """The pickle names a class or function: loading it could run code."""
+
+
 class _PlainValuesUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in _ALLOWED_GLOBALS:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}: a tokenizer holds plain values only")
+        raise _RefusedGlobal(f"refusing to load global {module}.{name}: a tokenizer holds plain values only")
 
 
 def safe_unpickle(data, source="<bytes>"):
     """Unpickle plain Python values only; anything that would import or call code is a UserError."""
     try:
         return _PlainValuesUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as err:
-        raise UserError(f"{source} is not a safe tokenizer pickle: {err}. Only load tokenizers you trust, "
-                        "or retrain it with train_tokenizer.py") from None
-    except Exception as err:  # truncated or not a pickle at all
-        raise UserError(f"{source} is not a tokenizer pickle ({type(err).__name__}: {err}); "
+    except Exception as err:
+        if not data.startswith(b"\x80"):  # pickles of protocol 2+ (all of ours, gpt-lab's) start with PROTO
+            raise UserError(f"{source} is not a tokenizer: not a pickle file at all; pass a .pkl written by "
+                            "train_tokenizer.py") from None
+        if isinstance(err, _RefusedGlobal):
+            raise UserError(f"{source} is not a safe tokenizer pickle ({str(err).rstrip('.')}); only load "
+                            "tokenizers you trust, or retrain it with train_tokenizer.py") from None
+        raise UserError(f"{source} is not a tokenizer pickle ({type(err).__name__}: {err}); "  # e.g. truncated
                         "retrain it with train_tokenizer.py") from None
 
 
@@ -156,7 +163,8 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
         if os.path.isfile(path):
             return path
     have = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tokenizer_dir, "*.pkl")))
-    hint = f"available in {tokenizer_dir}/: {', '.join(have)}" if have else f"{tokenizer_dir}/ has no tokenizers yet"
+    where = os.path.abspath(tokenizer_dir)  # relative to the current folder: say which one was searched
+    hint = f"available in {where}/: {', '.join(have)}" if have else f"{where}/ has no tokenizers yet"
     raise UserError(f"tokenizer {name_or_path!r} not found ({hint}); train one with train_tokenizer.py")
 
 

@@ -2,7 +2,7 @@
 import json
 import os
 
-from conftest import REPO, SHARED_DATA, run_script
+from conftest import SHARED_DATA, run_script
 
 
 def test_bench_tokenizer_times_several_of_our_engines_on_one_corpus(tmp_path):

@@ -275,6 +275,7 @@ def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     (["--tokenizer", "no_such_tok.pkl"], "tokenizer 'no_such_tok.pkl' not found"),
     (["--input", "LOCKED"], "not readable"),
     (["--tokenizer", "LOCKEDTOK"], "is not readable"),
+    (["--out", "AFILE"], "is a file, not a folder"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
     (tmp_path / "empty.jsonl").write_text("")
@@ -284,10 +285,14 @@ def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
              "BADJSON": tmp_path / "bad.jsonl"}
     if "LOCKED" in args:
         files["LOCKED"] = unreadable_file(tmp_path / "locked.jsonl", '{"text": "hello"}\n')
+    if "AFILE" in args:
+        files["AFILE"] = tmp_path / "a_file.txt"
+        files["AFILE"].write_text("keep me")
     if "LOCKEDTOK" in args:
         files["LOCKEDTOK"] = unreadable_file(tmp_path / "locked_v300_n1.pkl")
     args = [files.get(a, a) for a in args]
-    base = ["--out", tmp_path / "out"] + ([] if "--tokenizer" in args else ["--tokenizer", tokenizer_path])
+    base = ([] if "--out" in args else ["--out", tmp_path / "out"]) + \
+        ([] if "--tokenizer" in args else ["--tokenizer", tokenizer_path])
     if "--input" not in args and "--version" not in args:
         base += ["--input", FINEWEB_150]
     proc = cli(base + args)

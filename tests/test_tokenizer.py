@@ -99,8 +99,12 @@ def test_loader_refuses_non_tokenizers(tmp_path):
         load_tokenizer(str(listed))
     garbage = tmp_path / "garbage.pkl"
     garbage.write_bytes(b"this is not a pickle")
-    with pytest.raises(UserError, match="is not a (safe )?tokenizer pickle"):
+    with pytest.raises(UserError, match="is not a tokenizer: not a pickle file at all"):
         load_tokenizer(str(garbage))
+    truncated = tmp_path / "truncated.pkl"
+    truncated.write_bytes(pickle.dumps({"pat_str": "x", "mergeable_ranks": {b"a": 0}})[:20])
+    with pytest.raises(UserError, match="is not a tokenizer pickle"):
+        load_tokenizer(str(truncated))
     bad_ranks = tmp_path / "badranks.pkl"
     bad_ranks.write_bytes(pickle.dumps({"pat_str": "x", "mergeable_ranks": {"a": 1}}))
     with pytest.raises(UserError, match="must map bytes to int"):

@@ -313,3 +313,10 @@ def test_a_killed_pretokenization_worker_is_one_clear_error(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "worker died" in err and "--workers" in err, err[-2000:]
     assert "Traceback" not in err
+
+
+def test_an_output_folder_that_is_a_file_fails_before_training(tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    proc = fails(tmp_path, "--out", str(a_file / "toks"), match="is a file, not a folder")
+    assert a_file.read_text() == "keep me" and "merges" not in proc.stderr

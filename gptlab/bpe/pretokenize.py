@@ -11,7 +11,6 @@ encoding, so the trainer sees the same text the tokenizer will later encode.
 """
 import itertools
 import multiprocessing as mp
-import os
 import sys
 from collections import Counter
 
@@ -164,13 +163,3 @@ def _get(queue, procs):
             return queue.get(timeout=1.0)
         except queue_mod.Empty:
             _alive_or_raise(procs)
-
-
-def default_workers():
-    """All cores of this rank: cpu count divided by the ranks sharing this machine."""
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_world))

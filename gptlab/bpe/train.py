@@ -240,7 +240,8 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     With out_path, an existing file is refused before any work (unless overwrite) and rank 0 saves there.
     Under torchrun every rank calls this; all return the same TrainedTokenizer. progress: tqdm bars on rank 0;
     demo: rank 0 prints a sample coloured by token during training."""
-    from gptlab.bpe.pretokenize import default_workers, pretokenize
+    from gptlab.bpe.pretokenize import pretokenize
+    from gptlab.distributed import default_workers
     from gptlab.fileio import check_writable
     from gptlab.text_sources import ReadStats
 
