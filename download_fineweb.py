@@ -13,6 +13,7 @@ import argparse
 import os
 
 from gptlab.distributed import default_workers
+from gptlab.cli import HelpFormatter
 from gptlab.errors import run_cli
 
 
@@ -20,7 +21,7 @@ def parse_args(argv=None):
     from gptlab.fineweb import VERSIONS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
     p.add_argument("--version", default="10Bedu", help=f"FineWeb sample: {', '.join(VERSIONS)}")
     p.add_argument("--input", nargs="+", metavar="PATH", default=None,

@@ -8,13 +8,14 @@ already there. A source whose uncompressed bytes fail the checksum is refused an
 """
 import argparse
 
+from gptlab.cli import HelpFormatter
 from gptlab.errors import UserError, run_cli
 from gptlab.hellaswag_data import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ,
                                    fetch_hellaswag)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
                         help=f"URL or local .jsonl / .jsonl.gz to copy from (default: {HELLASWAG_URL}; "
                              f"offline: {SAMPLE_GZ})")

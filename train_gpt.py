@@ -35,6 +35,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from gptlab import distributed as dist_utils
 from gptlab import experiment as exp
+from gptlab.cli import HelpFormatter
 from gptlab.errors import UserError, run_cli
 from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
 from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
@@ -48,7 +49,7 @@ SAMPLE_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 # ============================================================================================== Config (flags)
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     g = p.add_argument_group("data")
     g.add_argument("--train_files", nargs="+", default=None,
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
@@ -60,27 +61,27 @@ def build_parser():
     g = p.add_argument_group("model")
     g.add_argument("--vocab_size", type=int, default=None, help="embedding rows (>= tokenizer n_vocab incl. specials; "
                    "default: the tokenizer's n_vocab); padded to a multiple of 128 inside the model")
-    g.add_argument("--num_layers", type=int, default=12)
-    g.add_argument("--num_heads", type=int, default=6)
-    g.add_argument("--model_dim", type=int, default=384)
-    g.add_argument("--head_dim", type=int, default=None, help="default: model_dim // num_heads")
-    g.add_argument("--mlp_ratio", type=float, default=4.0)
+    g.add_argument("--num_layers", type=int, default=12, help="transformer blocks")
+    g.add_argument("--num_heads", type=int, default=6, help="attention heads per block")
+    g.add_argument("--model_dim", type=int, default=384, help="width of the residual stream")
+    g.add_argument("--head_dim", type=int, default=None, help="per-head width (default: model_dim // num_heads)")
+    g.add_argument("--mlp_ratio", type=float, default=4.0, help="MLP hidden width / model_dim")
     g.add_argument("--num_val_emb", type=int, default=2, help="value embeddings, mixed into the first and last layers")
     g.add_argument("--window_size", type=int, default=1792, help="final long sliding-window size in tokens "
                    "(multiple of 128; warms up from 128 during training; short windows are half)")
     g = p.add_argument_group("optimization")
-    g.add_argument("--train_steps", type=int, default=1000)
+    g.add_argument("--train_steps", type=int, default=1000, help="optimizer steps")
     g.add_argument("--batch_size", type=int, default=65536, help="GLOBAL tokens per optimizer step")
     g.add_argument("--device_batch_size", type=int, default=4096, help="tokens per rank per forward pass "
                    "(ignored when --grad_acc_steps is given)")
     g.add_argument("--grad_acc_steps", type=int, default=None,
-                   help="default: batch_size / (world_size x device_batch_size)")
+                   help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
     g.add_argument("--cooldown_frac", type=float, default=0.4, help="fraction of steps of linear LR decay at the end")
     g.add_argument("--lr_scale", type=float, default=1.0, help="multiplies every learning rate")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="initialisation, data order and sampling")
     g = p.add_argument_group("evaluation")
-    g.add_argument("--val_loss_every", type=int, default=100, help="0: only at the end")
-    g.add_argument("--val_steps", type=int, default=10)
+    g.add_argument("--val_loss_every", type=int, default=100, help="validate every N steps (0: only at the end)")
+    g.add_argument("--val_steps", type=int, default=10, help="validation batches per evaluation (a fixed set)")
     g.add_argument("--val_batch_size", type=int, default=None, help="GLOBAL tokens per validation step (default: "
                    "batch_size rounded to val_seq_len)")
     g.add_argument("--hellaswag_every", type=int, default=0,
@@ -90,8 +91,8 @@ def build_parser():
                    help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
     g.add_argument("--sample_tokens", type=int, default=48, help="tokens per sampled continuation at the end (0: none)")
     g = p.add_argument_group("run")
-    g.add_argument("--model_name", default="GPT")
-    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR)
+    g.add_argument("--model_name", default="GPT", help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
+    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
