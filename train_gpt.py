@@ -807,16 +807,43 @@ def sample_continuations(logits_fn, encoding, eot, n_tokens, seed, device, tempe
 
 
 # ============================================================================================== Training loop
+# flags a --resume run takes from its checkpoint unless given again; the hardware-dependent ones (device, dtype,
+# compile, attention, device_batch_size, grad_acc_steps) are worked out afresh for the machine resuming
+RESUME_INHERITS = ("train_files", "val_files", "tokenizer", "train_seq_len", "val_seq_len", "vocab_size", "num_layers",
+                   "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb", "window_size", "train_steps",
+                   "batch_size", "cooldown_frac", "lr_scale", "seed", "val_loss_every", "val_steps", "val_batch_size",
+                   "hellaswag_every", "hellaswag_limit", "hellaswag_path", "sample_tokens", "model_name",
+                   "experiments_dir", "save_model", "checkpoint_every")
+
+
+def explicit_flags(argv):
+    """Names of the flags given on the command line (not left at their defaults)."""
+    probe = build_parser()
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(probe.parse_args(argv)))
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    ckpt = None
+    args.from_checkpoint = []  # flags taken from the --resume checkpoint
+    if args.resume:
+        ckpt = exp.load_checkpoint(args.resume)
+        given = explicit_flags(sys.argv[1:] if argv is None else argv)
+        for key in RESUME_INHERITS:
+            if key not in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
+                setattr(args, key, ckpt["args"][key])
+                args.from_checkpoint.append(key)
     ctx = dist_utils.setup(args.device)
     try:
-        return train(args, ctx)
+        return train(args, ctx, ckpt)
     finally:
         dist_utils.cleanup(ctx)
 
 
-def train(args, ctx):
+def train(args, ctx, ckpt=None):
+    """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
     from gptlab.dataloader import BOSAlignedLoader, ValidationSet, expand_shard_files
     from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
@@ -858,7 +885,8 @@ def train(args, ctx):
                                     cfg.grad_acc_steps, seed=cfg.seed)
     val_set = ValidationSet(val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
                             ctx.rank, ctx.world_size)
-    ckpt = exp.load_checkpoint(cfg.resume) if cfg.resume else None
+    if cfg.resume and ckpt is None:
+        ckpt = exp.load_checkpoint(cfg.resume)
     model_config = model_config_of(cfg)
     if ckpt is not None:
         differ = [k for k in ARCH_KEYS if ckpt["model_config"].get(k) != model_config[k]]
@@ -935,6 +963,9 @@ def train(args, ctx):
             exp.write_config(run_dir, config)
             exp.backup_code(REPO_ROOT, run_dir, tok_data.get("script_content", ""))
             log(f"command: {config['command']}")
+            if cfg.from_checkpoint:
+                say(f"resuming {cfg.resume} at step {start_step} with its settings: " + ", ".join(
+                    f"--{k} {getattr(cfg, k)}" for k in cfg.from_checkpoint))
             log(f"run folder: {run_dir}")
             log("config: " + json.dumps(config, indent=2, default=str))
             log(f"versions: {json.dumps(versions)}")

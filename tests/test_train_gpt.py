@@ -324,6 +324,17 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     with open(os.path.join(resumed, exp.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["resume_step"] == 5 and config["resumed_from"] == ckpt
+    # --resume alone: every other setting comes from the checkpoint
+    run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "bare")], check=True)
+    bare = only_run_dir(tmp_path / "bare")
+    d = train_losses(bare)
+    assert sorted(d) == [6, 7, 8, 9, 10] and all(abs(a[k] - d[k]) <= 1e-6 * abs(a[k]) for k in d)
+    with open(os.path.join(bare, exp.CONFIG_FILE)) as f:
+        config = json.load(f)
+    assert {"tokenizer", "train_files", "num_layers", "model_dim", "train_steps"} <= set(config["from_checkpoint"])
+    assert config["model_dim"] == 64 and config["from_checkpoint"].count("experiments_dir") == 0
+    with open(os.path.join(bare, exp.LOG_FILE)) as f:
+        assert f"resuming {ckpt} at step 5 with its settings: " in f.read()
     # the checkpoint holds the full optimizer state and a world-size-free data position: resume on 2 ranks too
     argv = tiny_args(tiny, tmp_path / "resumed2", train_steps=10, val_loss_every=5, resume=ckpt)
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"] + argv,
