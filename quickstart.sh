@@ -32,13 +32,16 @@ if [ "$GPUS" -gt 0 ]; then
 else
   LAUNCH=(python)
 fi
+TRAIN_OUT=$(mktemp)
+trap 'rm -f "$TRAIN_OUT"' EXIT
 "${LAUNCH[@]}" train_gpt.py --model_name Quickstart --tokenizer "$TOKENIZER" --vocab_size 1001 \
   --model_dim 128 --num_heads 4 --num_layers 6 --train_seq_len 256 --val_seq_len 256 \
   --batch_size 4096 --device_batch_size 4096 --train_steps "$STEPS" --cooldown_frac 0.4 \
-  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED"
+  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" \
+  | tee "$TRAIN_OUT"
 
 echo "== 5/5 leaderboard and plot"
-RUN=$(ls -td experiments/*_Quickstart* | head -n 1)  # newest by modification time: the run just made
+RUN=$(sed -n 's/^run folder: //p' "$TRAIN_OUT" | head -n 1)  # the folder train_gpt.py just made
 python compare_experiments.py --no-plot
 python compare_experiments.py "$RUN" --plot "$RUN/compare.png" --overwrite --no-write > /dev/null
 echo

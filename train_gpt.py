@@ -845,6 +845,7 @@ def main(argv=None):
 def train(args, ctx, ckpt=None):
     """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
     from gptlab.dataloader import BOSAlignedLoader, ValidationSet, expand_shard_files
+    from gptlab.shards import read_header
     from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
     device = ctx.device
@@ -977,6 +978,11 @@ def train(args, ctx, ckpt=None):
             log(f"world_size {ctx.world_size}, grad_acc_steps {cfg.grad_acc_steps}, device_batch_size "
                 f"{cfg.device_batch_size} tokens, batch_size {cfg.batch_size} tokens/step, device {device}, "
                 f"dtype {cfg.dtype}, compile {cfg.compile}, attention {cfg.attention}")
+            train_tokens = sum(read_header(p)[1] for p in train_paths)
+            passes = cfg.train_steps * cfg.batch_size / max(1, train_tokens)
+            log(f"training data: {train_tokens:,} tokens in {len(train_paths)} shard(s); {cfg.train_steps} steps x "
+                f"{cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
+                + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {run_dir}", flush=True)
         results = _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, encoding, eot,
                               byte_lengths, autocast, use_flex, start_step, (elapsed_before, wall_before), run_dir,
@@ -1132,7 +1138,10 @@ def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, e
         # ---- one optimizer step: grad_acc_steps micro-batches on this rank, then gradients summed over ranks
         sync()
         t0 = time.perf_counter()
+        epoch_before = train_loader.epoch
         batches = train_loader.next_batch()
+        if train_loader.epoch > epoch_before:
+            say(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
         for micro, (x_np, y_np) in enumerate(batches):
             x = torch.from_numpy(x_np).to(device, non_blocking=True)
