@@ -27,19 +27,34 @@ is the exact maximum. `tie_key` is a string that sorts ascending exactly when `(
 descending (each byte x becomes chr(256 - x), each token ends with chr(257), so a prefix sorts after its
 extensions).
 
-`train_merges_torch` (any torch device; the `--device cuda` path, also run on CPU by the tests): all words as one
-flat id tensor `ids` [N] with `word_of` [N] (word index per position) and `word_count` [W] (int64). Pair counts
-live in a sorted table `table_keys` [P] (left * V + right, int64) / `table_counts` [P] (int64). One merge:
-  1. argmax: `table_counts.max()` and the keys holding it (one host sync); ties broken on the host by bytes.
-  2. occurrences: `occ[i] = same_word[i] & ids[i] == a & ids[i+1] == b`; for a == b the runs of consecutive
-     occurrences keep only even offsets from the run start (cummax of run starts), which is exactly left-to-right
-     non-overlapping replacement.
-  3. deltas: pairs touching a replaced position before the merge (positions i-1, i, i+1) are subtracted with
-     their word's count, pairs touching a new id after the merge are added; the table is updated with
-     searchsorted + index_add for existing keys and a sort of the (few) new keys; zero rows are dropped.
-  4. compaction: `ids[i] = new_id`, position i+1 removed (boolean mask), O(N) fully vectorised.
-No Python loop over positions or words, one small device→host copy per merge; on a GPU each merge is a dozen
-kernels over N (N = total length of the distinct words, typically a few million).
+`train_merges_torch` (any torch device; the `--device cuda` path, also run on CPU by the tests). Built so that a
+merge is one small device->host copy and otherwise fixed-shape kernels whose sizes the host already knows:
+* Positions: all words in one flat id tensor `ids` [N + 1]; each word is a linked list (`nxt`/`prv`), so a merge
+  unlinks a position instead of compacting the tensor; `pk[i]` is the key (left * S + right, S = 256 +
+  num_merges, < 2**62) of the pair starting at i (-1 if none) and `wt[i]` its word's count. Index N is a sink:
+  "no neighbour" points there, it weighs 0 and holds no pair, so padded entries need no masks.
+* Pair table rows: a main part sorted by key (found by searchsorted) and K dense blocks, one per upcoming new id
+  (a pair is born in the merge that makes its larger id, so its row follows from its key: no insertion or re-sort
+  per merge). Each row holds the weighted count and the number of positions. Every K merges the non-zero rows are
+  folded into the main part (one sort, one sync).
+* Occurrence index: positions sorted by pair key when built, plus a log of positions whose pair changed since.
+One merge:
+  1. argmax: max count, the first 64 rows holding it (nonzero_static), among them the greatest
+     (rank[left], rank[right]) (rank: place of a token's bytes among all token byte strings, kept by bisect on the
+     host and shifted on the device), then the smallest key. One `.tolist()` brings count, key, the number n of
+     positions holding the pair, its range in the occurrence index, the inactive-position count and the number of
+     tied rows (more than 64: a second sync decides among all of them; rare on real text).
+  2. occurrences: the pair's index range + the log, checked against `pk` and de-duplicated; or, when those
+     candidates are many, a scan `pk == key`; either way nonzero_static(size=n). For a == b, chains of
+     overlapping occurrences keep offsets 0, 2, 4, ... (cummax), i.e. left-to-right non-overlapping.
+  3. rewrite: j takes the new id, r = nxt[j] dies, links skip r; the pairs at l = prv[j] and r go, pairs at j and
+     its new left neighbour come, each position counted once (`mark` stamps the replaced j's).
+  4. counts: one index_add (weights and position counts) into the rows of the touched pairs; (a, b) is zeroed.
+  5. housekeeping, decided on the host: when an eighth of the positions hold no pair (dead, or their word is one
+     token) they are dropped and the index is rebuilt; the index is also rebuilt when the log grows (a sort).
+Per merge the work is O(occurrences + log) plus a few passes over the pair table; a pass over all N positions
+only when the candidates outnumber N / 8 (the first merges). Syncs: step 1, and the occasional fold, compaction
+or rebuild.
 """
 import heapq
 from dataclasses import dataclass, field
@@ -192,82 +207,216 @@ def train_merges_python(word_counts, num_merges, progress=None, on_merge=None):
 # ---------------------------------------------------------------------------------------------- torch (any device)
 def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_merge=None):
     """The same exact BPE as `train_merges_python`, vectorised with torch on `device` (see module docstring)."""
+    import bisect
+
     import torch
 
     device = torch.device(device)
+    i64 = dict(dtype=torch.int64, device=device)
     items = [(w, c) for w, c in word_counts.items() if len(w) >= 2]
     vocab_bytes = [bytes([i]) for i in range(256)]
-    stride = 256 + num_merges  # pair key = left * stride + right
+    S = 256 + num_merges  # every id is < S; pair key = left * S + right (< 2**62 for any supported vocab)
+    DEAD = NO_PAIR = -1
+    BIG = torch.iinfo(torch.int64).max
+    TIES = 64  # rows holding the max count that the tie-break looks at without a second sync
+
+    # ---- positions: all words in one flat tensor, each word a linked list; index N is the sink (see docstring)
     if items:
         flat = bytearray(b"".join(w for w, _ in items))
-        ids = torch.frombuffer(flat, dtype=torch.uint8).to(device=device, dtype=torch.int64)
-        lengths = torch.tensor([len(w) for w, _ in items], dtype=torch.int64, device=device)
-        word_of = torch.repeat_interleave(torch.arange(len(items), device=device), lengths)
-        word_count = torch.tensor([c for _, c in items], dtype=torch.int64, device=device)
+        ids = torch.frombuffer(flat, dtype=torch.uint8).to(**i64)
+        lengths = torch.tensor([len(w) for w, _ in items], **i64)
+        wt = torch.repeat_interleave(torch.tensor([c for _, c in items], **i64), lengths)
     else:
-        ids = word_of = word_count = torch.zeros(0, dtype=torch.int64, device=device)
+        ids = wt = lengths = torch.zeros(0, **i64)
+    N = len(ids)
+    pos = torch.arange(N, **i64)
+    ends = torch.cumsum(lengths, 0)
+    is_last = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - 1, True)
+    is_first = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - lengths, True)
+    one = lambda v: torch.tensor([v], **i64)  # noqa: E731  (the sink's entry)
+    ids = torch.cat([ids, one(DEAD)])
+    wt = torch.cat([wt, one(0)])  # word count per position; the sink weighs 0
+    nxt = torch.cat([torch.where(is_last, N, pos + 1), one(N)])  # next live position of the word, N if none
+    prv = torch.cat([torch.where(is_first, N, pos - 1), one(N)])  # previous live position of the word, N if none
+    pk = torch.where(nxt != N, ids * S + ids[nxt], NO_PAIR)  # key of the pair starting at each position
+    mark = torch.full((N + 1,), -1, **i64)  # mark[j] == k: merge k replaced a pair starting at j
+    inactive = torch.zeros((), **i64)  # positions dead or alone in their word, since the last compaction
+    stamp = torch.zeros(N + 1, **i64)  # scratch for de-duplicating candidate positions
 
-    def pair_keys_counts(mask):
-        """Keys and weights of the pairs at positions j (j, j+1) where mask[j] (mask: [N-1] bool)."""
-        pos = mask.nonzero().squeeze(1)
-        return ids[pos] * stride + ids[pos + 1], word_count[word_of[pos]]
+    # ---- occurrence index: positions sorted by pair key when it was built, plus a log of the positions whose
+    #      pair changed since then; a pair's positions are among its sorted range and the log
+    def build_index():
+        live = (pk[:N] >= 0).nonzero().squeeze(1)
+        keys_sorted, order = torch.sort(pk[live])
+        return live[order], keys_sorted
 
-    def reduce_keys(keys, weights):
-        uniq, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-        sums = torch.zeros(len(uniq), dtype=torch.int64, device=device).index_add_(0, inverse, weights)
-        return uniq, sums
+    index_pos, index_keys = build_index()
+    log = torch.zeros(max(1024, N // 4), **i64)
+    log_len = 0
 
-    same = word_of[:-1] == word_of[1:]
-    table_keys, table_counts = reduce_keys(*pair_keys_counts(same))
+    # ---- initial pairs are byte pairs: dense 256 x 256 sums (weighted count, number of positions), non-zero rows
+    valid = pk[:N] >= 0
+    dense_at = torch.where(valid, ids[:N] * 256 + ids[nxt[:N]], 0)
+    dense = torch.zeros(2, 256 * 256, **i64)
+    dense[0].index_add_(0, dense_at, torch.where(valid, wt[:N], 0))
+    dense[1].index_add_(0, dense_at, valid.long())
+    nz = dense[0].nonzero().squeeze(1)
+    main = ((nz // 256) * S + nz % 256, dense[0, nz], dense[1, nz])  # keys ascending, counts, positions
+
+    # ---- tie-break ranks: rank[i] = place of bytes(i) among the distinct token byte strings, sorted
+    rank = torch.zeros(S, **i64)
+    rank[:256] = torch.arange(256, **i64)
+    sorted_tokens = list(vocab_bytes)
+
+    def build_table(keys, counts, npos, base):
+        """Pair table rows = [main: `keys` ascending, P rows | K dense blocks for ids base .. base+K-1 | dump].
+        The block of id m has width 2h (h = base + K > every id it can meet): row x holds (x, m), row h + y
+        holds (m, y). A pair is born in the merge that makes its larger id, so its row follows from its key."""
+        P = len(keys)
+        K = max(1, min(64, num_merges - (base - 256), max(8, P // (4 * base))))  # blocks ≈ P/2 rows
+        h = base + K
+        row = torch.arange(2 * h, **i64)
+        m = torch.arange(base, base + K, **i64).unsqueeze(1)
+        left = torch.cat([keys // S, torch.where(row < h, row, m).reshape(-1), one(0)])
+        right = torch.cat([keys % S, torch.where(row < h, m, row - h).reshape(-1), one(0)])
+        cnt = torch.zeros(2, P + 2 * h * K + 1, **i64)  # [0]: weighted count, [1]: number of positions
+        cnt[0, :P], cnt[1, :P] = counts, npos
+        return dict(cnt=cnt, left=left, right=right, keys=left * S + right, P=P, K=K, h=h, base=base)
+
+    def pick(tab, best, rows):
+        """The winning row (1-element tensor) among table `rows` (padded rows hold another count)."""
+        tie = rank[tab["left"][rows]] * S + rank[tab["right"][rows]]
+        tie = torch.where(tab["cnt"][0, rows] == best, tie, -1)
+        best_row = torch.where(tie == tie.max(), tab["keys"][rows], BIG).argmin().view(1)  # 1-D: no .item()
+        return rows[best_row]
+
+    def fetch(tab, at, best, inactive, n_tied):
+        """One device->host copy: count, key, positions holding it, its index range, inactive, n_tied."""
+        key_t = tab["keys"][at]
+        span = [torch.searchsorted(index_keys, key_t, right=side) for side in (False, True)]
+        return torch.cat([best.view(1), key_t, tab["cnt"][1, at], *span, inactive.view(1), n_tied.view(1)]).tolist()
+
+    tab = build_table(*main, 256)
     merges, counts = [], []
     last_report = 0
     for k in range(num_merges):
-        if len(table_keys) == 0:
-            _out_of_pairs(k, num_merges)
-        best = table_counts.max()
-        # one host sync: the max count and every key holding it
-        host = torch.cat([best.view(1), table_keys[table_counts == best]]).tolist()
-        count, candidates = host[0], host[1:]
-        pairs = [(key // stride, key % stride) for key in candidates]
-        a, b = max(pairs, key=lambda p: (vocab_bytes[p[0]], vocab_bytes[p[1]], -p[0], -p[1]))
         new_id = 256 + k
+        if new_id == tab["base"] + tab["K"]:  # blocks full: fold their non-zero rows into the main part (1 sync)
+            live = tab["cnt"][0, :-1].nonzero().squeeze(1)
+            keys, (cnt, npos) = tab["keys"][live], tab["cnt"][:, live]
+            order = torch.argsort(keys)
+            tab = build_table(keys[order], cnt[order], npos[order], new_id)
+        cnt, P, h, base = tab["cnt"], tab["P"], tab["h"], tab["base"]
+        dump = cnt.shape[1] - 1  # rows for "no pair" land here and are zeroed again
+
+        # 1. argmax with exact ties, fixed-shape: the rows holding the highest count (the first TIES of them);
+        #    among those the greatest (rank[left], rank[right]) = greatest (bytes(left), bytes(right)); then the
+        #    smallest key. The merge's one device->host copy: count, key, number of positions holding the pair,
+        #    its range in the occurrence index, inactive positions, number of tied rows.
+        best = cnt[0].max()
+        is_best = cnt[0] == best
+        at = pick(tab, best, torch.nonzero_static(is_best, size=TIES, fill_value=dump).squeeze(1))
+        count, key, n_occ, lo, hi, n_inactive, n_tied = fetch(tab, at, best, inactive, is_best.sum())
+        if n_tied > TIES:  # rare: more ties than candidates, decide among all of them (a second sync)
+            at = pick(tab, best, is_best.nonzero().squeeze(1))
+            count, key, n_occ, lo, hi, n_inactive, n_tied = fetch(tab, at, best, inactive, is_best.sum())
+        if count <= 0:
+            _out_of_pairs(k, num_merges)
+        a, b = divmod(key, S)
         merges.append((a, b))
         counts.append(count)
-        vocab_bytes.append(vocab_bytes[a] + vocab_bytes[b])
+        token = vocab_bytes[a] + vocab_bytes[b]
+        vocab_bytes.append(token)
 
-        occ = same & (ids[:-1] == a) & (ids[1:] == b)  # [N-1]: pair (a, b) starts at j
-        if a == b:  # runs of overlapping occurrences: keep offsets 0, 2, 4, ... from each run's start
-            index = torch.arange(len(occ), device=device)
-            starts = occ.clone()
-            starts[1:] &= ~occ[:-1]
-            run_start = torch.cummax(torch.where(starts, index, torch.full_like(index, -1)), 0).values
-            occ &= (index - run_start) % 2 == 0
-        # pairs touching a replaced position before the merge: j-1, j, j+1 for each occurrence j
-        touched = occ.clone()
-        touched[1:] |= occ[:-1]
-        touched[:-1] |= occ[1:]
-        old_keys, old_weights = pair_keys_counts(touched & same)
-        # replace: position j takes the new id, position j+1 goes
-        ids = ids.clone()
-        ids[:-1][occ] = new_id
-        keep = torch.ones(len(ids), dtype=torch.bool, device=device)
-        keep[1:] &= ~occ
-        ids, word_of = ids[keep], word_of[keep]
-        same = word_of[:-1] == word_of[1:]
-        is_new = ids == new_id
-        new_keys, new_weights = pair_keys_counts(same & (is_new[:-1] | is_new[1:]))
-        delta_keys, delta = reduce_keys(torch.cat([old_keys, new_keys]), torch.cat([-old_weights, new_weights]))
-        # existing keys: add in place; unseen keys (all involve new_id): insert, then keep the table sorted
-        where = torch.searchsorted(table_keys, delta_keys).clamp_(max=max(len(table_keys) - 1, 0))
-        found = table_keys[where] == delta_keys if len(table_keys) else torch.zeros_like(delta_keys, dtype=torch.bool)
-        table_counts.index_add_(0, where[found], delta[found])
-        fresh = ~found & (delta != 0)
-        table_keys = torch.cat([table_keys, delta_keys[fresh]])
-        table_counts = torch.cat([table_counts, delta[fresh]])
-        order = torch.argsort(table_keys)
-        table_keys, table_counts = table_keys[order], table_counts[order]
-        nonzero = table_counts != 0
-        table_keys, table_counts = table_keys[nonzero], table_counts[nonzero]
+        # 2. occurrences: the n_occ positions whose pair is (a, b), ascending; sizes known on the host, so no sync.
+        #    Candidates are the pair's range of the index and the log (may be stale or repeated: checked against pk
+        #    and de-duplicated with `stamp`); when they are many, a plain scan of pk is cheaper
+        n_cand = hi - lo + log_len
+        if n_cand * 8 < N:
+            cand = torch.cat([index_pos[lo:hi], log[:log_len]])
+            order = torch.arange(n_cand, **i64)
+            stamp.scatter_(0, cand, order)  # one of the copies of each position wins
+            found = (pk[cand] == key) & (stamp[cand] == order)
+            j = cand[torch.nonzero_static(found, size=n_occ, fill_value=0).squeeze(1)].sort().values
+        else:
+            j = torch.nonzero_static(pk[:N] == key, size=n_occ, fill_value=N).squeeze(1)
+        if a == b:  # chains j -> nxt[j] of overlapping occurrences: keep offsets 0, 2, 4, ... of each chain
+            idx = torch.arange(n_occ, **i64)
+            chained = torch.zeros(n_occ, dtype=torch.bool, device=device)
+            chained[1:] = nxt[j[:-1]] == j[1:]
+            offset = idx - torch.cummax(torch.where(chained, -1, idx), 0).values
+            j = torch.where(offset % 2 == 0, j, N)  # dropped ones become the sink (they are some kept j's r)
+        keep = j != N
+
+        # 3. rewrite x a b y -> x new y: j takes new_id, r = nxt[j] dies, the links skip it
+        r, l, w = nxt[j], prv[j], wt[j]  # noqa: E741
+        rr = nxt[r]
+        mark.index_fill_(0, j, k)
+        mark[N] = -1  # the sink is never a replaced position
+        l = torch.where(mark[prv[l]] == k, N, l)  # noqa: E741  l is the previous j's r (a b a b): counted there
+        old_left = ids[l]  # pairs that go: (ids[l], a) at l, (a, b) at j (zeroed below), (b, ids[rr]) at r
+        old_right = ids[rr]
+        ids.index_fill_(0, j, new_id)
+        ids.index_fill_(0, r, DEAD)
+        ids[N] = DEAD
+        nxt.scatter_(0, j, rr)
+        prv.scatter_(0, rr, j)
+        for t in (nxt, prv):
+            t.index_fill_(0, r, N)
+            t[N] = N  # rr == N wrote into the sink
+        pk.index_fill_(0, r, NO_PAIR)
+        # pairs that come: (new, ids[rr]) at j, (ids[lp], new) at lp = the new left neighbour of j, unless lp is
+        # itself a replaced j (then that pair is (new, new), already counted at lp)
+        lp = prv[j]
+        lp_ok = (lp != N) & (mark[lp] != k)
+        new_right = ids[rr]
+        new_left = ids[lp]
+        pk.scatter_(0, j, torch.where(rr != N, new_id * S + new_right, NO_PAIR))
+        pk.scatter_(0, torch.where(lp_ok, lp, N), torch.where(lp_ok, new_left * S + new_id, NO_PAIR))
+        inactive += keep.sum() + (keep & (lp == N) & (rr == N)).sum()  # dead r's, words now a single token
+        if log_len + 2 * n_occ > len(log):
+            log = torch.cat([log[:log_len], torch.zeros(max(len(log), 2 * n_occ), **i64)])
+        log[log_len:log_len + 2 * n_occ] = torch.cat([j, lp])  # the positions whose pk may have changed
+        log_len += 2 * n_occ
+
+        # 4. counts: index_add into the rows of the touched pairs; a pair's row is in its larger id's block,
+        #    else found by searchsorted in the main part
+        x = torch.cat([old_left, torch.full_like(r, b), torch.full_like(j, new_id), new_left])
+        y = torch.cat([torch.full_like(l, a), old_right, new_right, torch.full_like(lp, new_id)])
+        ok = torch.cat([l != N, rr != N, rr != N, lp_ok])
+        sign = torch.cat([-w, -w, w, w])
+        m = torch.maximum(x, y)
+        in_block = P + (m - base) * (2 * h) + torch.where(y == m, x, h + y)
+        in_main = torch.searchsorted(tab["keys"][:P], x * S + y)
+        row = torch.where(ok, torch.where(m >= base, in_block, in_main), dump)
+        cnt.index_add_(1, row, torch.stack([sign, sign.sign()]))
+        cnt[:, dump] = 0
+        cnt.index_fill_(1, at, 0)  # (a, b) is gone: every occurrence was replaced or was the r of one (a == b)
+
+        # 5. housekeeping, host-side decisions only: drop positions that hold no pair when an eighth of them are
+        #    (dead or alone in their word; 1 sync), rebuild the index when the log is long (1 sync)
+        if n_inactive * 8 >= N:
+            keep_pos = ((pk[:N] >= 0) | (prv[:N] != N)).nonzero().squeeze(1)
+            N = len(keep_pos)
+            remap = torch.full((len(ids),), N, **i64)
+            remap[keep_pos] = torch.arange(N, **i64)
+            ids, wt, pk = (torch.cat([t[keep_pos], t[-1:]]) for t in (ids, wt, pk))
+            nxt, prv = (torch.cat([remap[t[keep_pos]], one(N)]) for t in (nxt, prv))
+            mark = torch.full((N + 1,), -1, **i64)
+            stamp = torch.zeros(N + 1, **i64)
+            inactive = torch.zeros((), **i64)
+            log_len = N  # forces the rebuild below
+        if log_len * 16 > N:
+            index_pos, index_keys = build_index()
+            log_len = 0
+
+        # 6. ranks: insert the new token's bytes (equal bytes share a rank)
+        place = bisect.bisect_left(sorted_tokens, token)
+        if place == len(sorted_tokens) or sorted_tokens[place] != token:
+            sorted_tokens.insert(place, token)
+            rank += rank >= place
+        rank[new_id] = place
+
         if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):
             progress(k + 1 - last_report)
             last_report = k + 1
