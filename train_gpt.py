@@ -645,7 +645,14 @@ def resolve_shard_globs(cfg, tokenizer_stem):
     """Default shard globs: the single data/*_<tokenizer stem>/ folder written by download_fineweb.py."""
     if cfg.train_files and cfg.val_files:
         return
+    from gptlab.shards import read_manifest_parts
+
     dirs = sorted(d for d in glob.glob(os.path.join("data", f"*_{tokenizer_stem}")) if os.path.isdir(d))
+    if len(dirs) > 1:  # the suffix also matches another tokenizer's folder (e.g. "a_qs" for "qs"): ask the manifests
+        def made_with_this_tokenizer(folder):
+            parts = read_manifest_parts(folder).values()
+            return any(part.get("tokenizer", {}).get("name") == tokenizer_stem for part in parts)
+        dirs = [d for d in dirs if made_with_this_tokenizer(d)] or dirs
     if len(dirs) != 1:
         found = f"found {len(dirs)}: {', '.join(dirs)}" if dirs else "found none"
         raise UserError(f"no --train_files/--val_files given and data/*_{tokenizer_stem}/ is ambiguous ({found}); "

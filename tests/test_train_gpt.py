@@ -426,6 +426,26 @@ def test_unreadable_shard_is_named(tiny, tmp_path):
     assert "Traceback" not in proc.stderr and not glob.glob(str(tmp_path / "exps" / "*"))
 
 
+def test_default_shard_folder_is_found_by_the_manifest_not_just_the_name(tmp_path, monkeypatch):
+    import argparse
+
+    from gptlab import shards
+
+    monkeypatch.chdir(tmp_path)
+    for folder, tok in [("local_docs_qs_v300", "qs_v300"), ("local_docs_a_qs_v300", "a_qs_v300")]:
+        os.makedirs(os.path.join("data", folder))
+        with open(os.path.join("data", folder, shards.manifest_filename(0, 1)), "w") as f:
+            json.dump({"format": shards.MANIFEST_FORMAT, "tokenizer": {"name": tok}}, f)
+    cfg = argparse.Namespace(train_files=None, val_files=None)
+    train_gpt.resolve_shard_globs(cfg, "qs_v300")  # "*_qs_v300" matches both folders by name
+    assert cfg.train_files == [os.path.join("data", "local_docs_qs_v300", "train_*.bin")]
+    os.makedirs(os.path.join("data", "other_qs_v300"))  # a second folder of the same tokenizer: ambiguous
+    with open(os.path.join("data", "other_qs_v300", shards.manifest_filename(0, 1)), "w") as f:
+        json.dump({"format": shards.MANIFEST_FORMAT, "tokenizer": {"name": "qs_v300"}}, f)
+    with pytest.raises(UserError, match="ambiguous"):
+        train_gpt.resolve_shard_globs(argparse.Namespace(train_files=None, val_files=None), "qs_v300")
+
+
 def test_train_files_overlapping_the_validation_shards_are_refused(tiny, tmp_path):
     everything = os.path.join(tiny["dir"], "*.bin")  # the natural glob also matches val_000000.bin
     run_main_expecting(tiny, tmp_path, ["share 1 shard", "val_000000.bin", "train_*.bin"], train_files=everything)
