@@ -538,8 +538,8 @@ def build_optimizers(model, rank=0, world_size=1, fused=False):
     head_params = [model.lm_head.weight]
     n_all = sum(1 for _ in model.parameters())
     assert len(hidden_matrices) + len(embed_params) + len(scalar_params) + len(head_params) == n_all
-    adam_groups = [dict(params=head_params, lr=0.22), dict(params=embed_params, lr=0.6),
-                   dict(params=scalar_params, lr=0.04)]
+    adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
+                   dict(params=scalar_params, lr=0.04, name="scalars")]
     adam = torch.optim.Adam(adam_groups, betas=(0.8, 0.95), eps=1e-10, weight_decay=0.0, fused=fused)
     muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
     optimizers = [adam, muon]
@@ -962,8 +962,9 @@ def train(args, ctx, ckpt=None):
                   "val_shards": val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(REPO_ROOT),
                   "versions": versions, "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                   "resumed_from": cfg.resume, "resume_step": start_step,
-                  "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale (base LRs: Muon 0.05, Adam "
-                               "head 0.22 / embeddings 0.6 / scalars 0.04)",
+                  "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale; base learning rates: " + ", ".join(
+                      f"{type(opt).__name__} {g.get('name', 'matrices')} {g['initial_lr']}"
+                      for opt in optimizers for g in opt.param_groups),
                   "timing": "metrics elapsed_s and results train_time_s count optimizer steps only (the first "
                             "compiled step includes compilation); results wall_time_s is the whole run incl. "
                             "evaluations"}

@@ -846,6 +846,8 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
     sort_id = sort_column(sort) if sort else ("val_bpb" if descending else None)
     plot_size = parse_size(size)
     if plot:
+        if not plot.lower().endswith(".png"):
+            raise UserError(f"--plot {plot}: the plot is a PNG image; give a path ending in .png")
         check_writable(plot, overwrite)  # before any work
     if run_specs:
         paths, folder_notes = resolve_runs(run_specs, experiments_dir), []

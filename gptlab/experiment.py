@@ -350,8 +350,9 @@ def peak_memory(device):
                 "reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30,
                 "label": "CUDA max_memory_allocated / max_memory_reserved"}
     import resource
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
-    return {"allocated_gb": rss_kb / 2**20, "reserved_gb": rss_kb / 2**20,
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_gb = rss / 2**30 if sys.platform == "darwin" else rss / 2**20  # bytes on macOS, kilobytes on Linux
+    return {"allocated_gb": rss_gb, "reserved_gb": rss_gb,
             "label": "CPU: process max RSS (ru_maxrss), reported for both allocated and reserved"}
 
 

@@ -267,6 +267,8 @@ def test_plot_png_size_in_each_run_and_at_path(lab, tmp_path):
     # an existing --plot file is only replaced with --overwrite
     proc = run_script(["compare_experiments.py", "--experiments", lab, "BetterIdea", "--plot", out_png])
     assert proc.returncode == 2 and "--overwrite" in proc.stderr
+    proc = run_script(["compare_experiments.py", "--experiments", lab, "BetterIdea", "--plot", str(tmp_path / "a.jpg")])
+    assert proc.returncode == 2 and "ending in .png" in proc.stderr and not os.path.exists(tmp_path / "a.jpg")
     # named runs without --plot: compare.png (default size) in each compared run's folder
     run_compare(lab, "BetterIdea", "TinyTweak")
     for folder in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak"):
