@@ -134,6 +134,9 @@ def load_run(path, now=None, with_metrics=True):
     config = read_run_json(path, CONFIG_FILE, notes) or {}
     if not os.path.exists(os.path.join(path, CONFIG_FILE)):
         notes.append("no config.json")
+    if config.get("resumed_from"):  # its metrics.csv starts where the checkpoint's run stopped
+        notes.append(f"resumed at step {config.get('resume_step')} from {config['resumed_from']}; steps before "
+                     "that are in the earlier run's folder")
     results = read_run_json(path, RESULTS_FILE, notes)
     metrics = read_metrics(metrics_path, strict=False) if with_metrics and os.path.exists(metrics_path) else Metrics()
     notes.extend(metrics.notes)

@@ -324,6 +324,8 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     with open(os.path.join(resumed, exp.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["resume_step"] == 5 and config["resumed_from"] == ckpt
+    from gptlab.compare import load_run
+    assert any(n.startswith(f"resumed at step 5 from {ckpt}") for n in load_run(resumed).notes)
     # --resume alone: every other setting comes from the checkpoint
     run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "bare")], check=True)
     bare = only_run_dir(tmp_path / "bare")
