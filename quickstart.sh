@@ -20,7 +20,7 @@ else
 fi
 
 echo "== 2/5 token shards (resumes / skips finished shards)"
-python download_fineweb.py --input "$SAMPLE" --tokenizer "$TOKENIZER" --val_tokens 16384 --shard_size 50000 --num_shards 4
+python download_fineweb.py --input "$SAMPLE" --tokenizer "$TOKENIZER" --val_tokens 16384 --shard_size 50000 --num_shards 3
 
 echo "== 3/5 HellaSwag validation set (bundled copy, checksum-verified)"
 python download_hellaswag.py --source data/sample/hellaswag_val.jsonl.gz
