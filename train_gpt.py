@@ -992,9 +992,11 @@ def train(args, ctx, ckpt=None):
                 f"{cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
                 + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {run_dir}", flush=True)
-        results = _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, encoding, eot,
-                              byte_lengths, autocast, use_flex, start_step, (elapsed_before, wall_before), run_dir,
-                              say, metrics, tok_stem, tok_hash, model_config, live)
+        results = _train_loop(cfg, ctx, model=model, model_fwd=model_fwd, optimizers=optimizers,
+                              train_loader=train_loader, val_set=val_set, encoding=encoding, eot=eot,
+                              byte_lengths=byte_lengths, autocast=autocast, use_flex=use_flex, start_step=start_step,
+                              time_before=(elapsed_before, wall_before), run_dir=run_dir, say=say, metrics=metrics,
+                              tok_stem=tok_stem, tok_hash=tok_hash, model_config=model_config, live=live)
         results.update({"n_params": n_params, "gpu_name": hw["gpu_name"], "world_size": ctx.world_size,
                         "tokenizer": tok_stem, "model_name": cfg.model_name, "seed": cfg.seed})
         if ctx.is_main:
@@ -1058,10 +1060,13 @@ def _make_say(ctx, log):
     return say
 
 
-def _train_loop(cfg, ctx, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
+def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
                 autocast, use_flex, start_step, time_before, run_dir, say, metrics, tok_stem, tok_hash,
                 model_config, live):
-    """The loop; `live` ({"step", "checkpoint"}) tells the caller how far it got if it is interrupted."""
+    """Evaluate, step, log and checkpoint from start_step to cfg.train_steps; returns the final figures.
+
+    model_fwd is the (maybe compiled) model used for training and validation; `say` logs (rank 0); `metrics` is the
+    CSV writer (None off rank 0); `live` ({"step", "checkpoint"}) tells the caller how far it got if interrupted."""
     import torch.distributed as dist
     from tqdm import tqdm
 
