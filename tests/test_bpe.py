@@ -135,6 +135,17 @@ def test_torch_trainer_equals_python_trainer(name, texts):
     assert torch_cpu.counts == python.counts
 
 
+def test_torch_trainer_without_nonzero_static_gives_the_same_merges(monkeypatch):
+    """Where a torch build lacks nonzero_static for the device, the engine falls back to nonzero (same result)."""
+    from gptlab.bpe import trainer
+
+    texts = corpora()[-1][1]
+    table, _, _ = pretokenize(texts, PATTERNS["gpt4"])
+    num = min(reference_possible(table), 60)
+    monkeypatch.setitem(trainer._NONZERO_STATIC_WORKS, "cpu", False)
+    assert train_merges_torch(table, num, device="cpu").merges == train_merges_python(table, num).merges
+
+
 def test_running_out_of_pairs_is_a_clear_error():
     table = {b"ab": 3, b"abc": 1}  # at most 2 merges: (a,b) then (ab,c)
     assert train_merges_python(table, 2).merges == [(97, 98), (256, 99)]

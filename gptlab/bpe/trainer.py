@@ -205,6 +205,27 @@ def train_merges_python(word_counts, num_merges, progress=None, on_merge=None):
 
 
 # ---------------------------------------------------------------------------------------------- torch (any device)
+_NONZERO_STATIC_WORKS = {}  # device type → whether torch.nonzero_static runs there
+
+
+def nonzero_static(mask, size, fill_value):
+    """Indices (size, 1) of the first `size` True entries of a 1-D mask, padded with fill_value, without a host
+    sync. Where this torch build has no nonzero_static for the device, the same result via nonzero (one sync)."""
+    import torch
+
+    kind = mask.device.type
+    if _NONZERO_STATIC_WORKS.get(kind, True):
+        try:
+            out = torch.nonzero_static(mask, size=size, fill_value=fill_value)
+            _NONZERO_STATIC_WORKS[kind] = True
+            return out
+        except (NotImplementedError, RuntimeError):
+            _NONZERO_STATIC_WORKS[kind] = False
+    found = mask.nonzero()[:size]
+    pad = torch.full((size - len(found), 1), fill_value, dtype=found.dtype, device=found.device)
+    return torch.cat([found, pad])
+
+
 def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_merge=None):
     """The same exact BPE as `train_merges_python`, vectorised with torch on `device` (see module docstring)."""
     import bisect
@@ -315,7 +336,7 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
         #    its range in the occurrence index, inactive positions, number of tied rows.
         best = cnt[0].max()
         is_best = cnt[0] == best
-        at = pick(tab, best, torch.nonzero_static(is_best, size=TIES, fill_value=dump).squeeze(1))
+        at = pick(tab, best, nonzero_static(is_best, TIES, dump).squeeze(1))
         count, key, n_occ, lo, hi, n_inactive, n_tied = fetch(tab, at, best, inactive, is_best.sum())
         if n_tied > TIES:  # rare: more ties than candidates, decide among all of them (a second sync)
             at = pick(tab, best, is_best.nonzero().squeeze(1))
@@ -337,9 +358,9 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
             order = torch.arange(n_cand, **i64)
             stamp.scatter_(0, cand, order)  # one of the copies of each position wins
             found = (pk[cand] == key) & (stamp[cand] == order)
-            j = cand[torch.nonzero_static(found, size=n_occ, fill_value=0).squeeze(1)].sort().values
+            j = cand[nonzero_static(found, n_occ, 0).squeeze(1)].sort().values
         else:
-            j = torch.nonzero_static(pk[:N] == key, size=n_occ, fill_value=N).squeeze(1)
+            j = nonzero_static(pk[:N] == key, n_occ, N).squeeze(1)
         if a == b:  # chains j -> nxt[j] of overlapping occurrences: keep offsets 0, 2, 4, ... of each chain
             idx = torch.arange(n_occ, **i64)
             chained = torch.zeros(n_occ, dtype=torch.bool, device=device)
