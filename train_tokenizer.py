@@ -34,10 +34,12 @@ def parse_args(argv=None):
                     help=f"Hub dataset when no --input is given (config {DATASET_CONFIG})")
     ap.add_argument("--seed", type=int, default=0, help="shuffle seed of the streamed dataset")
     ap.add_argument("--pattern", default="gpt4", help="pre-tokenization regex: gpt4, gpt2 or a regex")
-    ap.add_argument("--device", default="auto", help="auto, cpu or cuda (where the merge loop runs)")
+    ap.add_argument("--device", default="auto",
+                    help="where the merge loop runs: auto (the CPU's C loop, which beats a GPU at this job; a GPU "
+                         "only with --engine torch or without a C compiler), cpu, cuda or cuda:N")
     ap.add_argument("--engine", choices=["auto", "native", "python", "torch"], default="auto",
                     help="merge loop: auto = native (C, built on first use) or else python on CPU, torch on "
-                         "CUDA; all give identical merges (torch on CPU is for testing)")
+                         "CUDA; all give identical merges")
     ap.add_argument("--workers", type=int, default=None,
                     help="pre-tokenization processes per rank (default: this rank's share of the cores)")
     ap.add_argument("--out", default="tokenizers", help="output folder")
