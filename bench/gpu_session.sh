@@ -18,8 +18,13 @@ if [ -z "${GPTLAB_SHARED_DATA:-}" ]; then
 fi
 export GPTLAB_SHARED_DATA
 PY=${PYTHON:-python3}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+else
+  echo "no nvidia-smi on this machine" | tee "$OUT/gpu.txt"
+fi
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+      torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee -a "$OUT/gpu.txt"
 case "${1:-}" in
   tests)
     "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
