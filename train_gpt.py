@@ -454,7 +454,7 @@ class Muon(torch.optim.Optimizer):
         import torch.distributed as dist
 
         padding = [torch.empty_like(tensors[0]) for _ in range(self.world_size - len(chunk))]
-        mine = tensors[self.rank] if self.rank < len(chunk) else padding[0]
+        mine = tensors[self.rank] if self.rank < len(chunk) else padding[self.rank - len(chunk)]
         return dist.all_gather(list(tensors) + padding, mine, async_op=True)
 
     @torch.no_grad()
