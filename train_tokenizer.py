@@ -24,7 +24,7 @@ def parse_args(argv=None):
     from gptlab.text_sources import HUB_DATASETS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=HelpFormatter, epilog=__doc__)
+                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
     ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
     ap.add_argument("--name", default="tokenizer", help="file name prefix")
