@@ -268,11 +268,11 @@ def test_plain_cpu_run_does_not_import_torch(tmp_path):
 
 
 def _start_pretokenizing(tmp_path):
-    """A train_tokenizer.py process (own session, 2 workers) on ~22 MB of text, once its workers are running."""
+    """A train_tokenizer.py process (own session, 2 workers) on ~22 MB of text, once its workers are busy."""
     with open(TINY_SHAKESPEARE) as f:
         text = f.read()
     big = tmp_path / "big.txt"
-    big.write_text(text * 20)
+    big.write_text("<|endoftext|>".join([text] * 20))  # 20 documents: both workers stay busy for seconds
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=REPO)
     proc = subprocess.Popen([sys.executable, "train_tokenizer.py", "--input", str(big), "--samples", "30000000",
                              "--vocabsize", "2000", "--name", "big", "--out", str(tmp_path / "out"), "--workers", "2",
