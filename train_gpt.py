@@ -723,6 +723,37 @@ def load_model(path, device="cpu"):
     return model.to(device).eval(), ckpt
 
 
+def checkpoint_logits_fn(path, device="cpu"):
+    """A checkpoint, ready to score: (logits_fn, encoding, checkpoint dict). logits_fn maps a LongTensor (B, T) of
+    token ids to float logits (B, T, n_vocab) with the run's final attention windows (dense masks, any device), so
+
+        logits_fn, enc, ckpt = checkpoint_logits_fn("experiments/RUN/checkpoints/step_001000.pt")
+        evaluate_hellaswag(logits_fn, enc, "data/hellaswag/hellaswag_val.jsonl", limit=500)
+
+    The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
+    from gptlab.tokenizer import encoding_from_dict, ranks_sha256, read_tokenizer_file
+
+    model, ckpt = load_model(path, device)
+    recorded = ckpt["tokenizer"]
+    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
+    for candidate in candidates:
+        try:
+            tok_data = read_tokenizer_file(candidate)
+            break
+        except UserError:
+            continue
+    else:
+        raise UserError(f"the tokenizer of {path} ({' or '.join(map(str, candidates))}) was not found; put it in "
+                        "tokenizers/")
+    if recorded.get("ranks_sha256") not in (None, ranks_sha256(tok_data["mergeable_ranks"])):
+        raise UserError(f"{tok_data['path']} is not the tokenizer {path} was trained with (its hash differs)")
+    encoding = encoding_from_dict(tok_data)
+    args = ckpt["args"]
+    windows = window_blocks(args["train_steps"], args["train_steps"], args["window_size"])
+    logits_fn = make_logits_fn(model, encoding.eot_token, windows, False, contextlib.nullcontext, encoding.n_vocab)
+    return logits_fn, encoding, ckpt
+
+
 # ============================================================================================== Evaluation
 @torch.no_grad()
 def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, device, autocast, ctx, byte_lengths):

@@ -370,6 +370,22 @@ def test_two_rank_checkpoint_resumes_on_one_rank_with_accumulation_and_uneven_mu
         assert abs(a[step] - b[step]) <= 1e-5 * abs(a[step]), (step, a[step], b[step])
 
 
+def test_a_checkpoint_scores_on_hellaswag_through_checkpoint_logits_fn(tiny, tmp_path):
+    from gptlab.evals.hellaswag import evaluate_hellaswag
+
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0, save_model=True),
+               check=True)
+    ckpt_path = os.path.join(only_run_dir(tmp_path), exp.CHECKPOINT_DIR, "step_000003.pt")
+    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
+    assert enc.n_vocab == tiny["n_vocab"] and ckpt["step"] == 3
+    tokens = torch.tensor([enc.encode_ordinary("The quick brown fox jumps over the lazy dog. " * 6)])
+    logits = logits_fn(tokens)
+    assert logits.shape == (1, tokens.shape[1], enc.n_vocab) and torch.isfinite(logits).all()
+    assert torch.allclose(logits_fn(tokens[:, :50]), logits[:, :50], atol=1e-5)  # padding never leaks backwards
+    result = evaluate_hellaswag(logits_fn, enc, HELLASWAG_VAL, limit=8, progress=False)
+    assert result["n"] == 8 and 0 <= result["acc_norm"] <= 1
+
+
 def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
     """Weights that turn NaN (here: planted in a checkpoint) stop training with a message and a failed result."""
     good = tmp_path / "good"
