@@ -391,17 +391,14 @@ class Muon(torch.optim.Optimizer):
             first = len(self.chunks)
             self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
             self.chunks_by_shape.append(range(first, len(self.chunks)))
-        self.chunk_of = {p: c for c, chunk in enumerate(self.chunks) for p, _ in chunk}
         self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
 
     def start_reduce(self, c):
         """Start summing chunk c's gradients over ranks (each rank receives its own matrix's); idempotent."""
-        if self._reduced[c] is None:
-            self._reduce(c)
-
-    def _reduce(self, c):
         import torch.distributed as dist
 
+        if self._reduced[c] is not None:
+            return
         chunk = self.chunks[c]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p, _ in chunk]
         if self.world_size == 1:
@@ -488,7 +485,7 @@ class GradientSync:
         for u, (kind, item) in enumerate(self.units):
             for p in [item] if kind == "adam" else [p for p, _ in muon.chunks[item]]:
                 self.unit_of[p] = u
-        self.members = [sum(1 for v in self.unit_of.values() if v == u) for u in range(len(self.units))]
+        self.members = [1 if kind == "adam" else len(muon.chunks[item]) for kind, item in self.units]
         self.armed = False  # True during the backward of the last micro-batch of a step
         self._reset()
         if world_size > 1:
@@ -883,7 +880,6 @@ def main(argv=None):
 def train(args, ctx, ckpt=None):
     """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
     from gptlab.dataloader import BOSAlignedLoader, ValidationSet, expand_shard_files
-    from gptlab.shards import read_header
     from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
     device = ctx.device
@@ -1017,7 +1013,7 @@ def train(args, ctx, ckpt=None):
             log(f"world_size {ctx.world_size}, grad_acc_steps {cfg.grad_acc_steps}, device_batch_size "
                 f"{cfg.device_batch_size} tokens, batch_size {cfg.batch_size} tokens/step, device {device}, "
                 f"dtype {cfg.dtype}, compile {cfg.compile}, attention {cfg.attention}")
-            train_tokens = sum(read_header(p)[1] for p in train_paths)
+            train_tokens = sum(train_loader.counts)
             passes = cfg.train_steps * cfg.batch_size / max(1, train_tokens)
             log(f"training data: {train_tokens:,} tokens in {len(train_paths)} shard(s); {cfg.train_steps} steps x "
                 f"{cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
@@ -1035,19 +1031,18 @@ def train(args, ctx, ckpt=None):
             say(f"results: {json.dumps(results)}")
         return results
     except BaseException as err:
+        identity = {"model_name": cfg.model_name, "world_size": ctx.world_size, "tokenizer": tok_stem, "seed": cfg.seed}
         if ctx.is_main and isinstance(err, KeyboardInterrupt):
             ckpt_path = live["checkpoint"]
             how = (f"resume with --resume {ckpt_path}" if ckpt_path else
                    "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
             say(f"run interrupted (Ctrl-C) after step {live['step']}; {how}")
             exp.write_results(run_dir, {"status": "interrupted", "steps": live["step"], "checkpoint": ckpt_path,
-                                        "model_name": cfg.model_name, "world_size": ctx.world_size,
-                                        "tokenizer": tok_stem, "seed": cfg.seed})
+                                        **identity})
         elif ctx.is_main:
             message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
             say(f"run failed: {message}")
-            exp.write_results(run_dir, {"status": "failed", "error": message, "model_name": cfg.model_name,
-                                        "world_size": ctx.world_size, "tokenizer": tok_stem, "seed": cfg.seed})
+            exp.write_results(run_dir, {"status": "failed", "error": message, **identity})
         if _is_cuda_oom(err):
             raise UserError(f"CUDA out of memory ({err}); lower --device_batch_size (more gradient accumulation, "
                             "same results), --batch_size or --train_seq_len") from None
@@ -1107,7 +1102,6 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
     final = {"val_loss": None, "val_bpb": None, "hellaswag": None}
-    last_checkpoint = None
     # elapsed: optimizer steps only (metrics elapsed_s, results train_time_s); wall: everything incl. evaluations
     elapsed, wall_before = time_before
     wall_start = time.perf_counter() - wall_before
@@ -1118,7 +1112,6 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
             torch.cuda.synchronize(device)
 
     def save(step):
-        nonlocal last_checkpoint
         muon.gather_state()  # collective: rank 0 needs every matrix's momentum
         if not ctx.is_main:
             return
@@ -1129,7 +1122,7 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
                             dataloader_state=train_loader.state_dict(), rng_states=rng_states(),
                             extra={"elapsed_s": elapsed, "wall_time_s": time.perf_counter() - wall_start,
                                    "run_dir": run_dir})
-        last_checkpoint = live["checkpoint"] = path
+        live["checkpoint"] = path
         say(f"checkpoint: {path}", echo=False)
 
     def evaluate_loss(step, windows):
@@ -1202,7 +1195,8 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
             dist.all_reduce(loss_total, op=dist.ReduceOp.SUM)
         train_loss = loss_total.item()
         if not math.isfinite(train_loss):
-            keep = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was saved"
+            keep = (f"the last good checkpoint is {live['checkpoint']}" if live["checkpoint"] else
+                    "no checkpoint was saved")
             raise TrainingDiverged(f"training loss became {train_loss} at step {step + 1}; stopped ({keep}). Lower the "
                                    "learning rate (--lr_scale) or check the data")
         lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
@@ -1243,7 +1237,7 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
             "tokens": step * cfg.batch_size, "steps": step, "wall_time_s": time.perf_counter() - wall_start,
             "train_time_s": elapsed,
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
-            "peak_mem_label": mem["label"], "checkpoint": last_checkpoint}
+            "peak_mem_label": mem["label"], "checkpoint": live["checkpoint"]}
 
 
 if __name__ == "__main__":

@@ -66,21 +66,17 @@ def gpu_possible():
     return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd")) or sys.platform == "win32"
 
 
-def _native_available():
-    from gptlab.bpe import native
-
-    return native.available()
-
-
 def choose_engine(device="auto", engine="auto"):
     """(engine, device string) for the merge loop: the native and Python loops need no torch at all."""
+    from gptlab.bpe import native
+
     if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
         raise UserError(f"--device {device!r} is not one of auto, cpu, cuda")
     if device == "auto":
         # The C loop on the CPU unless the torch loop is asked for (or there is no C compiler and maybe a GPU):
         # at 921 MB / vocab 65534 the C loop took 8.5 s for 65,278 merges (0.13 ms each, 6% of the run), while the
         # torch loop launches ~60 small kernels per merge, which alone costs more than that on a GPU.
-        wants_torch = engine == "torch" or (engine == "auto" and not _native_available())
+        wants_torch = engine == "torch" or (engine == "auto" and not native.available())
         if not (wants_torch and gpu_possible()):
             device = "cpu"
     if device != "cpu":
@@ -90,8 +86,6 @@ def choose_engine(device="auto", engine="auto"):
     if engine == "auto" and device != "cpu":
         engine = "torch"
     elif engine in ("auto", "native"):
-        from gptlab.bpe import native
-
         if native.available():
             engine = "native"
         elif engine == "native":
