@@ -339,6 +339,27 @@ def _compiled_create_block_mask():
     return _CREATE_BLOCK_MASK["fn"]
 
 
+def attention_pairs(idx, eot_id, window_blocks):
+    """How many (query, key) pairs the document-causal sliding-window mask of idx (B, T) allows: a 0-dim int64
+    tensor computed in O(B*T) on idx's device, equal to the dense mask's sum (attention FLOPs for MFU)."""
+    pos = torch.arange(idx.size(1), device=idx.device)
+    doc_start = torch.where(idx == eot_id, pos, 0).cummax(dim=1).values  # (B, T): where each document begins
+    window_start = (pos // BLOCK_SIZE - window_blocks + 1).clamp(min=0) * BLOCK_SIZE  # (T,): oldest key in window
+    return (pos - torch.maximum(doc_start, window_start) + 1).sum()
+
+
+def training_flops(model, tokens, pairs):
+    """(matmul FLOPs, attention FLOPs) of one forward + backward over `tokens` tokens whose masks allow
+    pairs["long"] / pairs["short"] query-key pairs: 6 x tokens x (parameters that are multiplied: not the
+    embedding look-ups), and per layer 12 x head_dim x heads x allowed pairs (QK^T and AV: 2 multiply-adds per
+    pair and head dim each; the backward costs twice the forward)."""
+    n_matmul = sum(p.numel() for n, p in model.named_parameters()
+                   if p.ndim >= 2 and not n.startswith(("embed.", "value_embeds.")))
+    attn = sum(12 * block.attn.head_dim * block.attn.num_heads * pairs[window]
+               for block, window in zip(model.blocks, model.layer_window))
+    return 6 * tokens * n_matmul, attn
+
+
 def window_blocks(step, train_steps, window_size):
     # sliding-window warm-up: the long window grows linearly from 1 block to window_size over training, short = half
     # (modded-nanogpt FlexAttention record 2024-11 for the warm-up, long/short windows in 2025)
@@ -983,6 +1004,7 @@ def train(args, ctx, ckpt=None):
     try:
         config = {**vars(cfg), "world_size": ctx.world_size, "device": str(device),
                   "gpu_name": hw["gpu_name"], "gpu_count": hw["gpu_count"], "cpu_model": hw["cpu_model"],
+                  "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"],
                   "n_params": n_params, "n_params_embeddings": n_params_embed, "padded_vocab": model.padded_vocab,
                   "tokenizer_name": tok_stem, "tokenizer_path": tok_data["path"], "tokenizer_ranks_sha256": tok_hash,
                   "tokenizer_n_vocab": encoding.n_vocab, "eot_id": eot, "train_shards": train_paths,
@@ -1023,7 +1045,8 @@ def train(args, ctx, ckpt=None):
                               train_loader=train_loader, val_set=val_set, encoding=encoding, eot=eot,
                               byte_lengths=byte_lengths, autocast=autocast, use_flex=use_flex, start_step=start_step,
                               time_before=(elapsed_before, wall_before), run_dir=run_dir, say=say, metrics=metrics,
-                              tok_stem=tok_stem, tok_hash=tok_hash, model_config=model_config, live=live)
+                              tok_stem=tok_stem, tok_hash=tok_hash, model_config=model_config, live=live,
+                              peak_tflops=hw["gpu_bf16_peak_tflops"])
         results.update({"n_params": n_params, "gpu_name": hw["gpu_name"], "world_size": ctx.world_size,
                         "tokenizer": tok_stem, "model_name": cfg.model_name, "seed": cfg.seed})
         if ctx.is_main:
@@ -1088,7 +1111,7 @@ def _make_say(ctx, log):
 
 def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
                 autocast, use_flex, start_step, time_before, run_dir, say, metrics, tok_stem, tok_hash,
-                model_config, live):
+                model_config, live, peak_tflops):
     """Evaluate, step, log and checkpoint from start_step to cfg.train_steps; returns the final figures.
 
     model_fwd is the (maybe compiled) model used for training and validation; `say` logs (rank 0); `metrics` is the
@@ -1154,6 +1177,7 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
     bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=start_step * cfg.batch_size, disable=not ctx.is_main,
                file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True, desc="train")
     tokens_per_step = cfg.batch_size
+    speed = {"flops": 0.0, "time": 0.0}  # over the steps after this process's first (MFU in results.json)
     step = start_step
     for step in range(start_step, cfg.train_steps + 1):
         last = step == cfg.train_steps
@@ -1180,10 +1204,12 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
         if train_loader.epoch > epoch_before:
             say(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
+        pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
         for micro, (x_np, y_np) in enumerate(batches):
             x = torch.from_numpy(x_np).to(device, non_blocking=True)
             y = torch.from_numpy(y_np).to(device, non_blocking=True)
             masks = build_attention_masks(x, eot, *windows, use_flex)
+            pairs += torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
             with autocast():
                 # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
                 loss = model_fwd(x, masks, y) / tokens_per_step
@@ -1191,9 +1217,10 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
             loss.backward()
             loss_total += loss.detach()
         grad_sync.finish()
+        step_sums = torch.cat([loss_total.double().view(1), pairs.double()])  # one collective, one host sync
         if ctx.is_distributed:
-            dist.all_reduce(loss_total, op=dist.ReduceOp.SUM)
-        train_loss = loss_total.item()
+            dist.all_reduce(step_sums, op=dist.ReduceOp.SUM)
+        train_loss, pairs_long, pairs_short = step_sums.tolist()
         if not math.isfinite(train_loss):
             keep = (f"the last good checkpoint is {live['checkpoint']}" if live["checkpoint"] else
                     "no checkpoint was saved")
@@ -1212,12 +1239,21 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
         step_time = time.perf_counter() - t0
         elapsed += step_time
         done = live["step"] = step + 1
+        # model FLOPs utilisation: this step's FLOPs (attention counted for the masks used) per GPU-second
+        flops = sum(training_flops(model, tokens_per_step, {"long": pairs_long, "short": pairs_short}))
+        tflops = flops / step_time / ctx.world_size / 1e12
+        mfu = tflops / peak_tflops if peak_tflops else None
+        if step > start_step:  # the run's figure leaves out the first step (compilation, warm-up)
+            speed["flops"] += flops
+            speed["time"] += step_time
         if ctx.is_main:
             metrics.write(step=done, tokens=done * tokens_per_step, train_loss=train_loss, lr=lr_mult,
-                          step_time_s=step_time, elapsed_s=elapsed, tokens_per_s=tokens_per_step / step_time)
+                          step_time_s=step_time, elapsed_s=elapsed, tokens_per_s=tokens_per_step / step_time,
+                          tflops_per_gpu=tflops, mfu=mfu)
             first_compiled = cfg.compile and step == start_step
             say(f"step {done}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr_mult:.4g} step_time "
-                f"{step_time * 1000:.0f}ms tokens/s {tokens_per_step / step_time:,.0f}"
+                f"{step_time * 1000:.0f}ms tokens/s {tokens_per_step / step_time:,.0f} TFLOP/s/GPU {tflops:.3g}"
+                + (f" MFU {100 * mfu:.1f}%" if mfu is not None else "")
                 + (" (includes torch.compile warm-up)" if first_compiled else ""),
                 echo=cfg.log_every > 0 and done % cfg.log_every == 0)
             bar.set_postfix(step=done, loss=f"{train_loss:.4f}", refresh=False)
@@ -1228,6 +1264,12 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
 
     mem = exp.peak_memory(device)
     say(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved {mem['reserved_gb']:.3f} GB")
+    run_tflops = speed["flops"] / speed["time"] / ctx.world_size / 1e12 if speed["time"] else None
+    run_mfu = run_tflops / peak_tflops if run_tflops is not None and peak_tflops else None
+    if run_tflops is not None:
+        say(f"speed after the first step: {run_tflops:.3g} TFLOP/s per GPU" + (
+            f", MFU {100 * run_mfu:.1f}% of the {peak_tflops:g} TFLOP/s bf16 peak" if run_mfu is not None else
+            " (MFU: no bf16 peak known for this device)"))
     if cfg.sample_tokens and ctx.is_main:
         model.eval()
         logits_fn = make_logits_fn(model, eot, full_windows, False, autocast, model.vocab_size)
@@ -1237,7 +1279,8 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
             "tokens": step * cfg.batch_size, "steps": step, "wall_time_s": time.perf_counter() - wall_start,
             "train_time_s": elapsed,
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
-            "peak_mem_label": mem["label"], "checkpoint": live["checkpoint"]}
+            "peak_mem_label": mem["label"], "checkpoint": live["checkpoint"], "tflops_per_gpu": run_tflops,
+            "mfu": run_mfu}
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ steps. The optimizer's share is timed on its own too: Muon's Newton–Schulz cos
 a step has, so a step of one small micro-batch understates what a real run (many micro-batches per update)
 reaches; the GPU default is 8 micro-batches of 16,384 tokens (131,072 tokens per update).
 
-FLOPs per step (documented, used for MFU):
+FLOPs per step (train_gpt.training_flops, the count train_gpt.py's log uses too):
     matmul FLOPs  = 6 x tokens x N_matmul, N_matmul = parameters that are multiplied (q/k/v, attention output,
                     MLP and lm_head weights; embeddings and value embeddings are look-ups and count 0)
     attention     = 3 x 4 x head_dim x num_heads x sum over layers of P_layer
                     (forward QK^T and AV are 2 x head_dim multiply-adds per allowed query-key pair each; the
                     backward costs twice the forward), where P_layer is the number of query-key pairs the
                     layer's document-causal sliding-window mask actually allows in the benchmark batch
-                    (counted exactly from the mask, so masked-out work is not credited).
+                    (train_gpt.attention_pairs counts them exactly, so masked-out work is not credited).
     MFU = FLOPs per step / step time / peak. Peak: --peak_tflops, else a known GPU's dense bf16 peak (H100 SXM
     989 TFLOP/s, ...), else n/a (CPU: n/a unless --peak_tflops is given).
 """
@@ -32,11 +32,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from gptlab.errors import UserError, run_cli  # noqa: E402
+from gptlab.experiment import gpu_bf16_peak_tflops  # noqa: E402
 
-# dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by substring of torch.cuda.get_device_name()
-GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
-                        ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.0),
-                        ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
 GPU_DEFAULT = dict(num_layers=12, model_dim=768, num_heads=12, vocab_size=50304, seq_len=1024, device_batch_size=16384,
                    window_size=1792, steps=10, warmup=3, grad_acc_steps=8)
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, seq_len=256, device_batch_size=512,
@@ -63,25 +60,6 @@ def build_parser():
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     return p
-
-
-def flops_per_step(model, masks_by_layer, tokens):
-    """(matmul FLOPs, attention FLOPs) for one training step (see the module docstring)."""
-    n_matmul = sum(p.numel() for n, p in model.named_parameters()
-                   if p.ndim >= 2 and not n.startswith(("embed.", "value_embeds.")))
-    matmul = 6 * tokens * n_matmul
-    attn = 0
-    for block, mask in zip(model.blocks, masks_by_layer):
-        pairs = int(mask.sum())  # dense bool mask (B, 1, T, T): allowed query-key pairs
-        attn += 3 * 4 * block.attn.head_dim * block.attn.num_heads * pairs
-    return matmul, attn
-
-
-def gpu_peak_tflops(name):
-    for key, tflops in GPU_BF16_PEAK_TFLOPS:
-        if key.lower() in name.lower():
-            return tflops
-    return None
 
 
 def synthetic_batch(rows, seq_len, vocab, eot, doc_len, gen):
@@ -120,9 +98,8 @@ def bench_one(cfg, device, compiled, amp_dtype):
                            torch.Generator().manual_seed(0))
     x, y = x.to(device), y.to(device)
     windows = train_gpt.window_blocks(1, 1, cfg["window_size"])  # the final (largest) windows
-    dense = train_gpt.build_attention_masks(x, eot, *windows, use_flex=False)
-    matmul_flops, attn_flops = flops_per_step(model, [dense[w] for w in model.layer_window], x.numel())
-    del dense
+    pairs = {name: int(train_gpt.attention_pairs(x, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
+    matmul_flops, attn_flops = train_gpt.training_flops(model, x.numel(), pairs)
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
 
     tokens_per_step = x.numel() * cfg["grad_acc_steps"]
@@ -206,7 +183,7 @@ def main(argv=None):
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
     amp_dtype = torch.bfloat16 if dtype == "bfloat16" else None
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = args.peak_tflops or (gpu_peak_tflops(gpu_name) if gpu_name else None)
+    peak = args.peak_tflops or (gpu_bf16_peak_tflops(gpu_name) if gpu_name else None)
     print(f"device {device} ({gpu_name or 'CPU'}), dtype {dtype}, config {json.dumps(cfg)}", flush=True)
     results = []
     for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:

@@ -31,7 +31,7 @@ RESULTS_FILE = "results.json"
 CODE_DIR = "code"
 CHECKPOINT_DIR = "checkpoints"
 METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
-                   "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm"]
+                   "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
 
 CHECKPOINT_FORMAT = "gptlab-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -325,15 +325,32 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
+# dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by substring of torch.cuda.get_device_name(), most specific
+# first: the denominator of MFU in train_gpt.py's log and bench/bench_train.py
+GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0),
+                        ("H100 NVL", 835.0), ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0),
+                        ("L40S", 362.0), ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0),
+                        ("V100", 125.0)]
+
+
+def gpu_bf16_peak_tflops(gpu_name):
+    """The dense bf16 peak of a GPU named like torch.cuda.get_device_name() prints it, or None if unknown."""
+    for key, tflops in GPU_BF16_PEAK_TFLOPS:
+        if key.lower() in (gpu_name or "").lower():
+            return tflops
+    return None
+
+
 def hardware_info(device):
-    """{gpu_name, gpu_count, cpu_model, cpu_count, nvidia_smi (text or None)} for the config and the log."""
+    """{gpu_name, gpu_count, gpu_bf16_peak_tflops, cpu_model, cpu_count, nvidia_smi (text or None)}."""
     import torch
 
     info = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu_name": None, "gpu_count": 0,
-            "nvidia_smi": None}
+            "gpu_bf16_peak_tflops": None, "nvidia_smi": None}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         info["gpu_name"] = torch.cuda.get_device_name(device)
         info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_bf16_peak_tflops"] = gpu_bf16_peak_tflops(info["gpu_name"])
         try:
             info["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
         except (OSError, subprocess.SubprocessError):

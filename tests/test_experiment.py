@@ -29,7 +29,7 @@ def test_metrics_csv_columns_empty_cells_and_no_overwrite(tmp_path):
     with open(path) as f:  # flushed as it goes: readable before close
         lines = f.read().splitlines()
     assert lines[0].split(",") == exp.METRICS_COLUMNS
-    assert lines[1] == "1,1024,4.1234568,,,1,,,,,"
+    assert lines[1] == "1,1024,4.1234568,,,1,,,,,,,"
     rows = exp.read_metrics(path)
     assert rows[1]["val_bpb"] == 1.25 and rows[1]["train_loss"] is None
     with pytest.raises(ValueError):
@@ -41,6 +41,11 @@ def test_metrics_csv_columns_empty_cells_and_no_overwrite(tmp_path):
     tolerant = exp.read_metrics(path, strict=False)
     assert tolerant.rows == list(rows) and not tolerant.notes and not tolerant.truncated
     assert isinstance(rows[0]["step"], int) and rows[0]["tokens"] == 1024
+    # runs recorded before the tflops_per_gpu / mfu columns existed read the same, those cells as missing
+    old = tmp_path / "old_metrics.csv"
+    old.write_text(",".join(exp.METRICS_COLUMNS[:11]) + "\n1,1024,4.5,,,1,0.5,0.5,2048,,\n")
+    (row,) = exp.read_metrics(str(old))
+    assert row["tokens_per_s"] == 2048 and "mfu" not in row
 
 
 def test_metrics_reader_strict_raises_tolerant_notes(tmp_path):

@@ -95,6 +95,20 @@ def test_flex_block_mask_and_dense_mask_agree_and_give_the_same_model_output():
     assert torch.allclose(flex, dense, atol=1e-5, rtol=1e-5)
 
 
+def test_attention_pairs_counts_exactly_what_the_mask_allows():
+    torch.manual_seed(1)
+    B, T, eot = 3, 512, 5
+    idx = torch.randint(0, 40, (B, T))
+    idx[idx == eot] = 0
+    idx[0, [0, 3, 4, 130, 131, 400]] = eot  # adjacent documents, one-token documents, a long one
+    idx[1, [200]] = eot  # row 1 starts mid-document (no <|endoftext|> at 0); row 2 has none at all
+    docs = (idx == eot).cumsum(1)
+    for window in (1, 2, 3, 4, 9):
+        dense = train_gpt.dense_mask(train_gpt.document_window_mask_mod(docs, torch.tensor(window)), B, T, "cpu")
+        pairs = train_gpt.attention_pairs(idx, eot, window)
+        assert pairs.dtype == torch.int64 and int(pairs) == int(dense.sum())
+
+
 def test_attention_runs_in_the_matmul_dtype_under_autocast(monkeypatch):
     """CUDA autocast runs rms_norm in float32 and FlexAttention is not autocast: q, k, v must still reach attention
     in bfloat16. Emulated on CPU by a norm that returns float32, as CUDA autocast's does."""
@@ -203,6 +217,10 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     step_rows = [r for r in rows if r["train_loss"] is not None]
     assert all(r["tokens"] == r["step"] * 1024 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in step_rows)
     assert all(r["val_loss"] is None and r["hellaswag_acc"] is None for r in step_rows)
+    # model FLOPs per second: matmuls + the attention the masks allowed; no MFU without a known GPU peak
+    assert all(r["tflops_per_gpu"] > 0 and r["mfu"] is None for r in step_rows)
+    fastest = max(step_rows, key=lambda r: r["tokens_per_s"])
+    assert fastest["tflops_per_gpu"] == max(r["tflops_per_gpu"] for r in step_rows)
     hs_rows = [r for r in rows if r["hellaswag_acc"] is not None]
     assert [r["step"] for r in hs_rows] == [15, 30, 40]  # its own schedule, independent of val_loss_every
 
@@ -226,11 +244,14 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
         assert key in results, key
     assert results["n_params"] == config["n_params"] > 0 and results["peak_mem_allocated_gb"] > 0
     assert 0 < results["train_time_s"] < results["wall_time_s"]
+    assert results["tflops_per_gpu"] > 0 and results["mfu"] is None and config["gpu_bf16_peak_tflops"] is None
+    assert min(r["tflops_per_gpu"] for r in step_rows) <= results["tflops_per_gpu"] <= fastest["tflops_per_gpu"]
 
     with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
         log = f.read()
     for needle in ("command:", "config:", "versions:", "hardware:", "parameters:", "step 40/40 train_loss",
-                   "peak memory (CPU: process max RSS", "sample:", "hellaswag acc", "results:"):
+                   "TFLOP/s/GPU", "peak memory (CPU: process max RSS", "speed after the first step:",
+                   "(MFU: no bf16 peak known for this device)", "sample:", "hellaswag acc", "results:"):
         assert needle in log, needle
 
     code = os.path.join(run_dir, exp.CODE_DIR)
@@ -592,23 +613,22 @@ def test_resume_with_a_different_architecture_is_refused(tiny, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ benchmark
-def test_bench_flop_count_is_honest_about_the_mask():
-    sys.path.insert(0, os.path.join(REPO, "bench"))
-    from bench_train import flops_per_step
-
-    model = train_gpt.GPT(vocab_size=256, num_layers=2, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+def test_flop_count_is_honest_about_the_mask():
+    """train_gpt.training_flops (the log's MFU and bench_train.py's): matmuls, plus attention for allowed pairs only."""
+    model = train_gpt.GPT(vocab_size=256, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
                           max_seq_len=256)
+    assert model.layer_window == ["long", "short", "short", "long"]
     idx = torch.randint(0, 255, (1, 256))
     idx[0, 0] = 255
-    full = train_gpt.build_attention_masks(idx, 255, 2, 2, False)  # one document, window covers everything
-    matmul, attn = flops_per_step(model, [full["long"], full["long"]], tokens=256)
-    n_matmul = 2 * (3 * 32 * 32 + 32 * 32 + 2 * 32 * 128) + 32 * 256  # qkv, proj, MLP per layer; lm_head
+    pairs = {"long": train_gpt.attention_pairs(idx, 255, 2), "short": train_gpt.attention_pairs(idx, 255, 1)}
+    matmul, attn = train_gpt.training_flops(model, 256, pairs)
+    n_matmul = 4 * (3 * 32 * 32 + 32 * 32 + 2 * 32 * 128) + 32 * 256  # qkv, proj, MLP per layer; lm_head
     assert matmul == 6 * 256 * n_matmul
-    assert attn == 2 * 3 * 4 * 16 * 2 * (256 * 257 // 2)  # causal pairs only
-    idx[0, 128] = 255  # two documents of 128: half the pairs of the second document's queries disappear
-    split = train_gpt.build_attention_masks(idx, 255, 2, 2, False)
-    _, attn_split = flops_per_step(model, [split["long"], split["long"]], tokens=256)
-    assert attn_split == 2 * 3 * 4 * 16 * 2 * (2 * 128 * 129 // 2)
+    causal, first_block_only = 256 * 257 // 2, 2 * 128 * 129 // 2  # the short window: each query's own block
+    assert attn == 3 * 4 * 16 * 2 * (2 * causal + 2 * first_block_only)
+    idx[0, 128] = 255  # two documents of 128: the second one's queries lose the first one's keys
+    pairs = {"long": train_gpt.attention_pairs(idx, 255, 2), "short": train_gpt.attention_pairs(idx, 255, 1)}
+    assert train_gpt.training_flops(model, 256, pairs)[1] == 3 * 4 * 16 * 2 * 4 * first_block_only
 
 
 def test_bench_runs_on_cpu(tmp_path):
