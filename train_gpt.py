@@ -319,7 +319,8 @@ def build_attention_masks(idx, eot_id, long_blocks, short_blocks, use_flex):
     docs = (idx == eot_id).cumsum(dim=1)  # (B, T): each <|endoftext|> starts a new document (the real id, not 50256)
     masks = {}
     for name, blocks in (("long", long_blocks), ("short", short_blocks)):
-        mask_mod = document_window_mask_mod(docs, torch.tensor(blocks, device=idx.device))
+        # a fill, not torch.tensor(blocks, device=...): copying a host value to the GPU would stall its queue
+        mask_mod = document_window_mask_mod(docs, torch.full((), blocks, dtype=torch.long, device=idx.device))
         if use_flex:  # partial vs full blocks are found by create_block_mask itself from the mask_mod
             make = _compiled_create_block_mask() if idx.device.type == "cuda" else create_block_mask
             masks[name] = make(mask_mod, B, None, T, T, device=idx.device)
@@ -774,18 +775,25 @@ def checkpoint_logits_fn(path, device="cpu"):
 
 # ============================================================================================== Evaluation
 @torch.no_grad()
+def to_device(array, device):
+    """A numpy batch on the device; on CUDA through pinned memory so the copy is truly asynchronous."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, device, autocast, ctx, byte_lengths):
     """(val_loss nats/token, val_bpb) over the fixed validation set, summed over ranks in float64."""
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss nats, target tokens, target bytes
-    for x, y in val_set.batches(rows_per_batch):
-        x = torch.from_numpy(x).to(device)
-        y = torch.from_numpy(y).to(device)
+    for x_np, y_np in val_set.batches(rows_per_batch):
+        x, y = to_device(x_np, device), to_device(y_np, device)
         masks = build_attention_masks(x, eot, *windows, use_flex)
         with autocast():
             loss_sum = model_fwd(x, masks, y)
         totals[0] += loss_sum.double()
         totals[1] += y.numel()
-        totals[2] += byte_lengths[y.cpu()].sum().to(device)
+        totals[2] += int(byte_lengths[torch.from_numpy(y_np)].sum())  # on the host: no GPU round trip
     dist_utils.all_reduce_sum(ctx, totals)
     loss_nats, n_tokens, n_bytes = totals.tolist()
     return loss_nats / n_tokens, bits_per_byte(loss_nats, n_bytes)
@@ -1206,8 +1214,7 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
         pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
         for micro, (x_np, y_np) in enumerate(batches):
-            x = torch.from_numpy(x_np).to(device, non_blocking=True)
-            y = torch.from_numpy(y_np).to(device, non_blocking=True)
+            x, y = to_device(x_np, device), to_device(y_np, device)
             masks = build_attention_masks(x, eot, *windows, use_flex)
             pairs += torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
             with autocast():

@@ -31,12 +31,16 @@ class DistContext:
         return self.backend is not None
 
 
-def resolve_device(requested="auto", local_rank=0):
+def resolve_device(requested="auto", local_rank=0, local_world_size=1):
     """'auto' → cuda:LOCAL_RANK when a GPU is visible, else cpu. An unavailable 'cuda' is a clear error."""
     import torch
 
     if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
         raise UserError(f"--device {requested!r} is not one of auto, cpu, cuda")
+    if requested.startswith("cuda:") and local_world_size > 1:
+        raise UserError(f"--device {requested} would put all {local_world_size} ranks of this node on one GPU; "
+                        "pass --device cuda (each rank takes the GPU of its LOCAL_RANK) and choose the GPUs with "
+                        "CUDA_VISIBLE_DEVICES")
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda"):
@@ -55,7 +59,7 @@ def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    dev = resolve_device(device, local_rank)
+    dev = resolve_device(device, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     backend = None

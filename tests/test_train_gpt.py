@@ -562,6 +562,16 @@ def test_bad_flags_fail_before_training(tiny, tmp_path, overrides, parts):
     run_main_expecting(tiny, tmp_path, parts, **overrides)
 
 
+def test_device_flags_are_checked_before_any_gpu_is_touched():
+    from gptlab.distributed import resolve_device
+
+    with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES"):  # every rank of the node on one GPU
+        resolve_device("cuda:1", local_rank=0, local_world_size=2)
+    with pytest.raises(UserError, match="not one of auto, cpu, cuda"):
+        resolve_device("gpu")
+    assert resolve_device("cpu", local_rank=1, local_world_size=2).type == "cpu"
+
+
 def test_more_ranks_than_data(tiny):
     args = train_gpt.build_parser().parse_args(tiny_args(tiny, "/tmp/unused", batch_size=128, device_batch_size=128))
     with pytest.raises(UserError, match="fewer than one row of 128 per rank for 2 ranks"):
