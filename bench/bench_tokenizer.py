@@ -93,7 +93,7 @@ def main(argv=None):
         if args.skip_hf:
             return
         try:
-            import tokenizers  # noqa: F401
+            from tokenizers import Tokenizer  # noqa: F401  (the repo's tokenizers/ folder would import as a namespace)
         except ImportError:
             sys.exit("HuggingFace tokenizers is not installed: pip install tokenizers (benchmark only)")
         hf_cmd = [sys.executable, "-c", HF_SCRIPT, corpus, str(args.vocab), PATTERNS[args.pattern],

@@ -229,6 +229,9 @@ def test_bad_numbers_and_pattern(tmp_path):
     fails(tmp_path, "--pattern", "x*", match="matches the empty string")
     fails(tmp_path, "--workers", "0", match="--workers must be at least 1")
     fails(tmp_path, "--device", "tpu", match="not one of auto, cpu, cuda")
+    # one GPU index for every local rank of a torchrun node: refused before any text is read
+    proc, _ = train(tmp_path, "--device", "cuda:1", check=False, env={"LOCAL_WORLD_SIZE": "2"})
+    assert proc.returncode == 2 and "CUDA_VISIBLE_DEVICES" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_too_few_pairs_for_the_vocabulary(tmp_path):

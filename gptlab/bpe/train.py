@@ -75,14 +75,15 @@ def choose_engine(device="auto", engine="auto"):
     if device == "auto":
         # The C loop on the CPU unless the torch loop is asked for (or there is no C compiler and maybe a GPU):
         # at 921 MB / vocab 65534 the C loop took 8.5 s for 65,278 merges (0.13 ms each, 6% of the run), while the
-        # torch loop launches ~60 small kernels per merge, which alone costs more than that on a GPU.
+        # torch loop launches ~125 small kernels per merge, which alone costs more than that on a GPU.
         wants_torch = engine == "torch" or (engine == "auto" and not native.available())
         if not (wants_torch and gpu_possible()):
             device = "cpu"
     if device != "cpu":
         from gptlab.distributed import resolve_device
 
-        device = str(resolve_device(device, int(os.environ.get("LOCAL_RANK", "0"))))
+        device = str(resolve_device(device, int(os.environ.get("LOCAL_RANK", "0")),
+                                    int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
     if engine == "auto" and device != "cpu":
         engine = "torch"
     elif engine in ("auto", "native"):
@@ -257,6 +258,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     is_main = rank == 0
     if out_path is not None:
         check_writable(out_path, overwrite)  # before any work
+    requested_device = device
     engine, device = choose_engine(device, engine)
     workers = workers or default_workers()
     num_merges = vocabsize - 256
@@ -285,7 +287,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
         if world_size > 1:
             from gptlab import distributed
 
-            ctx = distributed.setup("cpu" if device == "cpu" else device)
+            ctx = distributed.setup("cpu" if device == "cpu" else requested_device)  # it resolves it again
             parts = distributed.all_gather_objects(ctx, local)
             table = combine_tables(p["table"] for p in parts)
         else:

@@ -219,6 +219,8 @@ def nonzero_static(mask, size, fill_value):
             out = torch.nonzero_static(mask, size=size, fill_value=fill_value)
             _NONZERO_STATIC_WORKS[kind] = True
             return out
+        except torch.OutOfMemoryError:
+            raise  # not a missing kernel: do not fall back to the syncing path for good
         except (NotImplementedError, RuntimeError):
             _NONZERO_STATIC_WORKS[kind] = False
     found = mask.nonzero()[:size]
@@ -254,7 +256,8 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
     ends = torch.cumsum(lengths, 0)
     is_last = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - 1, True)
     is_first = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - lengths, True)
-    one = lambda v: torch.tensor([v], **i64)  # noqa: E731  (the sink's entry)
+    # the sink's entry; a fill: torch.tensor([v], device=cuda) would be a blocking host copy
+    one = lambda v: torch.full((1,), v, **i64)  # noqa: E731
     ids = torch.cat([ids, one(DEAD)])
     wt = torch.cat([wt, one(0)])  # word count per position; the sink weighs 0
     nxt = torch.cat([torch.where(is_last, N, pos + 1), one(N)])  # next live position of the word, N if none
@@ -373,18 +376,18 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
         r, l, w = nxt[j], prv[j], wt[j]  # noqa: E741
         rr = nxt[r]
         mark.index_fill_(0, j, k)
-        mark[N] = -1  # the sink is never a replaced position
+        mark[N:].fill_(-1)  # the sink is never a replaced position (slice fills: t[N] = v would sync on CUDA)
         l = torch.where(mark[prv[l]] == k, N, l)  # noqa: E741  l is the previous j's r (a b a b): counted there
         old_left = ids[l]  # pairs that go: (ids[l], a) at l, (a, b) at j (zeroed below), (b, ids[rr]) at r
         old_right = ids[rr]
         ids.index_fill_(0, j, new_id)
         ids.index_fill_(0, r, DEAD)
-        ids[N] = DEAD
+        ids[N:].fill_(DEAD)
         nxt.scatter_(0, j, rr)
         prv.scatter_(0, rr, j)
         for t in (nxt, prv):
             t.index_fill_(0, r, N)
-            t[N] = N  # rr == N wrote into the sink
+            t[N:].fill_(N)  # rr == N wrote into the sink
         pk.index_fill_(0, r, NO_PAIR)
         # pairs that come: (new, ids[rr]) at j, (ids[lp], new) at lp = the new left neighbour of j, unless lp is
         # itself a replaced j (then that pair is (new, new), already counted at lp)
@@ -436,7 +439,7 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
         if place == len(sorted_tokens) or sorted_tokens[place] != token:
             sorted_tokens.insert(place, token)
             rank += rank >= place
-        rank[new_id] = place
+        rank[new_id:new_id + 1].fill_(place)
 
         if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):
             progress(k + 1 - last_report)
