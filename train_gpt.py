@@ -20,7 +20,6 @@ token's bytes are len(encoding.decode_single_token_bytes(id)) and special tokens
 """
 import argparse
 import contextlib
-import glob
 import json
 import math
 import os
@@ -660,74 +659,6 @@ def _divisor_hint(n, near):
     return min(divisors, key=lambda d: abs(d - near))
 
 
-def resolve_shard_globs(cfg, tokenizer_stem):
-    """Default shard globs: the single data/*_<tokenizer stem>/ folder written by download_fineweb.py."""
-    if cfg.train_files and cfg.val_files:
-        return
-    from gptlab.shards import read_manifest_parts
-
-    dirs = sorted(d for d in glob.glob(os.path.join("data", f"*_{tokenizer_stem}")) if os.path.isdir(d))
-    if len(dirs) > 1:  # the suffix also matches another tokenizer's folder (e.g. "a_qs" for "qs"): ask the manifests
-        def made_with_this_tokenizer(folder):
-            parts = read_manifest_parts(folder).values()
-            return any(part.get("tokenizer", {}).get("name") == tokenizer_stem for part in parts)
-        dirs = [d for d in dirs if made_with_this_tokenizer(d)] or dirs
-    if len(dirs) != 1:
-        found = f"found {len(dirs)}: {', '.join(dirs)}" if dirs else "found none"
-        raise UserError(f"no --train_files/--val_files given and data/*_{tokenizer_stem}/ is ambiguous ({found}); "
-                        "pass --train_files 'DIR/train_*.bin' --val_files 'DIR/val_*.bin' or run download_fineweb.py "
-                        f"--tokenizer {tokenizer_stem}")
-    cfg.train_files = cfg.train_files or [os.path.join(dirs[0], "train_*.bin")]
-    cfg.val_files = cfg.val_files or [os.path.join(dirs[0], "val_*.bin")]
-
-
-def check_shards_match_tokenizer(paths, tok_hash, n_vocab, flag):
-    """Refuse shards made with another tokenizer, naming the folder or file; returns the folders whose manifest
-    says the writer has not finished (still running, or killed) so the caller can warn.
-
-    A folder written by download_fineweb.py has a manifest (manifest.json, or manifest.rank{r}.json parts from split
-    jobs): gptlab.shards.check_manifest compares its tokenizer ranks_sha256 with ours and checks every listed shard's
-    header. Hand-made shards without a manifest are still checked for token ids beyond the vocabulary."""
-    import numpy as np
-
-    from gptlab import shards
-
-    unfinished = []
-    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
-        if not glob.glob(os.path.join(folder, shards.MANIFEST_GLOB)):
-            continue
-        try:
-            manifest = shards.check_manifest(folder, tok_hash, verify_files=True)
-        except UserError as err:
-            raise UserError(f"{flag}: {err}") from None
-        if not manifest["complete"]:
-            unfinished.append(folder)
-    for path in paths:
-        head = np.asarray(shards.read_shard(path)[: 1 << 20])
-        if head.size and int(head.max()) >= n_vocab:
-            raise UserError(f"shard {path} holds token id {int(head.max())} but the tokenizer has only {n_vocab} ids: "
-                            "it was made with a different tokenizer; pass the right --tokenizer or re-tokenize")
-    return unfinished
-
-
-def rng_states():
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def set_rng_states(states):
-    if "torch" in states:
-        torch.set_rng_state(states["torch"])
-    if "python" in states:
-        random.setstate(_tuplify(states["python"]))
-    if states.get("cuda") and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def _tuplify(x):
-    return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
-
-
 def model_config_of(cfg):
     return {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
             "head_dim": cfg.head_dim, "model_dim": cfg.model_dim, "mlp_ratio": cfg.mlp_ratio,
@@ -908,7 +839,7 @@ def main(argv=None):
 
 def train(args, ctx, ckpt=None):
     """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
-    from gptlab.dataloader import BOSAlignedLoader, ValidationSet, expand_shard_files
+    from gptlab.dataloader import BOSAlignedLoader, ValidationSet, select_run_shards
     from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
     device = ctx.device
@@ -927,22 +858,14 @@ def train(args, ctx, ckpt=None):
     if cfg.vocab_size < encoding.n_vocab:
         raise UserError(f"--vocab_size {cfg.vocab_size} is smaller than the tokenizer's vocabulary: {tok_stem} has "
                         f"{encoding.n_vocab} ids including special tokens; pass --vocab_size {encoding.n_vocab}")
-    resolve_shard_globs(cfg, tok_stem)
-    train_paths = expand_shard_files(cfg.train_files, "--train_files")
-    val_paths = expand_shard_files(cfg.val_files, "--val_files")
-    overlap = sorted(set(map(os.path.realpath, train_paths)) & set(map(os.path.realpath, val_paths)))
-    if overlap:
-        more = ", ..." if len(overlap) > 1 else ""
-        raise UserError(f"--train_files and --val_files share {len(overlap)} shard(s) ({overlap[0]}{more}): the "
-                        "model would be validated on text it trained on. Match only train_*.bin with --train_files "
-                        "(e.g. 'data/<folder>/train_*.bin')")
+    run_shards = select_run_shards(cfg.train_files, cfg.val_files, tok_stem, tok_hash, encoding.n_vocab)
+    cfg.train_files, cfg.val_files = run_shards.train_files, run_shards.val_files
+    train_paths, val_paths = run_shards.train_paths, run_shards.val_paths
     hellaswag_warning = check_hellaswag_file(cfg)
     if hellaswag_warning and ctx.is_main:
         print(hellaswag_warning, file=sys.stderr, flush=True)
-    unfinished = (check_shards_match_tokenizer(train_paths, tok_hash, encoding.n_vocab, "--train_files")
-                  + check_shards_match_tokenizer(val_paths, tok_hash, encoding.n_vocab, "--val_files"))
     if ctx.is_main:
-        for folder in sorted(set(unfinished)):
+        for folder in run_shards.unfinished:
             print(f"warning: the manifest in {folder} says download_fineweb.py has not finished writing it; training "
                   "on the shards written so far", file=sys.stderr, flush=True)
     train_loader = BOSAlignedLoader(train_paths, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
@@ -976,7 +899,7 @@ def train(args, ctx, ckpt=None):
         model.load_state_dict(ckpt["model"])
         for opt, state in zip(optimizers, ckpt["optimizers"]):
             opt.load_state_dict(state)
-        set_rng_states(ckpt["rng"])
+        exp.set_rng_states(ckpt["rng"])
         start_step = ckpt["step"]
         elapsed_before = float(ckpt["extra"].get("elapsed_s", 0.0))
         wall_before = float(ckpt["extra"].get("wall_time_s", 0.0))
@@ -1150,7 +1073,7 @@ def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set
         exp.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=step,
                             args=dict(vars(cfg)), tokenizer={"name": tok_stem, "ranks_sha256": tok_hash},
                             optimizer_states=[opt.state_dict() for opt in optimizers],
-                            dataloader_state=train_loader.state_dict(), rng_states=rng_states(),
+                            dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
                             extra={"elapsed_s": elapsed, "wall_time_s": time.perf_counter() - wall_start,
                                    "run_dir": run_dir})
         live["checkpoint"] = path

@@ -92,9 +92,9 @@ def main(argv=None):
             print("      " + out.strip().splitlines()[-1])
         if args.skip_hf:
             return
-        try:
-            from tokenizers import Tokenizer  # noqa: F401  (the repo's tokenizers/ folder would import as a namespace)
-        except ImportError:
+        import tokenizers  # without the package, the repo's tokenizers/ folder imports as an empty namespace
+
+        if not hasattr(tokenizers, "Tokenizer"):
             sys.exit("HuggingFace tokenizers is not installed: pip install tokenizers (benchmark only)")
         hf_cmd = [sys.executable, "-c", HF_SCRIPT, corpus, str(args.vocab), PATTERNS[args.pattern],
                   os.path.join(tmp, "hf.json")]

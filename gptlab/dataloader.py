@@ -1,5 +1,7 @@
 """Token batches for train_gpt.py: BOS-aligned, split across ranks, resumable, identical for any world size.
 
+Which shards a run reads (select_run_shards): the flags' globs or the default folder, checked before training.
+
 Training rows. The train shards are read in order (epoch 0 in sorted file order, later epochs in an order
 shuffled with the seed) as one stream of rows of `seq_len + 1` tokens (inputs = row[:-1], targets = row[1:]).
 A row starts at an `<|endoftext|>` (BOS) token where possible, as in modded-nanogpt's BOS-aligned loader: the next
@@ -19,11 +21,12 @@ for every world size.
 """
 import glob
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from gptlab.errors import UserError
-from gptlab.shards import read_header, read_shard
+from gptlab.shards import MANIFEST_GLOB, check_manifest, read_header, read_manifest_parts, read_shard
 
 
 def expand_shard_files(patterns, what="--train_files"):
@@ -38,6 +41,78 @@ def expand_shard_files(patterns, what="--train_files"):
     for path in paths:
         read_header(path)  # names the broken file before any training starts
     return paths
+
+
+@dataclass
+class RunShards:
+    """The shards a training run reads, checked (see select_run_shards)."""
+    train_files: list  # the globs/paths as given, or the default folder's
+    val_files: list
+    train_paths: list  # expanded, header-checked
+    val_paths: list
+    unfinished: list  # folders whose manifest says download_fineweb.py has not finished them
+
+
+def select_run_shards(train_files, val_files, tokenizer_name, tokenizer_sha256, n_vocab, data_dir="data"):
+    """Expand and check a run's shard flags before any training: without flags, the one folder
+    data/*_<tokenizer name>/ that download_fineweb.py wrote; every file's header; train and validation disjoint;
+    the manifests' tokenizer hash (or, for hand-made shards, token ids within the vocabulary)."""
+    if not (train_files and val_files):
+        folder = default_shard_folder(tokenizer_name, data_dir)
+        train_files = train_files or [os.path.join(folder, "train_*.bin")]
+        val_files = val_files or [os.path.join(folder, "val_*.bin")]
+    train_paths = expand_shard_files(train_files, "--train_files")
+    val_paths = expand_shard_files(val_files, "--val_files")
+    overlap = sorted(set(map(os.path.realpath, train_paths)) & set(map(os.path.realpath, val_paths)))
+    if overlap:
+        more = ", ..." if len(overlap) > 1 else ""
+        raise UserError(f"--train_files and --val_files share {len(overlap)} shard(s) ({overlap[0]}{more}): the "
+                        "model would be validated on text it trained on. Match only train_*.bin with --train_files "
+                        "(e.g. 'data/<folder>/train_*.bin')")
+    unfinished = (check_shards_match_tokenizer(train_paths, tokenizer_sha256, n_vocab, "--train_files")
+                  + check_shards_match_tokenizer(val_paths, tokenizer_sha256, n_vocab, "--val_files"))
+    return RunShards(list(train_files), list(val_files), train_paths, val_paths, sorted(set(unfinished)))
+
+
+def default_shard_folder(tokenizer_name, data_dir="data"):
+    """The single data_dir/*_<tokenizer name>/ folder written by download_fineweb.py, or a UserError."""
+    dirs = sorted(d for d in glob.glob(os.path.join(data_dir, f"*_{tokenizer_name}")) if os.path.isdir(d))
+    if len(dirs) > 1:  # the suffix also matches another tokenizer's folder (e.g. "a_qs" for "qs"): ask the manifests
+        def made_with_this_tokenizer(folder):
+            parts = read_manifest_parts(folder).values()
+            return any(part.get("tokenizer", {}).get("name") == tokenizer_name for part in parts)
+        dirs = [d for d in dirs if made_with_this_tokenizer(d)] or dirs
+    if len(dirs) != 1:
+        found = f"found {len(dirs)}: {', '.join(dirs)}" if dirs else "found none"
+        raise UserError(f"no --train_files/--val_files given and {data_dir}/*_{tokenizer_name}/ is ambiguous "
+                        f"({found}); pass --train_files 'DIR/train_*.bin' --val_files 'DIR/val_*.bin' or run "
+                        f"download_fineweb.py --tokenizer {tokenizer_name}")
+    return dirs[0]
+
+
+def check_shards_match_tokenizer(paths, tokenizer_sha256, n_vocab, flag):
+    """Refuse shards made with another tokenizer, naming the folder or file; returns the folders whose manifest
+    says the writer has not finished (still running, or killed) so the caller can warn.
+
+    A folder written by download_fineweb.py has a manifest (manifest.json, or manifest.rank{r}.json parts from split
+    jobs): gptlab.shards.check_manifest compares its tokenizer ranks_sha256 with ours and checks every listed shard's
+    header. Hand-made shards without a manifest are still checked for token ids beyond the vocabulary."""
+    unfinished = []
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        if not glob.glob(os.path.join(folder, MANIFEST_GLOB)):
+            continue
+        try:
+            manifest = check_manifest(folder, tokenizer_sha256, verify_files=True)
+        except UserError as err:
+            raise UserError(f"{flag}: {err}") from None
+        if not manifest["complete"]:
+            unfinished.append(folder)
+    for path in paths:
+        head = np.asarray(read_shard(path)[: 1 << 20])
+        if head.size and int(head.max()) >= n_vocab:
+            raise UserError(f"shard {path} holds token id {int(head.max())} but the tokenizer has only {n_vocab} ids: "
+                            "it was made with a different tokenizer; pass the right --tokenizer or re-tokenize")
+    return unfinished
 
 
 def shard_token_counts(paths):

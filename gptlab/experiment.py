@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
@@ -374,6 +375,30 @@ def peak_memory(device):
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
+def rng_states():
+    """Every random generator a training run draws from (torch CPU, Python, CUDA), for a checkpoint."""
+    import torch
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_states(states):
+    """Restore rng_states() from a checkpoint (missing parts are left alone)."""
+    import torch
+
+    if "torch" in states:
+        torch.set_rng_state(states["torch"])
+    if "python" in states:
+        random.setstate(_tuplify(states["python"]))
+    if states.get("cuda") and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
 def save_checkpoint(path, *, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
                     dataloader_state=None, rng_states=None, extra=None):
     """Write one training checkpoint atomically (never over an existing file).

@@ -13,6 +13,7 @@ import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, unreadable_file
 from gptlab import experiment as exp
+from gptlab.dataloader import check_shards_match_tokenizer, default_shard_folder
 from gptlab.errors import UserError
 from gptlab.shards import write_shard
 
@@ -466,8 +467,6 @@ def test_unreadable_shard_is_named(tiny, tmp_path):
 
 
 def test_default_shard_folder_is_found_by_the_manifest_not_just_the_name(tmp_path, monkeypatch):
-    import argparse
-
     from gptlab import shards
 
     monkeypatch.chdir(tmp_path)
@@ -475,14 +474,13 @@ def test_default_shard_folder_is_found_by_the_manifest_not_just_the_name(tmp_pat
         os.makedirs(os.path.join("data", folder))
         with open(os.path.join("data", folder, shards.manifest_filename(0, 1)), "w") as f:
             json.dump({"format": shards.MANIFEST_FORMAT, "tokenizer": {"name": tok}}, f)
-    cfg = argparse.Namespace(train_files=None, val_files=None)
-    train_gpt.resolve_shard_globs(cfg, "qs_v300")  # "*_qs_v300" matches both folders by name
-    assert cfg.train_files == [os.path.join("data", "local_docs_qs_v300", "train_*.bin")]
+    # "*_qs_v300" matches both folders by name; the manifests pick ours
+    assert default_shard_folder("qs_v300") == os.path.join("data", "local_docs_qs_v300")
     os.makedirs(os.path.join("data", "other_qs_v300"))  # a second folder of the same tokenizer: ambiguous
     with open(os.path.join("data", "other_qs_v300", shards.manifest_filename(0, 1)), "w") as f:
         json.dump({"format": shards.MANIFEST_FORMAT, "tokenizer": {"name": "qs_v300"}}, f)
     with pytest.raises(UserError, match="ambiguous"):
-        train_gpt.resolve_shard_globs(argparse.Namespace(train_files=None, val_files=None), "qs_v300")
+        default_shard_folder("qs_v300")
 
 
 def test_train_files_overlapping_the_validation_shards_are_refused(tiny, tmp_path):
@@ -538,12 +536,12 @@ def test_manifests_of_split_jobs_are_checked_with_the_package_reader(tiny, tmp_p
     assert sorted(os.listdir(folder)) == ["manifest.rank0.json", "manifest.rank1.json", "train_000001.bin",
                                           "train_000002.bin", "val_000000.bin"]
     paths = sorted(glob.glob(str(folder / "train_*.bin")))
-    assert train_gpt.check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files") == [str(folder)]
+    assert check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files") == [str(folder)]
     with pytest.raises(UserError, match="--train_files: shards in .*split were made with tokenizer"):
-        train_gpt.check_shards_match_tokenizer(paths, "cd" * 32, tiny["n_vocab"], "--train_files")
+        check_shards_match_tokenizer(paths, "cd" * 32, tiny["n_vocab"], "--train_files")
     (folder / "val_000000.bin").write_bytes(b"")  # a listed shard that is broken is named
     with pytest.raises(UserError, match="val_000000.bin"):
-        train_gpt.check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files")
+        check_shards_match_tokenizer(paths, tok_hash, tiny["n_vocab"], "--train_files")
 
 
 @pytest.mark.parametrize("overrides,parts", [
