@@ -705,7 +705,6 @@ def checkpoint_logits_fn(path, device="cpu"):
 
 
 # ============================================================================================== Evaluation
-@torch.no_grad()
 def to_device(array, device):
     """A numpy batch on the device; on CUDA through pinned memory so the copy is truly asynchronous."""
     tensor = torch.from_numpy(array)
@@ -714,6 +713,7 @@ def to_device(array, device):
     return tensor.to(device)
 
 
+@torch.no_grad()
 def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, device, autocast, ctx, byte_lengths):
     """(val_loss nats/token, val_bpb) over the fixed validation set, summed over ranks in float64."""
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss nats, target tokens, target bytes

@@ -1,5 +1,6 @@
 """train_gpt.py on CPU: model pieces, a real tiny training run and its run folder, 1 vs 2 ranks, a simulated
 two-node launch, exact resume, and every bad input failing before training."""
+import contextlib
 import glob
 import json
 import math
@@ -197,6 +198,33 @@ def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
     text = "To be, or not to be"
     assert lengths[enc.encode_ordinary(text)].sum() == len(text.encode())
     assert bits_per_byte(math.log(2) * 38, 19) == pytest.approx(2.0)  # 38 bits over 19 bytes
+
+
+def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
+    """evaluate_val runs under no_grad (a graph kept alive by the all-reduced totals wasted memory and, on gloo,
+    was freed by a worker thread at interpreter exit: a rare abort) and sums loss, tokens and bytes."""
+    from gptlab.dataloader import ValidationSet, expand_shard_files
+    from gptlab.distributed import DistContext
+    from gptlab.evals.bpb import token_byte_lengths
+    from gptlab.tokenizer import load_tokenizer
+
+    enc = load_tokenizer(tiny["tokenizer"])
+    val_set = ValidationSet(expand_shard_files(tiny["val"]), 128, 6, 0, 1)
+    grad_enabled, targets = [], []
+
+    def model_fwd(x, masks, y):  # a stand-in model: 1 nat per target token
+        grad_enabled.append(torch.is_grad_enabled())
+        targets.append(y.clone())
+        return torch.ones(y.numel(), requires_grad=True).sum()
+
+    ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
+    byte_lengths = token_byte_lengths(enc, 640)
+    loss, bpb = train_gpt.evaluate_val(model_fwd, val_set, 4, enc.eot_token, (1, 1), False, torch.device("cpu"),
+                                       contextlib.nullcontext, ctx, byte_lengths)
+    assert grad_enabled == [False, False]  # 6 rows in batches of 4
+    all_targets = torch.cat([t.reshape(-1) for t in targets])
+    assert all_targets.numel() == 6 * 128 and loss == pytest.approx(1.0)
+    assert bpb == pytest.approx(all_targets.numel() / math.log(2) / float(byte_lengths[all_targets].sum()))
 
 
 # ------------------------------------------------------------------------------------------------ full runs
