@@ -92,6 +92,7 @@ class Run:
     gpu: str = None
     peak_mem_gb: float = None
     peak_mem_is_rss: bool = False
+    mfu: float = None  # model FLOPs utilisation (GPU runs whose bf16 peak the trainer knew)
     seed: object = None
     error: str = None
 
@@ -177,6 +178,7 @@ def load_run(path, now=None, with_metrics=True):
     run.val_loss = final_or_last("final_val_loss", "val_loss")
     run.val_bpb = final_or_last("final_val_bpb", "val_bpb")
     run.wall_time_s = final_or_last("wall_time_s", "elapsed_s")
+    run.mfu = final_or_last("mfu", "mfu")
     hellaswag = res.get("hellaswag") if isinstance(res.get("hellaswag"), dict) else {}
     run.hs_acc_norm = _number(hellaswag.get("acc_norm"))
     run.hs_n = _number(hellaswag.get("n"))
@@ -437,6 +439,7 @@ COLUMNS = {
     "hellaswag": ("HellaSwag acc_norm ±95% CI", lambda r: _mark(r, format_hellaswag(r)), lambda r: r.hs_acc_norm),
     "wall_time": ("Wall time", lambda r: _mark(r, format_duration(r.wall_time_s)), lambda r: r.wall_time_s),
     "gpu": ("GPU", lambda r: r.gpu or MISSING, lambda r: r.gpu),
+    "mfu": ("MFU", lambda r: MISSING if r.mfu is None else _mark(r, f"{100 * r.mfu:.1f}%"), lambda r: r.mfu),
     "peak_mem": ("Peak mem", lambda r: MISSING if r.peak_mem_gb is None else
                  f"{r.peak_mem_gb:.2f} GB" + (" RSS" if r.peak_mem_is_rss else ""),
                  lambda r: r.peak_mem_gb),

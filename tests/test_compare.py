@@ -115,7 +115,7 @@ def lab(tmp_path):
                                      "gptlab/muon.py": "def step():\n    pass\n"})
     del better_code["gptlab/model.py"]
     make_run(root, "20260102_090000_BetterIdea", better, metrics_rows(40, 1.250, 0.330),
-             finished_results(better, 1.250, 0.330), better_code)
+             finished_results(better, 1.250, 0.330, mfu=0.412), better_code)
     tweak = variant(model_name="TinyTweak", mlp_ratio=3)
     make_run(root, "20260102_100000_TinyTweak", tweak, metrics_rows(40, 1.255, 0.325),
              finished_results(tweak, 1.255, 0.325, ci=[0.316, 0.334]))
@@ -128,7 +128,11 @@ def lab(tmp_path):
     make_run(root, "20260104_080000_Crashy", crashed, metrics_rows(40, 1.200, 0.310)[:30], age_s=7200,
              truncate_last=True)
     running = variant(model_name="StillGoing", num_layers=8)
-    make_run(root, "20260105_080000_StillGoing", running, metrics_rows(40, 1.500, 0.280)[:20])
+    running_rows = metrics_rows(40, 1.500, 0.280)[:20]
+    for row in running_rows:
+        if row.get("train_loss") is not None:
+            row["mfu"] = 0.35  # a GPU run's per-step MFU (no results.json yet)
+    make_run(root, "20260105_080000_StillGoing", running, running_rows)
     failed = variant(model_name="Oom", model_dim=4096)
     make_run(root, "20260105_090000_Oom", failed, metrics_rows(40, 1.600, 0.27)[:12],
              {"status": "failed", "error": "CUDA out of memory", "model_name": "Oom"})
@@ -232,6 +236,13 @@ def test_sort_columns(lab):
     out = run_compare(lab, "--sort", "model", "--no-write")
     models = [row_of(out, n).split()[1] for n in table_order(out)]
     assert models == sorted(models, key=str.lower)
+
+
+def test_mfu_column_shows_gpu_runs_speed(lab):
+    out = run_compare(lab, "--sort", "mfu", "--desc", "--no-write")
+    assert table_order(out)[:2] == ["20260102_090000_BetterIdea", "20260105_080000_StillGoing"]
+    assert "41.2%" in row_of(out, "BetterIdea") and "35.0%*" in row_of(out, "StillGoing")  # * = last measured
+    assert "%" not in row_of(out, "20260101_100000_Baseline")  # no MFU recorded: a dash
 
 
 def test_baseline_uses_noise_of_runs_not_shown(lab):
