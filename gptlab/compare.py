@@ -178,7 +178,8 @@ def load_run(path, now=None, with_metrics=True):
     run.val_loss = final_or_last("final_val_loss", "val_loss")
     run.val_bpb = final_or_last("final_val_bpb", "val_bpb")
     run.wall_time_s = final_or_last("wall_time_s", "elapsed_s")
-    run.mfu = final_or_last("mfu", "mfu")
+    # a finished run's MFU is results.json's, even when that is null (one step: only the warm-up was measured)
+    run.mfu = _number(res["mfu"]) if "mfu" in res else metrics.last("mfu")
     hellaswag = res.get("hellaswag") if isinstance(res.get("hellaswag"), dict) else {}
     run.hs_acc_norm = _number(hellaswag.get("acc_norm"))
     run.hs_n = _number(hellaswag.get("n"))
@@ -273,11 +274,12 @@ def resolve_runs(specs, experiments_dir):
 # Noise (seed groups) and significance
 
 def seed_group_key(config):
-    """Runs with equal keys share every setting except the seed (and timestamps / command line)."""
+    """Runs with equal keys share every setting except the seed (and timestamps / command line). A key that is
+    unset (None, empty) counts as absent, so a run recorded before the trainer wrote that key still matches."""
     if not config:
         return None
-    return json.dumps({k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS}, sort_keys=True,
-                      default=str)
+    settings = {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS and v not in (None, [], {}, "")}
+    return json.dumps(settings, sort_keys=True, default=str)
 
 
 @dataclass

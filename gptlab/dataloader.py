@@ -71,7 +71,9 @@ def select_run_shards(train_files, val_files, tokenizer_name, tokenizer_sha256, 
                         "(e.g. 'data/<folder>/train_*.bin')")
     unfinished = (check_shards_match_tokenizer(train_paths, tokenizer_sha256, n_vocab, "--train_files")
                   + check_shards_match_tokenizer(val_paths, tokenizer_sha256, n_vocab, "--val_files"))
-    return RunShards(list(train_files), list(val_files), train_paths, val_paths, sorted(set(unfinished)))
+    def as_list(patterns):
+        return [patterns] if isinstance(patterns, str) else list(patterns)
+    return RunShards(as_list(train_files), as_list(val_files), train_paths, val_paths, sorted(set(unfinished)))
 
 
 def default_shard_folder(tokenizer_name, data_dir="data"):

@@ -243,6 +243,21 @@ def test_mfu_column_shows_gpu_runs_speed(lab):
     assert table_order(out)[:2] == ["20260102_090000_BetterIdea", "20260105_080000_StillGoing"]
     assert "41.2%" in row_of(out, "BetterIdea") and "35.0%*" in row_of(out, "StillGoing")  # * = last measured
     assert "%" not in row_of(out, "20260101_100000_Baseline")  # no MFU recorded: a dash
+    # a finished one-step run: results.json's null (only the warm-up step was timed) wins over that step's figure
+    one_step = variant(model_name="OneStep", num_layers=2)
+    rows = [dict(r, mfu=0.05) if r.get("train_loss") is not None else r for r in metrics_rows(1, 1.9, 0.25)]
+    make_run(lab, "20260106_080000_OneStep", one_step, rows, finished_results(one_step, 1.9, 0.25, mfu=None))
+    assert "%" not in row_of(run_compare(lab, "--no-write"), "OneStep")
+
+
+def test_keys_a_newer_trainer_leaves_unset_do_not_split_a_seed_group(tmp_path):
+    root = str(tmp_path / "experiments")
+    os.makedirs(root)
+    for i, extra in enumerate([{}, {"gpu_bf16_peak_tflops": None, "from_checkpoint": []}]):
+        config = variant(seed=i, **extra)
+        make_run(root, f"2026010{i + 1}_100000_Baseline", config, metrics_rows(40, 1.3 + i / 100, 0.3),
+                 finished_results(config, 1.3 + i / 100, 0.3))
+    assert re.search(r"^Baseline +2 +0, 1 ", run_compare(root, "--no-write"), re.M)  # one seed group of two
 
 
 def test_baseline_uses_noise_of_runs_not_shown(lab):

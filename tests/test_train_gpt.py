@@ -261,6 +261,14 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
         assert key in config, key
     assert config["world_size"] == 1 and config["grad_acc_steps"] == 2 and config["device"] == "cpu"
     assert config["tokenizer_name"] == os.path.basename(tiny["tokenizer"])[:-4]
+    # today's config has the committed baselines' settings keys and wording, so a quickstart run still joins
+    # their seed group (gptlab.compare.seed_group_key)
+    from gptlab.compare import seed_group_key
+
+    with open(sorted(glob.glob(os.path.join(REPO, "experiments", "2*_Quickstart", exp.CONFIG_FILE)))[0]) as f:
+        baseline_config = json.load(f)
+    assert json.loads(seed_group_key(config)).keys() == json.loads(seed_group_key(baseline_config)).keys()
+    assert (config["lr_column"], config["timing"]) == (baseline_config["lr_column"], baseline_config["timing"])
 
     with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
         results = json.load(f)
