@@ -1,0 +1,59 @@
+"""Tokenize FineWeb(-Edu) (streamed from the HuggingFace Hub) or local text into llm.c / modded-nanogpt shards.
+
+    python download_fineweb.py --num_shards 1 --version 10B --shard_size 10000000 \
+        --tokenizer readmetokenizer_v1000_n100000.pkl
+    python download_fineweb.py --input data/sample/fineweb_edu_150docs.jsonl --tokenizer mytok.pkl \
+        --num_shards 4 --shard_size 20000 --val_tokens 10000          # offline, from local files
+
+Writes <out>/<dataset>_<tokenizer stem>/val_000000.bin, train_000001.bin, ... plus manifest.json. Re-running the
+same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun).
+See gptlab/fineweb.py for the exact layout, document order and resume rules.
+"""
+import argparse
+import os
+
+from gptlab.distributed import default_workers
+from gptlab.cli import HelpFormatter
+from gptlab.errors import run_cli
+
+
+def parse_args(argv=None):
+    from gptlab.fineweb import VERSIONS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
+    p.add_argument("--version", default="10Bedu", help=f"FineWeb sample: {', '.join(VERSIONS)}")
+    p.add_argument("--input", nargs="+", metavar="PATH", default=None,
+                   help="local .txt (documents split on <|endoftext|>), .jsonl (field text) or .parquet (column "
+                        "text) files or globs, instead of the Hub; the dataset folder is then local_<first stem>")
+    p.add_argument("--num_shards", type=int, default=1, help="train shards in total (one val shard is extra)")
+    p.add_argument("--shard_size", type=int, default=10_000_000, help="tokens per train shard")
+    p.add_argument("--val_tokens", type=int, default=1_000_000,
+                   help="validation shard size: whole documents until this many tokens (0: no val shard)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle (Hub and local)")
+    p.add_argument("--shuffle_buffer", type=int, default=10_000,
+                   help="documents in the shuffle buffer (0: keep the stream order)")
+    p.add_argument("--out", default="data", help="parent folder of the dataset folder")
+    p.add_argument("--workers", type=int, default=default_workers(),
+                   help="tokenizer threads (cores / processes on this machine)")
+    p.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)),
+                   help="this process's part of a split job (torchrun sets RANK)")
+    p.add_argument("--world_size", type=int, default=int(os.environ.get("WORLD_SIZE", 1)),
+                   help="processes splitting the job (torchrun sets WORLD_SIZE)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace shards made earlier with other settings instead of refusing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    from gptlab.fineweb import make_shards
+
+    args = parse_args(argv)
+    manifest, out_dir = make_shards(args)
+    return out_dir
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,72 @@
+"""Train an exact byte-level BPE tokenizer → tokenizers/{name}_v{vocabsize}_n{samples}.pkl (+ .merges.txt).
+
+    python   train_tokenizer.py --samples 100000 --vocabsize 1000 --name readmetokenizer --demo
+    python   train_tokenizer.py --input data/sample/fineweb_edu_150docs.jsonl --samples 500000 --vocabsize 2048
+    torchrun --nproc_per_node=G train_tokenizer.py --samples 1000000000 --vocabsize 65534 --name gpt4regex
+
+--samples counts characters of text: with --input, the first --samples characters of the files, whatever the
+world size; streamed from the Hub, --samples / world_size per rank. --vocabsize counts the 256 bytes plus the
+merges (the one special token, <|endoftext|>, gets id vocabsize). Every rank pre-tokenizes its own share of the
+documents with --workers processes, the deduplicated (pre-token → count) tables are combined exactly, and the
+merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
+The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.
+"""
+import argparse
+import os
+import time
+
+from gptlab.bpe.train import DATASET_CONFIG
+from gptlab.cli import HelpFormatter
+from gptlab.errors import UserError, run_cli
+
+
+def parse_args(argv=None):
+    from gptlab.text_sources import HUB_DATASETS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
+    ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
+    ap.add_argument("--name", default="tokenizer", help="file name prefix")
+    ap.add_argument("--input", nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
+                    "without it FineWeb(-Edu) is streamed from the HuggingFace Hub")
+    ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb",
+                    help=f"Hub dataset when no --input is given (config {DATASET_CONFIG})")
+    ap.add_argument("--seed", type=int, default=0, help="shuffle seed of the streamed dataset")
+    ap.add_argument("--pattern", default="gpt4", help="pre-tokenization regex: gpt4, gpt2 or a regex")
+    ap.add_argument("--device", default="auto",
+                    help="where the merge loop runs: auto (the CPU's C loop, which beats a GPU at this job; a GPU "
+                         "only with --engine torch or without a C compiler), cpu, cuda or cuda:N")
+    ap.add_argument("--engine", choices=["auto", "native", "python", "torch"], default="auto",
+                    help="merge loop: auto = native (C, built on first use) or else python on CPU, torch on "
+                         "CUDA; all give identical merges")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="pre-tokenization processes per rank (default: this rank's share of the cores)")
+    ap.add_argument("--out", default="tokenizers", help="output folder")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
+    ap.add_argument("--demo", action="store_true", help="print a sample coloured by token during training")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    from gptlab.bpe.train import train_tokenizer
+    from gptlab.tokenizer import EOT, tokenizer_filename
+
+    t0 = time.time()
+    args = parse_args(argv)
+    if "/" in args.name or not args.name.strip():
+        raise UserError(f"--name {args.name!r} must be a plain file name prefix (no '/')")
+    out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
+    trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
+                              vocabsize=args.vocabsize, pattern=args.pattern, device=args.device, engine=args.engine,
+                              workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite)
+    if trained.is_main:
+        meta = trained.metadata
+        dup = f", {meta['duplicates']} duplicate byte strings" if meta["duplicates"] else ""
+        print(f"wrote {out_path} ({args.vocabsize} tokens + {EOT}, {meta['chars_used']:,} characters, "
+              f"{meta['docs']:,} documents{dup}) in {time.time() - t0:.1f}s", flush=True)
+    return out_path
+
+
+if __name__ == "__main__":
+    run_cli(main)

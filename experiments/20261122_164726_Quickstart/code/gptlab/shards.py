@@ -1,0 +1,202 @@
+"""The token shard format (one owner): llm.c / modded-nanogpt `.bin` files.
+
+Header: 256 int32 little-endian. header[0] = 20240520 (magic), header[1] = version, header[2] = number of tokens.
+  version 1: tokens are uint16 (vocabularies up to 65536 ids; readable by llm.c / modded-nanogpt unchanged)
+  version 2: tokens are uint32 (larger vocabularies; a gptlab extension, same header otherwise)
+Then the tokens, nothing else: file size == 1024 + ntok * itemsize.
+
+A shard folder (written by download_fineweb.py) holds `val_000000.bin`, `train_000001.bin`, ... and a manifest:
+`manifest.json` (one writer) or `manifest.rank{r}.json` (one per rank when --world_size > 1). `load_manifest(dir)`
+merges them; `check_manifest(dir, tokenizer_sha256)` lets a trainer refuse shards made with another tokenizer.
+"""
+import errno
+import glob
+import json
+import os
+
+import numpy as np
+
+from gptlab.errors import UserError
+from gptlab.fileio import atomic_write, atomic_write_text
+
+MAGIC = 20240520
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+VERSION_DTYPES = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
+
+
+def version_for_vocab(n_vocab):
+    """Shard version whose dtype holds ids 0..n_vocab-1."""
+    if n_vocab <= 2**16:
+        return 1
+    if n_vocab <= 2**32:
+        return 2
+    raise UserError(f"a vocabulary of {n_vocab} ids does not fit the uint32 shard format; use a smaller one")
+
+
+def write_shard(path, tokens, version=1, overwrite=False):
+    """Write tokens (any integer array) atomically; ids that do not fit the version's dtype are a UserError."""
+    dtype = VERSION_DTYPES[version]
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() > np.iinfo(dtype).max):
+        raise UserError(f"token ids up to {int(tokens.max())} do not fit shard version {version} ({dtype.name}); "
+                        "use version 2 (uint32) for vocabularies above 65536")
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0], header[1], header[2] = MAGIC, version, tokens.size
+    with atomic_write(path, "wb", overwrite=overwrite) as f:
+        f.write(header.tobytes())
+        _fault_injection(path)
+        f.write(memoryview(np.ascontiguousarray(tokens.astype(dtype, copy=False))).cast("B"))
+    return path
+
+
+def _fault_injection(path):
+    """Tests only: GPTLAB_TEST_FAIL_WRITE=<shard file name> makes writing that shard fail as on a full disk."""
+    if os.environ.get("GPTLAB_TEST_FAIL_WRITE") == os.path.basename(path):
+        raise OSError(errno.ENOSPC, "No space left on device (GPTLAB_TEST_FAIL_WRITE)", path)
+
+
+def read_header(path):
+    """(version, ntok) after checking magic, version and file size; a broken shard is a UserError naming it."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            header = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+    except PermissionError:
+        raise UserError(f"shard {path} is not readable (permission denied); check its permissions (chmod a+r) or "
+                        "point the shard flags at files you can read") from None
+    except OSError as err:
+        raise UserError(f"cannot read shard {path}: {err.strerror or err}; check the path and the disk") from None
+    if header.size < HEADER_INTS:
+        raise UserError(f"shard {path} is broken: {size} bytes is shorter than the {HEADER_BYTES}-byte header; "
+                        "delete it and re-run download_fineweb.py to rewrite it")
+    if header[0] != MAGIC:
+        raise UserError(f"shard {path} is broken: magic {header[0]} != {MAGIC} (not a token shard)")
+    version = int(header[1])
+    if version not in VERSION_DTYPES:
+        raise UserError(f"shard {path} has unsupported version {version} (known: 1 = uint16, 2 = uint32)")
+    ntok = int(header[2])
+    expected = HEADER_BYTES + ntok * VERSION_DTYPES[version].itemsize
+    if ntok < 0 or size != expected:
+        raise UserError(f"shard {path} is broken: header says {ntok} tokens ({expected} bytes) but the file has "
+                        f"{size} bytes (truncated or overwritten); delete it and re-run download_fineweb.py")
+    return version, ntok
+
+
+def read_shard(path, mmap=True):
+    """Validated tokens of one shard as a read-only numpy array (memory-mapped by default)."""
+    version, ntok = read_header(path)
+    dtype = VERSION_DTYPES[version]
+    if mmap:
+        return np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(ntok,))
+    with open(path, "rb") as f:
+        f.seek(HEADER_BYTES)
+        return np.frombuffer(f.read(), dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------------ manifest
+MANIFEST_FORMAT = "gptlab-shards"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_GLOB = "manifest*.json"
+# Settings every manifest part of one folder must agree on (a resumed run must match them too), compared by
+# comparable_setting.
+MANIFEST_SETTINGS = ("dataset", "source", "seed", "shuffle_buffer", "tokenizer", "shard_version", "dtype",
+                     "shard_size", "val_tokens", "world_size")
+
+
+def shard_filename(split, index):
+    """'val', 0 → val_000000.bin; 'train', 3 → train_000003.bin."""
+    return f"{split}_{index:06d}.bin"
+
+
+def manifest_filename(rank=0, world_size=1):
+    return MANIFEST_FILE if world_size == 1 else f"manifest.rank{rank}.json"
+
+
+def write_manifest(directory, manifest):
+    """Atomically (re)write this writer's manifest part."""
+    path = os.path.join(directory, manifest_filename(manifest["rank"], manifest["world_size"]))
+    atomic_write_text(path, json.dumps(manifest, indent=1) + "\n", overwrite=True)
+    return path
+
+
+def read_manifest_parts(directory):
+    """Every manifest part in `directory` as {file name: dict}; unreadable JSON is a UserError naming the file."""
+    parts = {}
+    for path in sorted(glob.glob(os.path.join(directory, MANIFEST_GLOB))):
+        try:
+            with open(path) as f:
+                part = json.load(f)
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path} is not a readable shard manifest ({err}); re-run download_fineweb.py with "
+                            "--overwrite to rewrite the folder") from None
+        if not isinstance(part, dict) or part.get("format") != MANIFEST_FORMAT:
+            raise UserError(f"{path} is not a gptlab shard manifest; re-run download_fineweb.py with --overwrite")
+        parts[os.path.basename(path)] = part
+    return parts
+
+
+def settings_of(manifest):
+    return {key: manifest.get(key) for key in MANIFEST_SETTINGS}
+
+
+def comparable_setting(manifest, key):
+    """A setting as compared between runs. Local inputs compare by file name and size, in order (what decides the
+    documents and their order); their absolute paths stay in the manifest for information only, so a moved or
+    re-cloned checkout can still resume its shards."""
+    value = manifest.get(key)
+    if key == "source" and isinstance(value, dict) and isinstance(value.get("inputs"), list):
+        inputs = [{"name": os.path.basename(str(i.get("path", ""))), "bytes": i.get("bytes")}
+                  for i in value["inputs"]]
+        return {"kind": value.get("kind"), "inputs": inputs}
+    return value
+
+
+def settings_difference(a, b):
+    """Names of the settings where two manifests (or a manifest and a planned run) differ."""
+    return [key for key in MANIFEST_SETTINGS if comparable_setting(a, key) != comparable_setting(b, key)]
+
+
+def load_manifest(directory):
+    """The folder's manifest, rank parts merged: the shared settings, `shards` (sorted by name, each with name,
+    split, tokens, docs, bytes), `complete` (every writer finished) and `parts` (manifest file names)."""
+    if not os.path.isdir(directory):
+        raise UserError(f"shard folder {directory} does not exist; create it with download_fineweb.py")
+    parts = read_manifest_parts(directory)
+    if not parts:
+        raise UserError(f"{directory} has no {MANIFEST_FILE}; it was not written by download_fineweb.py "
+                        "(or the run never finished a shard): re-run download_fineweb.py")
+    names = sorted(parts)
+    first = parts[names[0]]
+    for name in names[1:]:
+        diff = settings_difference(first, parts[name])
+        if diff:
+            raise UserError(f"{directory}: {names[0]} and {name} disagree on {', '.join(diff)} (shards of two "
+                            "different runs); re-run download_fineweb.py with --overwrite")
+    world_size = first.get("world_size", 1)
+    expected = {manifest_filename(r, world_size) for r in range(world_size)}
+    merged = settings_of(first)
+    merged["shards"] = sorted((s for p in parts.values() for s in p["shards"]), key=lambda s: s["name"])
+    merged["complete"] = set(parts) == expected and all(p.get("complete") for p in parts.values())
+    merged["parts"] = names
+    return merged
+
+
+def check_manifest(directory, tokenizer_sha256=None, verify_files=True):
+    """load_manifest + refuse shards made with another tokenizer (its ranks_sha256) + check each listed shard's
+    header against the manifest. Returns the merged manifest."""
+    manifest = load_manifest(directory)
+    made_with = manifest["tokenizer"] or {}
+    if tokenizer_sha256 is not None and made_with.get("ranks_sha256") != tokenizer_sha256:
+        raise UserError(f"shards in {directory} were made with tokenizer {made_with.get('name')!r} "
+                        f"(ranks sha256 {str(made_with.get('ranks_sha256'))[:12]}...), not with yours "
+                        f"({tokenizer_sha256[:12]}...); use the same tokenizer, or re-run download_fineweb.py "
+                        "with your tokenizer")
+    if verify_files:
+        for shard in manifest["shards"]:
+            version, ntok = read_header(os.path.join(directory, shard["name"]))
+            if version != manifest["shard_version"] or ntok != shard["tokens"]:
+                raise UserError(f"shard {os.path.join(directory, shard['name'])} does not match its manifest "
+                                f"(version {version}, {ntok} tokens; manifest: version {manifest['shard_version']}, "
+                                f"{shard['tokens']} tokens); re-run download_fineweb.py to rewrite it")
+    return manifest

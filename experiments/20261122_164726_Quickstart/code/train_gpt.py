@@ -1,0 +1,1217 @@
+"""Train a modded-nanogpt-style GPT on token shards: the one readable research surface (model, optimizer, loop).
+
+    python   train_gpt.py --model_name ReadmeGPT --tokenizer readmetokenizer_v1000_n100000.pkl --vocab_size 1001 \
+                          --model_dim 128 --num_heads 4 --num_layers 6
+    torchrun --nproc_per_node=G train_gpt.py ...same flags...
+    torchrun --nnodes=N --nproc_per_node=G --rdzv_backend=c10d --rdzv_endpoint=HOST:PORT train_gpt.py ...
+
+Baseline: KellerJordan/modded-nanogpt, FlexAttention era (record #26). On CUDA the model uses FlexAttention with a
+document-causal sliding-window block mask and torch.compile; on CPU the very same mask function is evaluated
+densely and fed to scaled_dot_product_attention, so the same model trains (slowly) anywhere.
+
+`--batch_size` is the GLOBAL number of tokens per optimizer step. Each rank runs `grad_acc_steps` forward/backward
+passes of `--device_batch_size` tokens, so batch_size = world_size x grad_acc_steps x device_batch_size and the
+loss curve is the same for any number of ranks (exactly so in float32 on CPU, up to summation order).
+
+Every run writes experiments/{YYYYmmdd_HHMMSS}_{model_name}/ (see gptlab/experiment.py): config.json,
+metrics.csv, training_log.txt, code/, results.json, and checkpoints/ with --save_model / --checkpoint_every.
+Validation bits-per-byte = total validation loss in nats / ln 2 / total UTF-8 bytes of the target tokens, where a
+token's bytes are len(encoding.decode_single_token_bytes(id)) and special tokens (<|endoftext|>) count 0 bytes.
+"""
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+from gptlab import distributed as dist_utils
+from gptlab import experiment as exp
+from gptlab.cli import HelpFormatter
+from gptlab.errors import UserError, run_cli
+from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
+from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+
+REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+BLOCK_SIZE = 128  # FlexAttention's block size: every sequence length is a multiple of it, on every device
+ATTN_SCALE = 0.12  # fixed attention temperature for QK-normed heads (modded-nanogpt, early-2025 records)
+SAMPLE_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
+
+
+# ============================================================================================== Config (flags)
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    g = p.add_argument_group("data")
+    g.add_argument("--train_files", nargs="+", default=None,
+                   help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
+    g.add_argument("--val_files", nargs="+", default=None,
+                   help="validation shards: paths or quoted globs (default: data/*_<tokenizer stem>/val_*.bin)")
+    g.add_argument("--tokenizer", default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
+    g.add_argument("--train_seq_len", type=int, default=1024, help="tokens per training row (multiple of 128)")
+    g.add_argument("--val_seq_len", type=int, default=1024, help="tokens per validation row (multiple of 128)")
+    g = p.add_argument_group("model")
+    g.add_argument("--vocab_size", type=int, default=None, help="embedding rows (>= tokenizer n_vocab incl. specials; "
+                   "default: the tokenizer's n_vocab); padded to a multiple of 128 inside the model")
+    g.add_argument("--num_layers", type=int, default=12, help="transformer blocks")
+    g.add_argument("--num_heads", type=int, default=6, help="attention heads per block")
+    g.add_argument("--model_dim", type=int, default=384, help="width of the residual stream")
+    g.add_argument("--head_dim", type=int, default=None, help="per-head width (default: model_dim // num_heads)")
+    g.add_argument("--mlp_ratio", type=float, default=4.0, help="MLP hidden width / model_dim")
+    g.add_argument("--num_val_emb", type=int, default=2, help="value embeddings, mixed into the first and last layers")
+    g.add_argument("--window_size", type=int, default=1792, help="final long sliding-window size in tokens "
+                   "(multiple of 128; warms up from 128 during training; short windows are half)")
+    g = p.add_argument_group("optimization")
+    g.add_argument("--train_steps", type=int, default=1000, help="optimizer steps")
+    g.add_argument("--batch_size", type=int, default=65536, help="GLOBAL tokens per optimizer step")
+    g.add_argument("--device_batch_size", type=int, default=4096, help="tokens per rank per forward pass "
+                   "(ignored when --grad_acc_steps is given)")
+    g.add_argument("--grad_acc_steps", type=int, default=None,
+                   help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
+    g.add_argument("--cooldown_frac", type=float, default=0.4, help="fraction of steps of linear LR decay at the end")
+    g.add_argument("--lr_scale", type=float, default=1.0, help="multiplies every learning rate")
+    g.add_argument("--seed", type=int, default=0, help="initialisation, data order and sampling")
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--val_loss_every", type=int, default=100, help="validate every N steps (0: only at the end)")
+    g.add_argument("--val_steps", type=int, default=10, help="validation batches per evaluation (a fixed set)")
+    g.add_argument("--val_batch_size", type=int, default=None, help="GLOBAL tokens per validation step (default: "
+                   "batch_size rounded to val_seq_len)")
+    g.add_argument("--hellaswag_every", type=int, default=0,
+                   help="also run HellaSwag every N steps (0: only at the end)")
+    g.add_argument("--hellaswag_limit", type=int, default=None, help="first N examples (default: all 10042; 0: skip)")
+    g.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH,
+                   help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
+    g.add_argument("--sample_tokens", type=int, default=48, help="tokens per sampled continuation at the end (0: none)")
+    g = p.add_argument_group("run")
+    g.add_argument("--model_name", default="GPT", help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
+    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
+    g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
+    g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="autocast dtype (auto: bfloat16 on CUDA, float32 on CPU)")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile (default: on CUDA only)")
+    g.add_argument("--attention", default="auto", choices=["auto", "flex", "sdpa"],
+                   help="auto: FlexAttention on CUDA, dense SDPA with the same mask on CPU")
+    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps")
+    return p
+
+
+ARCH_KEYS = ("vocab_size", "num_layers", "num_heads", "head_dim", "model_dim", "mlp_ratio", "num_val_emb")
+
+
+# ============================================================================================== Model
+def norm(x):
+    # parameter-free RMSNorm (modded-nanogpt: affine scales and biases removed, 2024)
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def next_multiple(n, k):
+    return -(-n // k) * k
+
+
+class CastedLinear(nn.Linear):
+    """Linear without bias; uniform init with the std of modded-nanogpt's CastedLinear (0.5 / sqrt(in))."""
+
+    def __init__(self, in_features, out_features, zero_init=False):
+        super().__init__(in_features, out_features, bias=False)
+        with torch.no_grad():
+            if zero_init:  # zero-init output projections (modded-nanogpt, from muP-style "zero readout")
+                self.weight.zero_()
+            else:
+                bound = math.sqrt(3) * 0.5 * in_features ** -0.5
+                self.weight.uniform_(-bound, bound)
+
+
+class Rotary(nn.Module):
+    # rotary embeddings on half the head dims, the other half unrotated (modded-nanogpt "half-truncated RoPE", 2025)
+    def __init__(self, head_dim, max_seq_len):
+        super().__init__()
+        self.head_dim = head_dim
+        self._build(max_seq_len)
+
+    def _build(self, seq_len, device=None):
+        quarter = self.head_dim // 4
+        freq = (1 / 1024) ** torch.linspace(0, 1, steps=quarter, dtype=torch.float32, device=device)
+        freq = torch.cat([freq, freq.new_zeros(quarter)])  # (head_dim/2,)
+        theta = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), freq)
+        self.register_buffer("cos", theta.cos(), persistent=False)
+        self.register_buffer("sin", theta.sin(), persistent=False)
+
+    def forward(self, x):  # x: (B, T, H, D)
+        T = x.size(1)
+        if T > self.cos.size(0):  # longer than ever seen (e.g. a long HellaSwag row): extend the table
+            self._build(next_multiple(T, BLOCK_SIZE), x.device)
+        cos, sin = self.cos[None, :T, None, :], self.sin[None, :T, None, :]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        y = torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+        return y.type_as(x)
+
+
+def attend(q, k, v, mask):
+    """q, k, v: (B, H, T, D). mask: a FlexAttention BlockMask, or a dense bool (B, 1, T, T) mask for SDPA."""
+    if isinstance(mask, BlockMask):
+        return _flex_attention()(q, k, v, block_mask=mask, scale=ATTN_SCALE)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ATTN_SCALE)
+
+
+_FLEX = {"fn": flex_attention}  # inside a compiled model the plain function is traced into the graph
+
+
+def _flex_attention():
+    return _FLEX["fn"]
+
+
+def use_compiled_flex_attention(compiled=True):
+    """Without a compiled model, FlexAttention on CUDA still needs its own compiled kernel to be fast; a compiled
+    model traces the plain function instead (compiled=False)."""
+    _FLEX["fn"] = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, num_heads, head_dim, max_seq_len):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        hdim = num_heads * head_dim
+        bound = math.sqrt(3) * 0.5 * dim ** -0.5
+        # merged q/k/v weight (3, hdim, dim): Muon orthogonalises q, k and v separately (modded-nanogpt, 2025)
+        self.qkv_w = nn.Parameter(torch.empty(3, hdim, dim).uniform_(-bound, bound))
+        # learned mix of this layer's values with the value embedding (modded-nanogpt value-embedding record, 2024-12)
+        self.lambdas = nn.Parameter(torch.tensor([0.5, 0.5]))
+        self.rotary = Rotary(head_dim, max_seq_len)
+        self.c_proj = CastedLinear(hdim, dim, zero_init=True)
+
+    def forward(self, x, ve, mask):  # x: (B, T, dim); ve: (B, T, hdim) or None
+        B, T = x.shape[:2]
+        qkv = F.linear(x, self.qkv_w.flatten(end_dim=1)).view(B, T, 3 * self.num_heads, self.head_dim)
+        q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
+        q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
+        q, k = self.rotary(q), self.rotary(k)
+        v = self.lambdas[0] * v
+        if ve is not None:
+            v = v + self.lambdas[1] * ve.view_as(v)
+        # q, k, v in the matmuls' dtype (bfloat16 under CUDA autocast): CUDA autocast runs rms_norm in float32 and
+        # the fp32 lambdas promote v, and FlexAttention (unlike SDPA) is not autocast, so it would run in float32
+        q, k, v = q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
+        y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, mlp_ratio):
+        super().__init__()
+        hidden = int(mlp_ratio * dim)
+        self.c_fc = CastedLinear(dim, hidden)
+        self.c_proj = CastedLinear(hidden, dim, zero_init=True)
+
+    def forward(self, x):
+        # ReLU² activation (modded-nanogpt 2024-10 "ModernArch" record, from Primer / So et al. 2021)
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, dim, num_heads, head_dim, mlp_ratio, max_seq_len):
+        super().__init__()
+        self.attn = CausalSelfAttention(dim, num_heads, head_dim, max_seq_len)
+        self.mlp = MLP(dim, mlp_ratio)
+        # x0 residual mixing: x = a*x + b*x0 with learned a, b (modded-nanogpt, late-2024 records)
+        self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
+
+    def forward(self, x, x0, ve, mask):
+        x = self.lambdas[0] * x + self.lambdas[1] * x0
+        x = x + self.attn(norm(x), ve, mask)
+        return x + self.mlp(norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, num_layers, num_heads, head_dim, model_dim, mlp_ratio=4.0, num_val_emb=2,
+                 max_seq_len=1024):
+        super().__init__()
+        self.vocab_size = vocab_size
+        # vocab padded to a multiple of 128 for efficient matmuls (modded-nanogpt: 50257 → 50304)
+        self.padded_vocab = next_multiple(vocab_size, 128)
+        self.num_layers = num_layers
+        hdim = num_heads * head_dim
+        self.embed = nn.Embedding(self.padded_vocab, model_dim)
+        # value embeddings: token embeddings mixed into the values of the first and last layers (modded-nanogpt
+        # value-embedding record, 2024-12); layer i of the first num_val_emb and of the last num_val_emb layers
+        # uses embedding i (for a shallow net the last layers' assignment wins where the two ranges overlap)
+        self.value_embeds = nn.ModuleList([nn.Embedding(self.padded_vocab, hdim) for _ in range(num_val_emb)])
+        self.ve_index = [None] * num_layers
+        for i in range(num_val_emb):
+            self.ve_index[i] = i
+        for i in range(num_val_emb):
+            self.ve_index[num_layers - num_val_emb + i] = i
+        self.blocks = nn.ModuleList([Block(model_dim, num_heads, head_dim, mlp_ratio, max_seq_len)
+                                     for _ in range(num_layers)])
+        # long windows on every 4th layer of the first half, mirrored in the second half (U-net symmetric), short
+        # elsewhere: for 12 layers long at 0, 4, 7, 11 (modded-nanogpt long/short windows, 2025, after Gemma 2's
+        # global/local alternation)
+        self.layer_window = ["long" if min(i, num_layers - 1 - i) % 4 == 0 else "short" for i in range(num_layers)]
+        # U-net skips: the first half's outputs are added (learned weights) to the second half's inputs in
+        # reverse order (modded-nanogpt U-net skip-connection record by Brendan Hogan, 2024-11)
+        self.num_skips = num_layers // 2
+        self.skip_weights = nn.Parameter(torch.ones(self.num_skips))
+        self.lm_head = CastedLinear(model_dim, self.padded_vocab, zero_init=True)
+
+    def forward(self, idx, masks, targets=None):
+        """idx: (B, T) token ids; masks: {"long": mask, "short": mask} (see build_attention_masks).
+        With targets: the SUM of the cross-entropy over all B*T positions (nats).
+        Without: logits (B, T, padded_vocab)."""
+        ve = [emb(idx) for emb in self.value_embeds]
+        x = x0 = norm(self.embed(idx))
+        skips = []
+        first_decoder = self.num_layers - self.num_skips
+        for i, block in enumerate(self.blocks):
+            if i >= first_decoder:
+                x = x + self.skip_weights[i - first_decoder] * skips.pop()
+            x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]], masks[self.layer_window[i]])
+            if i < self.num_skips:
+                skips.append(x)
+        x = norm(x)
+        logits = self.lm_head(x).float()
+        # logit soft-cap 30*sigmoid(z/(7.5*sqrt(d))) (modded-nanogpt 2025; earlier a Gemma-2-style 30*tanh(z/30))
+        logits = 30 * torch.sigmoid(logits / (7.5 * x.size(-1) ** 0.5))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), reduction="sum")
+
+
+def document_window_mask_mod(docs, window_blocks):
+    """FlexAttention mask_mod: causal AND same document AND at most window_blocks-1 whole blocks back
+    (document-causal sliding-window attention: modded-nanogpt FlexAttention record, 2024-11).
+
+    docs: (B, T) document index of every position; window_blocks: 0-dim integer tensor (a tensor, not an int, so a
+    growing window does not recompile). The window counts 128-token blocks, as modded-nanogpt's block masks do."""
+    def mask_mod(b, h, q_idx, kv_idx):
+        causal = q_idx >= kv_idx
+        same_doc = docs[b, q_idx] == docs[b, kv_idx]
+        in_window = (q_idx // BLOCK_SIZE - kv_idx // BLOCK_SIZE) < window_blocks
+        return causal & same_doc & in_window
+    return mask_mod
+
+
+def dense_mask(mask_mod, B, T, device):
+    """Evaluate a mask_mod on every (b, q, kv): the exact dense equivalent of its block mask, (B, 1, T, T) bool."""
+    b = torch.arange(B, device=device).view(B, 1, 1, 1)
+    q = torch.arange(T, device=device).view(1, 1, T, 1)
+    kv = torch.arange(T, device=device).view(1, 1, 1, T)
+    return mask_mod(b, torch.zeros((), dtype=torch.long, device=device), q, kv)
+
+
+def build_attention_masks(idx, eot_id, long_blocks, short_blocks, use_flex):
+    """Document-causal sliding-window masks for a batch idx (B, T) whose documents start at <|endoftext|>.
+
+    Returns {"long": mask, "short": mask}: BlockMasks for FlexAttention, or dense bool masks for SDPA."""
+    B, T = idx.shape
+    if T % BLOCK_SIZE:
+        raise UserError(f"sequence length {T} is not a multiple of {BLOCK_SIZE} (FlexAttention's block size)")
+    docs = (idx == eot_id).cumsum(dim=1)  # (B, T): each <|endoftext|> starts a new document (the real id, not 50256)
+    masks = {}
+    for name, blocks in (("long", long_blocks), ("short", short_blocks)):
+        # a fill, not torch.tensor(blocks, device=...): copying a host value to the GPU would stall its queue
+        mask_mod = document_window_mask_mod(docs, torch.full((), blocks, dtype=torch.long, device=idx.device))
+        if use_flex:  # partial vs full blocks are found by create_block_mask itself from the mask_mod
+            make = _compiled_create_block_mask() if idx.device.type == "cuda" else create_block_mask
+            masks[name] = make(mask_mod, B, None, T, T, device=idx.device)
+        else:
+            masks[name] = dense_mask(mask_mod, B, T, idx.device)
+    return masks
+
+
+_CREATE_BLOCK_MASK = {}
+
+
+def _compiled_create_block_mask():
+    """create_block_mask compiled once (the eager version materialises (B, T, T) int64 intermediates on the GPU).
+    It compiles once per batch shape: the window and the documents live in tensors the mask_mod closes over."""
+    if "fn" not in _CREATE_BLOCK_MASK:
+        _CREATE_BLOCK_MASK["fn"] = torch.compile(create_block_mask, dynamic=False)
+    return _CREATE_BLOCK_MASK["fn"]
+
+
+def attention_pairs(idx, eot_id, window_blocks):
+    """How many (query, key) pairs the document-causal sliding-window mask of idx (B, T) allows: a 0-dim int64
+    tensor computed in O(B*T) on idx's device, equal to the dense mask's sum (attention FLOPs for MFU)."""
+    pos = torch.arange(idx.size(1), device=idx.device)
+    doc_start = torch.where(idx == eot_id, pos, 0).cummax(dim=1).values  # (B, T): where each document begins
+    window_start = (pos // BLOCK_SIZE - window_blocks + 1).clamp(min=0) * BLOCK_SIZE  # (T,): oldest key in window
+    return (pos - torch.maximum(doc_start, window_start) + 1).sum()
+
+
+def training_flops(model, tokens, pairs):
+    """(matmul FLOPs, attention FLOPs) of one forward + backward over `tokens` tokens whose masks allow
+    pairs["long"] / pairs["short"] query-key pairs: 6 x tokens x (parameters that are multiplied: not the
+    embedding look-ups), and per layer 12 x head_dim x heads x allowed pairs (QK^T and AV: 2 multiply-adds per
+    pair and head dim each; the backward costs twice the forward)."""
+    n_matmul = sum(p.numel() for n, p in model.named_parameters()
+                   if p.ndim >= 2 and not n.startswith(("embed.", "value_embeds.")))
+    attn = sum(12 * block.attn.head_dim * block.attn.num_heads * pairs[window]
+               for block, window in zip(model.blocks, model.layer_window))
+    return 6 * tokens * n_matmul, attn
+
+
+def window_blocks(step, train_steps, window_size):
+    # sliding-window warm-up: the long window grows linearly from 1 block to window_size over training, short = half
+    # (modded-nanogpt FlexAttention record 2024-11 for the warm-up, long/short windows in 2025)
+    max_blocks = window_size // BLOCK_SIZE
+    long_blocks = max(1, min(max_blocks, math.ceil(max_blocks * step / max(1, train_steps))))
+    return long_blocks, max(1, long_blocks // 2)
+
+
+# ============================================================================================== Optimizer
+def zeropower_via_newtonschulz5(G, steps=5):
+    """Approximately orthogonalise G (..., m, n) with a quintic Newton–Schulz iteration (Keller Jordan's Muon;
+    coefficients chosen to maximise the slope at zero). bfloat16 on CUDA, float32 on CPU (exact and fast there)."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    X = G.bfloat16() if G.is_cuda else G.float()
+    transposed = G.size(-2) > G.size(-1)
+    if transposed:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # spectral norm <= 1
+    for _ in range(steps):
+        A = X @ X.mT
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    if transposed:
+        X = X.mT
+    return X
+
+
+class Muon(torch.optim.Optimizer):
+    """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10), distributed
+    as in record #26: same-shape matrices are dealt out in chunks of world_size, one per rank; each rank receives
+    only the rank-summed gradients of its own matrices (a reduce-scatter, launched by GradientSync while backward
+    still runs), updates their momentum, orthogonalises all of its matrices of one shape in one batched
+    Newton–Schulz (few large kernels instead of many small ones) and applies the updates, then an all-gather per
+    chunk hands every rank the updated matrices. No rank holds or orthogonalises a gradient it does not own.
+
+    The update of every matrix is computed exactly as on one rank, so the result does not depend on the world size.
+    Momentum buffers live on their owner; `gather_state()` (collective) copies them everywhere before a checkpoint,
+    so any rank's checkpoint resumes on any world size."""
+
+    def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
+        super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
+        self.rank, self.world_size = rank, world_size
+        by_shape = {}
+        for g, group in enumerate(self.param_groups):  # group index, not the dict: load_state_dict replaces those
+            for p in group["params"]:
+                by_shape.setdefault((tuple(p.shape), g), []).append((p, g))
+        # chunks: ([(param, group index)] of one shape and group, at most world_size long); entry j belongs to rank j
+        self.chunks, self.chunks_by_shape = [], []
+        for members in by_shape.values():
+            first = len(self.chunks)
+            self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
+            self.chunks_by_shape.append(range(first, len(self.chunks)))
+        self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
+
+    def start_reduce(self, c):
+        """Start summing chunk c's gradients over ranks (each rank receives its own matrix's); idempotent."""
+        import torch.distributed as dist
+
+        if self._reduced[c] is not None:
+            return
+        chunk = self.chunks[c]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p, _ in chunk]
+        if self.world_size == 1:
+            self._reduced[c] = (grads[0], None)
+            return
+        padding = [torch.zeros_like(grads[0])] * (self.world_size - len(chunk))  # short last chunk of a shape
+        owned = torch.empty_like(grads[0]) if self.rank < len(chunk) else None
+        out = owned if owned is not None else torch.empty_like(grads[0])
+        handle = dist.reduce_scatter(out, grads + padding, op=dist.ReduceOp.SUM, async_op=True)
+        self._reduced[c] = (owned, handle)
+
+    @torch.no_grad()
+    def step(self):
+        for c in range(len(self.chunks)):  # without GradientSync (or for chunks it did not start)
+            self.start_reduce(c)
+        gathers = []
+        for chunk_ids in self.chunks_by_shape:
+            owned, nesterov = [], []  # this rank's matrices of this shape, their Nesterov momenta
+            for c in chunk_ids:
+                grad, handle = self._reduced[c]
+                if handle is not None:
+                    handle.wait()
+                if self.rank < len(self.chunks[c]):
+                    p, g = self.chunks[c][self.rank]
+                    group = self.param_groups[g]
+                    buf = self._momentum(p)
+                    buf.lerp_(grad, 1 - group["momentum"])
+                    nesterov.append(grad.lerp(buf, group["momentum"]))
+                    owned.append(p)
+            if owned:
+                updates = zeropower_via_newtonschulz5(torch.stack(nesterov), group["ns_steps"])
+                # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
+                lr = group["lr"] * max(1, owned[0].size(-2) / owned[0].size(-1)) ** 0.5
+                for p, update in zip(owned, updates):
+                    p.add_(update.to(p.dtype), alpha=-lr)
+            if self.world_size > 1:  # the next shape's Newton–Schulz overlaps these all-gathers
+                gathers += [self._all_gather(self.chunks[c], [p for p, _ in self.chunks[c]]) for c in chunk_ids]
+        for handle in gathers:
+            handle.wait()
+        self._reduced = [None] * len(self.chunks)
+
+    def _momentum(self, p):
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        return state["momentum_buffer"]
+
+    def _all_gather(self, chunk, tensors):
+        """Every rank's tensors[j] becomes rank j's tensors[j] (async handle); tensors: one per entry of chunk."""
+        import torch.distributed as dist
+
+        padding = [torch.empty_like(tensors[0]) for _ in range(self.world_size - len(chunk))]
+        mine = tensors[self.rank] if self.rank < len(chunk) else padding[self.rank - len(chunk)]
+        return dist.all_gather(list(tensors) + padding, mine, async_op=True)
+
+    @torch.no_grad()
+    def gather_state(self):
+        """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
+        if self.world_size == 1:
+            return
+        handles = [self._all_gather(chunk, [self._momentum(p) for p, _ in chunk]) for chunk in self.chunks]
+        for handle in handles:
+            handle.wait()
+
+
+class GradientSync:
+    """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
+    2025 records). During the last micro-batch's backward each parameter reports when its gradient is final;
+    Adam's parameters are all-reduced and Muon's chunks reduce-scattered (see Muon) as soon as they are complete.
+    Collectives must start in the same order on every rank, so they start in one fixed order (the expected
+    backward order: parameters registered last first), each only when everything before it is ready, as
+    DistributedDataParallel does with its buckets. Under torch.compile the whole backward is one graph and the
+    hooks fire when it ends: no overlap then, but the same result."""
+
+    def __init__(self, model, adam_params, muon, world_size):
+        import torch.distributed as dist
+
+        self.dist, self.muon, self.world_size = dist, muon, world_size
+        position = {p: i for i, p in enumerate(model.parameters())}
+        units = [(position[p], "adam", p) for p in adam_params]
+        units += [(min(position[p] for p, _ in chunk), "muon", c) for c, chunk in enumerate(muon.chunks)]
+        self.units = [(kind, item) for _, kind, item in sorted(units, key=lambda u: -u[0])]
+        self.unit_of = {}  # param → its unit
+        for u, (kind, item) in enumerate(self.units):
+            for p in [item] if kind == "adam" else [p for p, _ in muon.chunks[item]]:
+                self.unit_of[p] = u
+        self.members = [1 if kind == "adam" else len(muon.chunks[item]) for kind, item in self.units]
+        self.armed = False  # True during the backward of the last micro-batch of a step
+        self._reset()
+        if world_size > 1:
+            for p in self.unit_of:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _reset(self):
+        self.ready = [0] * len(self.units)
+        self.next_unit = 0  # units before this one have started
+        self.handles = []
+
+    def _grad_ready(self, p):
+        if not self.armed:
+            return
+        self.ready[self.unit_of[p]] += 1
+        while self.next_unit < len(self.units) and self.ready[self.next_unit] == self.members[self.next_unit]:
+            self._start(self.next_unit)
+
+    def _start(self, u):
+        kind, item = self.units[u]
+        if kind == "adam":
+            if item.grad is None:  # no gradient this step: counts as zero
+                item.grad = torch.zeros_like(item)
+            self.handles.append(self.dist.all_reduce(item.grad, op=self.dist.ReduceOp.SUM, async_op=True))
+        else:
+            self.muon.start_reduce(item)
+        self.next_unit = u + 1
+
+    def finish(self):
+        """After the last backward: start what has not started (e.g. parameters without a gradient), wait for
+        Adam's all-reduces (Muon waits for its own in step())."""
+        self.armed = False
+        if self.world_size > 1:
+            while self.next_unit < len(self.units):
+                self._start(self.next_unit)
+            for handle in self.handles:
+                handle.wait()
+        self._reset()
+
+
+def build_optimizers(model, rank=0, world_size=1, fused=False):
+    """Muon for the hidden matrices; Adam for embeddings, head and scalars (learning rates as in modded-nanogpt's
+    FlexAttention-era records)."""
+    hidden_matrices = [p for n, p in model.blocks.named_parameters() if p.ndim >= 2]
+    embed_params = [model.embed.weight] + [e.weight for e in model.value_embeds]
+    scalar_params = [p for p in model.parameters() if p.ndim < 2]
+    head_params = [model.lm_head.weight]
+    n_all = sum(1 for _ in model.parameters())
+    assert len(hidden_matrices) + len(embed_params) + len(scalar_params) + len(head_params) == n_all
+    adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
+                   dict(params=scalar_params, lr=0.04, name="scalars")]
+    adam = torch.optim.Adam(adam_groups, betas=(0.8, 0.95), eps=1e-10, weight_decay=0.0, fused=fused)
+    muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
+    optimizers = [adam, muon]
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["initial_lr"] = group["lr"]
+    return optimizers
+
+
+def lr_multiplier(step, train_steps, cooldown_frac):
+    # constant, then linear decay to 0.1x over the last cooldown_frac (modded-nanogpt; trapezoidal, arXiv 2405.18392)
+    x = step / train_steps
+    if x < 1 - cooldown_frac:
+        return 1.0
+    w = (1 - x) / cooldown_frac
+    return w * 1.0 + (1 - w) * 0.1
+
+
+def muon_momentum(step):
+    # Muon momentum warm-up 0.85 → 0.95 over the first 300 steps (modded-nanogpt, late-2024 records)
+    frac = min(step / 300, 1)
+    return (1 - frac) * 0.85 + frac * 0.95
+
+
+# ============================================================================================== Setup and checks
+def resolve_config(args, world_size, device):
+    """Check every flag that can be checked without data; derive head_dim, dtype, compile, grad_acc, batch sizes."""
+    cfg = argparse.Namespace(**vars(args))
+    for name in ("num_layers", "num_heads", "model_dim", "train_steps", "batch_size", "val_steps",
+                 "train_seq_len", "val_seq_len", "device_batch_size", "window_size"):
+        if getattr(cfg, name) is None or getattr(cfg, name) <= 0:
+            raise UserError(f"--{name} must be a positive integer (got {getattr(cfg, name)})")
+    for name in ("val_loss_every", "hellaswag_every", "checkpoint_every", "num_val_emb", "sample_tokens", "log_every"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"--{name} must be >= 0 (got {getattr(cfg, name)})")
+    if cfg.head_dim is None:
+        if cfg.model_dim % cfg.num_heads:
+            raise UserError(f"--model_dim {cfg.model_dim} is not divisible by --num_heads {cfg.num_heads}; choose "
+                            f"num_heads dividing model_dim (e.g. {_divisor_hint(cfg.model_dim, cfg.num_heads)}) or "
+                            "pass --head_dim explicitly")
+        cfg.head_dim = cfg.model_dim // cfg.num_heads
+    if cfg.head_dim <= 0 or cfg.head_dim % 4:
+        raise UserError(f"head_dim {cfg.head_dim} must be a positive multiple of 4 (rotary embeddings rotate half "
+                        "of each head's dims in pairs); change --head_dim, --model_dim or --num_heads")
+    if cfg.num_val_emb > cfg.num_layers:
+        raise UserError(f"--num_val_emb {cfg.num_val_emb} exceeds --num_layers {cfg.num_layers}; use at most "
+                        f"{cfg.num_layers}")
+    if cfg.mlp_ratio <= 0 or int(cfg.mlp_ratio * cfg.model_dim) < 1:
+        raise UserError(f"--mlp_ratio {cfg.mlp_ratio} gives no MLP hidden units; use e.g. 4")
+    for name in ("train_seq_len", "val_seq_len", "window_size"):
+        value = getattr(cfg, name)
+        if value % BLOCK_SIZE:
+            raise UserError(f"--{name} {value} is not a multiple of {BLOCK_SIZE} (FlexAttention's block size; "
+                            f"required on CPU too so configs stay portable); use {next_multiple(value, BLOCK_SIZE)}")
+    if not 0 <= cfg.cooldown_frac <= 1:
+        raise UserError(f"--cooldown_frac {cfg.cooldown_frac} must be between 0 and 1")
+    if cfg.batch_size % cfg.train_seq_len:
+        raise UserError(f"--batch_size {cfg.batch_size} is not a multiple of --train_seq_len {cfg.train_seq_len}; "
+                        f"use {max(1, cfg.batch_size // cfg.train_seq_len) * cfg.train_seq_len}")
+    if cfg.batch_size < world_size * cfg.train_seq_len:
+        raise UserError(f"--batch_size {cfg.batch_size} tokens holds fewer than one row of {cfg.train_seq_len} per "
+                        f"rank for {world_size} ranks; raise --batch_size to at least "
+                        f"{world_size * cfg.train_seq_len} or use fewer ranks")
+    if cfg.grad_acc_steps is None:
+        per_rank = cfg.batch_size // world_size
+        if cfg.batch_size % world_size or per_rank % cfg.device_batch_size and cfg.device_batch_size < per_rank:
+            raise UserError(f"--batch_size {cfg.batch_size} is not world_size {world_size} x a whole number of "
+                            f"--device_batch_size {cfg.device_batch_size}; pick sizes that divide, or pass "
+                            "--grad_acc_steps")
+        cfg.grad_acc_steps = max(1, per_rank // cfg.device_batch_size)
+    if cfg.grad_acc_steps <= 0:
+        raise UserError("--grad_acc_steps must be a positive integer")
+    micro_tokens, rem = divmod(cfg.batch_size, world_size * cfg.grad_acc_steps)
+    if rem or micro_tokens % cfg.train_seq_len or micro_tokens == 0:
+        raise UserError(f"--batch_size {cfg.batch_size} cannot be split into world_size {world_size} x "
+                        f"grad_acc_steps {cfg.grad_acc_steps} micro-batches of whole {cfg.train_seq_len}-token rows; "
+                        f"use a multiple of {world_size * cfg.grad_acc_steps * cfg.train_seq_len}")
+    cfg.device_batch_size = micro_tokens
+    if cfg.val_batch_size is None:
+        cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
+    if cfg.val_batch_size % cfg.val_seq_len:
+        raise UserError(f"--val_batch_size {cfg.val_batch_size} is not a multiple of --val_seq_len {cfg.val_seq_len}")
+    if cfg.dtype == "auto":
+        cfg.dtype = "bfloat16" if device.type == "cuda" else "float32"
+    if cfg.compile is None:
+        cfg.compile = device.type == "cuda"
+    if cfg.attention == "auto":
+        cfg.attention = "flex" if device.type == "cuda" else "sdpa"
+    if cfg.attention == "flex" and device.type != "cuda":
+        raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
+                        "--attention sdpa (the same mask, evaluated densely) or auto")
+    if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
+        raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
+    return cfg
+
+
+def _divisor_hint(n, near):
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - near))
+
+
+def model_config_of(cfg):
+    return {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
+            "head_dim": cfg.head_dim, "model_dim": cfg.model_dim, "mlp_ratio": cfg.mlp_ratio,
+            "num_val_emb": cfg.num_val_emb, "max_seq_len": max(cfg.train_seq_len, cfg.val_seq_len)}
+
+
+def load_model(path, device="cpu"):
+    """Rebuild a trained GPT from a checkpoint: (model, checkpoint dict). See gptlab.experiment.load_checkpoint."""
+    ckpt = exp.load_checkpoint(path)
+    model = GPT(**ckpt["model_config"])
+    model.load_state_dict(ckpt["model"])
+    return model.to(device).eval(), ckpt
+
+
+def checkpoint_logits_fn(path, device="cpu"):
+    """A checkpoint, ready to score: (logits_fn, encoding, checkpoint dict). logits_fn maps a LongTensor (B, T) of
+    token ids to float logits (B, T, n_vocab) with the run's final attention windows (dense masks, any device), so
+
+        logits_fn, enc, ckpt = checkpoint_logits_fn("experiments/RUN/checkpoints/step_001000.pt")
+        evaluate_hellaswag(logits_fn, enc, "data/hellaswag/hellaswag_val.jsonl", limit=500)
+
+    The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
+    from gptlab.tokenizer import encoding_from_dict, ranks_sha256, read_tokenizer_file
+
+    model, ckpt = load_model(path, device)
+    recorded = ckpt["tokenizer"]
+    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
+    for candidate in candidates:
+        try:
+            tok_data = read_tokenizer_file(candidate)
+            break
+        except UserError:
+            continue
+    else:
+        raise UserError(f"the tokenizer of {path} ({' or '.join(map(str, candidates))}) was not found; put it in "
+                        "tokenizers/")
+    if recorded.get("ranks_sha256") not in (None, ranks_sha256(tok_data["mergeable_ranks"])):
+        raise UserError(f"{tok_data['path']} is not the tokenizer {path} was trained with (its hash differs)")
+    encoding = encoding_from_dict(tok_data)
+    args = ckpt["args"]
+    windows = window_blocks(args["train_steps"], args["train_steps"], args["window_size"])
+    logits_fn = make_logits_fn(model, encoding.eot_token, windows, False, contextlib.nullcontext, encoding.n_vocab)
+    return logits_fn, encoding, ckpt
+
+
+# ============================================================================================== Evaluation
+def to_device(array, device):
+    """A numpy batch on the device; on CUDA through pinned memory so the copy is truly asynchronous."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+@torch.no_grad()
+def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, device, autocast, ctx, byte_lengths):
+    """(val_loss nats/token, val_bpb) over the fixed validation set, summed over ranks in float64."""
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss nats, target tokens, target bytes
+    for x_np, y_np in val_set.batches(rows_per_batch):
+        x, y = to_device(x_np, device), to_device(y_np, device)
+        masks = build_attention_masks(x, eot, *windows, use_flex)
+        with autocast():
+            loss_sum = model_fwd(x, masks, y)
+        totals[0] += loss_sum.double()
+        totals[1] += y.numel()
+        totals[2] += int(byte_lengths[torch.from_numpy(y_np)].sum())  # on the host: no GPU round trip
+    dist_utils.all_reduce_sum(ctx, totals)
+    loss_nats, n_tokens, n_bytes = totals.tolist()
+    return loss_nats / n_tokens, bits_per_byte(loss_nats, n_bytes)
+
+
+def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
+    """tokens (B, T) → float logits (B, T, vocab) over the real vocabulary; T is padded to a multiple of 128."""
+    @torch.no_grad()
+    def logits_fn(tokens):
+        B, T = tokens.shape
+        padded = next_multiple(T, BLOCK_SIZE)
+        if padded != T:  # causal attention: tokens appended after T cannot change the logits at positions < T
+            tokens = torch.cat([tokens, tokens.new_full((B, padded - T), eot)], dim=1)
+        masks = build_attention_masks(tokens, eot, *windows, use_flex)
+        with autocast():
+            logits = model_fwd(tokens, masks)
+        return logits[:, :T, :vocab_size].float()
+    return logits_fn
+
+
+def check_hellaswag_file(cfg):
+    """Before training: a warning (str) when the HellaSwag file is missing, None when it is there and parses; a
+    damaged file is a UserError now rather than after hours of training."""
+    if cfg.hellaswag_limit == 0:
+        return None
+    if not os.path.isfile(cfg.hellaswag_path):
+        return (f"warning: HellaSwag file {cfg.hellaswag_path} not found, so this run will skip HellaSwag; get it "
+                "with `python download_hellaswag.py` (or pass --hellaswag_path)")
+    from gptlab.hellaswag_data import load_hellaswag
+
+    load_hellaswag(cfg.hellaswag_path, limit=cfg.hellaswag_limit)
+    return None
+
+
+def run_hellaswag(cfg, logits_fn, encoding, ctx, device, log):
+    """HellaSwag accuracy via gptlab.evals.hellaswag, or None (with a warning) when the file or module is missing."""
+    if cfg.hellaswag_limit == 0:
+        return None
+    if not os.path.isfile(cfg.hellaswag_path):
+        log(f"warning: HellaSwag file {cfg.hellaswag_path} not found, skipping HellaSwag; get it with "
+            "`python download_hellaswag.py` (or pass --hellaswag_path)")
+        return None
+    try:
+        from gptlab.evals.hellaswag import evaluate_hellaswag
+    except ImportError as err:
+        log(f"warning: HellaSwag evaluation unavailable ({err}); skipping it")
+        return None
+    # examples per forward (x4 endings): keep the (rows, ~256, padded vocab) float32 logits under ~1 GiB
+    batch_size = max(1, min(64, 2**28 // (4 * 256 * next_multiple(cfg.vocab_size, 128))))
+    result = evaluate_hellaswag(logits_fn, encoding, cfg.hellaswag_path, ctx=ctx, device=str(device),
+                                batch_size=batch_size,
+                                limit=cfg.hellaswag_limit, seq_multiple=BLOCK_SIZE, prepend_eot=True,
+                                progress=ctx.is_main)
+    return {k: result.get(k) for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}
+
+
+@torch.no_grad()
+def sample_continuations(logits_fn, encoding, eot, n_tokens, seed, device, temperature=0.8, top_k=40):
+    """A few sampled continuations (plain full forward passes; fine for a handful of short samples)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    samples = []
+    for prompt in SAMPLE_PROMPTS:
+        tokens = [eot] + encoding.encode_ordinary(prompt)
+        for _ in range(n_tokens):
+            logits = logits_fn(torch.tensor([tokens], device=device))[0, -1].cpu()
+            logits = logits / temperature
+            kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+            probs = F.softmax(logits.masked_fill(logits < kth, -float("inf")), dim=-1)
+            next_id = int(torch.multinomial(probs, 1, generator=gen))
+            if next_id == eot:
+                break
+            tokens.append(next_id)
+        samples.append((prompt, encoding.decode(tokens[1:])))
+    return samples
+
+
+# ============================================================================================== Training loop
+# flags a --resume run takes from its checkpoint unless given again; the hardware-dependent ones (device, dtype,
+# compile, attention, device_batch_size, grad_acc_steps) are worked out afresh for the machine resuming
+RESUME_INHERITS = ("train_files", "val_files", "tokenizer", "train_seq_len", "val_seq_len", "vocab_size", "num_layers",
+                   "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb", "window_size", "train_steps",
+                   "batch_size", "cooldown_frac", "lr_scale", "seed", "val_loss_every", "val_steps", "val_batch_size",
+                   "hellaswag_every", "hellaswag_limit", "hellaswag_path", "sample_tokens", "model_name",
+                   "experiments_dir", "save_model", "checkpoint_every")
+
+
+def explicit_flags(argv):
+    """Names of the flags given on the command line (not left at their defaults)."""
+    probe = build_parser()
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(probe.parse_args(argv)))
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    ckpt = None
+    args.from_checkpoint = []  # flags taken from the --resume checkpoint
+    if args.resume:
+        ckpt = exp.load_checkpoint(args.resume)
+        given = explicit_flags(sys.argv[1:] if argv is None else argv)
+        for key in RESUME_INHERITS:
+            if key not in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
+                setattr(args, key, ckpt["args"][key])
+                args.from_checkpoint.append(key)
+    ctx = dist_utils.setup(args.device)
+    try:
+        return train(args, ctx, ckpt)
+    finally:
+        dist_utils.cleanup(ctx)
+
+
+def train(args, ctx, ckpt=None):
+    """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
+    from gptlab.dataloader import BOSAlignedLoader, ValidationSet, select_run_shards
+    from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
+
+    device = ctx.device
+    cfg = resolve_config(args, ctx.world_size, device)
+
+    # ---- tokenizer, data and model checks: every bad input fails here, before a folder or a step
+    if not cfg.tokenizer:
+        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
+    tok_data = read_tokenizer_file(cfg.tokenizer)
+    encoding = encoding_from_dict(tok_data)
+    eot = eot_id(tok_data)
+    tok_hash = ranks_sha256(tok_data["mergeable_ranks"])
+    tok_stem = os.path.splitext(os.path.basename(tok_data["path"]))[0]
+    if cfg.vocab_size is None:
+        cfg.vocab_size = encoding.n_vocab
+    if cfg.vocab_size < encoding.n_vocab:
+        raise UserError(f"--vocab_size {cfg.vocab_size} is smaller than the tokenizer's vocabulary: {tok_stem} has "
+                        f"{encoding.n_vocab} ids including special tokens; pass --vocab_size {encoding.n_vocab}")
+    run_shards = select_run_shards(cfg.train_files, cfg.val_files, tok_stem, tok_hash, encoding.n_vocab)
+    cfg.train_files, cfg.val_files = run_shards.train_files, run_shards.val_files
+    train_paths, val_paths = run_shards.train_paths, run_shards.val_paths
+    hellaswag_warning = check_hellaswag_file(cfg)
+    if hellaswag_warning and ctx.is_main:
+        print(hellaswag_warning, file=sys.stderr, flush=True)
+    if ctx.is_main:
+        for folder in run_shards.unfinished:
+            print(f"warning: the manifest in {folder} says download_fineweb.py has not finished writing it; training "
+                  "on the shards written so far", file=sys.stderr, flush=True)
+    train_loader = BOSAlignedLoader(train_paths, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
+                                    cfg.grad_acc_steps, seed=cfg.seed)
+    val_set = ValidationSet(val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
+                            ctx.rank, ctx.world_size)
+    if cfg.resume and ckpt is None:
+        ckpt = exp.load_checkpoint(cfg.resume)
+    model_config = model_config_of(cfg)
+    if ckpt is not None:
+        differ = [k for k in ARCH_KEYS if ckpt["model_config"].get(k) != model_config[k]]
+        if differ:
+            raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
+                f"--{k} {ckpt['model_config'].get(k)} (checkpoint) vs {model_config[k]}" for k in differ)
+                + "; pass the checkpoint's values")
+        if ckpt["tokenizer"].get("ranks_sha256") not in (None, tok_hash):
+            raise UserError(f"--resume checkpoint was trained with tokenizer {ckpt['tokenizer'].get('name')}, not "
+                            f"{tok_stem}; pass --tokenizer {ckpt['tokenizer'].get('name')}")
+        if ckpt["step"] >= cfg.train_steps:
+            raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
+                            f"{cfg.train_steps}; raise --train_steps to train further")
+        train_loader.load_state_dict(ckpt["dataloader"])
+
+    # ---- model and optimizers
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = GPT(**model_config).to(device)
+    optimizers = build_optimizers(model, ctx.rank, ctx.world_size, fused=device.type == "cuda")
+    start_step, elapsed_before, wall_before = 0, 0.0, 0.0
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        for opt, state in zip(optimizers, ckpt["optimizers"]):
+            opt.load_state_dict(state)
+        exp.set_rng_states(ckpt["rng"])
+        start_step = ckpt["step"]
+        elapsed_before = float(ckpt["extra"].get("elapsed_s", 0.0))
+        wall_before = float(ckpt["extra"].get("wall_time_s", 0.0))
+    _broadcast_params(model, ctx)  # same seed gives the same init everywhere; this makes it certain
+    use_flex = cfg.attention == "flex"
+    model_fwd = model
+    if cfg.compile:
+        model_fwd = torch.compile(model, dynamic=False)
+    elif use_flex and device.type == "cuda":
+        use_compiled_flex_attention()
+    amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
+
+    def autocast():
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+    n_params = sum(p.numel() for p in model.parameters())
+    n_params_embed = sum(p.numel() for p in [model.embed.weight] + [e.weight for e in model.value_embeds])
+    byte_lengths = token_byte_lengths(encoding, model.padded_vocab)
+
+    # ---- run folder (rank 0 writes everything)
+    hw = exp.hardware_info(device)
+    versions = exp.versions()
+    run_dir = log = metrics = None
+    if ctx.is_main:
+        run_dir = exp.create_run_dir(cfg.experiments_dir, cfg.model_name)
+        log = exp.RunLog(os.path.join(run_dir, exp.LOG_FILE))
+        metrics = exp.MetricsWriter(os.path.join(run_dir, exp.METRICS_FILE))
+    run_dir = dist_utils.broadcast_object(ctx, run_dir)
+    live = {"step": start_step, "checkpoint": None}  # progress, for the message if the run is interrupted
+    say = _make_say(ctx, log)
+    try:
+        config = {**vars(cfg), "world_size": ctx.world_size, "device": str(device),
+                  "gpu_name": hw["gpu_name"], "gpu_count": hw["gpu_count"], "cpu_model": hw["cpu_model"],
+                  "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"],
+                  "n_params": n_params, "n_params_embeddings": n_params_embed, "padded_vocab": model.padded_vocab,
+                  "tokenizer_name": tok_stem, "tokenizer_path": tok_data["path"], "tokenizer_ranks_sha256": tok_hash,
+                  "tokenizer_n_vocab": encoding.n_vocab, "eot_id": eot, "train_shards": train_paths,
+                  "val_shards": val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(REPO_ROOT),
+                  "versions": versions, "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "resumed_from": cfg.resume, "resume_step": start_step,
+                  "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale; base learning rates: " + ", ".join(
+                      f"{type(opt).__name__} {g.get('name', 'matrices')} {g['initial_lr']}"
+                      for opt in optimizers for g in opt.param_groups),
+                  "timing": "metrics elapsed_s and results train_time_s count optimizer steps only (the first "
+                            "compiled step includes compilation); results wall_time_s is the whole run incl. "
+                            "evaluations"}
+        if ctx.is_main:
+            exp.write_config(run_dir, config)
+            exp.backup_code(REPO_ROOT, run_dir, tok_data.get("script_content", ""))
+            log(f"command: {config['command']}")
+            if cfg.from_checkpoint:
+                say(f"resuming {cfg.resume} at step {start_step} with its settings: " + ", ".join(
+                    f"--{k} {getattr(cfg, k)}" for k in cfg.from_checkpoint))
+            log(f"run folder: {run_dir}")
+            log("config: " + json.dumps(config, indent=2, default=str))
+            log(f"versions: {json.dumps(versions)}")
+            log(f"hardware: cpu {hw['cpu_model']} x{hw['cpu_count']}; gpu {hw['gpu_name']} x{hw['gpu_count']}")
+            if hw["nvidia_smi"]:
+                log("nvidia-smi:\n" + hw["nvidia_smi"])
+            log(f"parameters: {n_params:,} total, {n_params_embed:,} in embeddings (incl. value embeddings), "
+                f"{n_params - n_params_embed:,} non-embedding")
+            log(f"world_size {ctx.world_size}, grad_acc_steps {cfg.grad_acc_steps}, device_batch_size "
+                f"{cfg.device_batch_size} tokens, batch_size {cfg.batch_size} tokens/step, device {device}, "
+                f"dtype {cfg.dtype}, compile {cfg.compile}, attention {cfg.attention}")
+            train_tokens = sum(train_loader.counts)
+            passes = cfg.train_steps * cfg.batch_size / max(1, train_tokens)
+            log(f"training data: {train_tokens:,} tokens in {len(train_paths)} shard(s); {cfg.train_steps} steps x "
+                f"{cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
+                + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
+            print(f"run folder: {run_dir}", flush=True)
+        results = _train_loop(cfg, ctx, model=model, model_fwd=model_fwd, optimizers=optimizers,
+                              train_loader=train_loader, val_set=val_set, encoding=encoding, eot=eot,
+                              byte_lengths=byte_lengths, autocast=autocast, use_flex=use_flex, start_step=start_step,
+                              time_before=(elapsed_before, wall_before), run_dir=run_dir, say=say, metrics=metrics,
+                              tok_stem=tok_stem, tok_hash=tok_hash, model_config=model_config, live=live,
+                              peak_tflops=hw["gpu_bf16_peak_tflops"])
+        results.update({"n_params": n_params, "gpu_name": hw["gpu_name"], "world_size": ctx.world_size,
+                        "tokenizer": tok_stem, "model_name": cfg.model_name, "seed": cfg.seed})
+        if ctx.is_main:
+            exp.write_results(run_dir, {"status": "finished", **results})
+            say(f"results: {json.dumps(results)}")
+        return results
+    except BaseException as err:
+        identity = {"model_name": cfg.model_name, "world_size": ctx.world_size, "tokenizer": tok_stem, "seed": cfg.seed}
+        if ctx.is_main and isinstance(err, KeyboardInterrupt):
+            ckpt_path = live["checkpoint"]
+            how = (f"resume with --resume {ckpt_path}" if ckpt_path else
+                   "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
+            say(f"run interrupted (Ctrl-C) after step {live['step']}; {how}")
+            exp.write_results(run_dir, {"status": "interrupted", "steps": live["step"], "checkpoint": ckpt_path,
+                                        **identity})
+        elif ctx.is_main:
+            message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
+            say(f"run failed: {message}")
+            exp.write_results(run_dir, {"status": "failed", "error": message, **identity})
+        if _is_cuda_oom(err):
+            raise UserError(f"CUDA out of memory ({err}); lower --device_batch_size (more gradient accumulation, "
+                            "same results), --batch_size or --train_seq_len") from None
+        if isinstance(err, TrainingDiverged):
+            raise UserError(str(err)) from None
+        raise
+    finally:
+        if ctx.is_main:
+            log.close()
+            metrics.close()
+
+
+def _interval(ci):
+    return f"[{ci[0]:.4f}, {ci[1]:.4f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else str(ci)
+
+
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite."""
+
+
+def _is_cuda_oom(err):
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
+
+
+def _broadcast_params(model, ctx):
+    if ctx.is_distributed:
+        import torch.distributed as dist
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0)
+
+
+def _make_say(ctx, log):
+    def say(text, echo=True):
+        if not ctx.is_main:
+            return
+        log(text)
+        if echo:
+            from tqdm import tqdm
+            tqdm.write(text, file=sys.stdout)
+            sys.stdout.flush()
+    return say
+
+
+def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
+                autocast, use_flex, start_step, time_before, run_dir, say, metrics, tok_stem, tok_hash,
+                model_config, live, peak_tflops):
+    """Evaluate, step, log and checkpoint from start_step to cfg.train_steps; returns the final figures.
+
+    model_fwd is the (maybe compiled) model used for training and validation; `say` logs (rank 0); `metrics` is the
+    CSV writer (None off rank 0); `live` ({"step", "checkpoint"}) tells the caller how far it got if interrupted."""
+    import torch.distributed as dist
+    from tqdm import tqdm
+
+    device = ctx.device
+    adam, muon = optimizers
+    grad_sync = GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon, ctx.world_size)
+    val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
+    full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
+    final = {"val_loss": None, "val_bpb": None, "hellaswag": None}
+    # elapsed: optimizer steps only (metrics elapsed_s, results train_time_s); wall: everything incl. evaluations
+    elapsed, wall_before = time_before
+    wall_start = time.perf_counter() - wall_before
+    is_cuda = device.type == "cuda"
+
+    def sync():
+        if is_cuda:
+            torch.cuda.synchronize(device)
+
+    def save(step):
+        muon.gather_state()  # collective: rank 0 needs every matrix's momentum
+        if not ctx.is_main:
+            return
+        path = os.path.join(run_dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
+        exp.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=step,
+                            args=dict(vars(cfg)), tokenizer={"name": tok_stem, "ranks_sha256": tok_hash},
+                            optimizer_states=[opt.state_dict() for opt in optimizers],
+                            dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
+                            extra={"elapsed_s": elapsed, "wall_time_s": time.perf_counter() - wall_start,
+                                   "run_dir": run_dir})
+        live["checkpoint"] = path
+        say(f"checkpoint: {path}", echo=False)
+
+    def evaluate_loss(step, windows):
+        model.eval()
+        val_loss, val_bpb = evaluate_val(model_fwd, val_set, val_rows, eot, windows, use_flex, device, autocast,
+                                         ctx, byte_lengths)
+        model.train()
+        say(f"step {step}/{cfg.train_steps} val_loss {val_loss:.4f} val_bpb {val_bpb:.4f} "
+            f"train_time {elapsed:.1f}s")
+        if ctx.is_main:
+            metrics.write(step=step, tokens=step * cfg.batch_size, val_loss=val_loss, val_bpb=val_bpb,
+                          elapsed_s=elapsed)
+        return val_loss, val_bpb
+
+    def evaluate_hellaswag(step, windows):
+        model.eval()
+        # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
+        logits_fn = make_logits_fn(model, eot, windows, False, autocast, model.vocab_size)
+        hs = run_hellaswag(cfg, logits_fn, encoding, ctx, device, say)
+        model.train()
+        if hs is not None:
+            say(f"step {step} hellaswag acc {hs['acc']:.4f} (95% CI {_interval(hs['acc_ci95'])}) acc_norm "
+                f"{hs['acc_norm']:.4f} (95% CI {_interval(hs['acc_norm_ci95'])}) n={hs['n']}")
+            if ctx.is_main:
+                metrics.write(step=step, tokens=step * cfg.batch_size, hellaswag_acc=hs["acc"],
+                              hellaswag_acc_norm=hs["acc_norm"], elapsed_s=elapsed)
+        return hs
+
+    bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=start_step * cfg.batch_size, disable=not ctx.is_main,
+               file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True, desc="train")
+    tokens_per_step = cfg.batch_size
+    speed = {"flops": 0.0, "time": 0.0}  # over the steps after this process's first (MFU in results.json)
+    step = start_step
+    for step in range(start_step, cfg.train_steps + 1):
+        last = step == cfg.train_steps
+        windows = window_blocks(step, cfg.train_steps, cfg.window_size)
+        eval_windows = full_windows if last else windows
+        if last or (cfg.val_loss_every and step % cfg.val_loss_every == 0):
+            bar.clear()
+            final["val_loss"], final["val_bpb"] = evaluate_loss(step, eval_windows)
+        if last and (cfg.save_model or cfg.checkpoint_every):
+            save(step)  # before the final HellaSwag: the weights are safe whatever happens there
+        if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > start_step):
+            bar.clear()
+            hs = evaluate_hellaswag(step, eval_windows)
+            if last:
+                final["hellaswag"] = hs
+        if last:
+            break
+
+        # ---- one optimizer step: grad_acc_steps micro-batches on this rank, then gradients summed over ranks
+        sync()
+        t0 = time.perf_counter()
+        epoch_before = train_loader.epoch
+        batches = train_loader.next_batch()
+        if train_loader.epoch > epoch_before:
+            say(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
+        loss_total = torch.zeros((), dtype=torch.float32, device=device)
+        pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
+        for micro, (x_np, y_np) in enumerate(batches):
+            x, y = to_device(x_np, device), to_device(y_np, device)
+            masks = build_attention_masks(x, eot, *windows, use_flex)
+            pairs += torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
+            with autocast():
+                # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
+                loss = model_fwd(x, masks, y) / tokens_per_step
+            grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
+            loss.backward()
+            loss_total += loss.detach()
+        grad_sync.finish()
+        step_sums = torch.cat([loss_total.double().view(1), pairs.double()])  # one collective, one host sync
+        if ctx.is_distributed:
+            dist.all_reduce(step_sums, op=dist.ReduceOp.SUM)
+        train_loss, pairs_long, pairs_short = step_sums.tolist()
+        if not math.isfinite(train_loss):
+            keep = (f"the last good checkpoint is {live['checkpoint']}" if live["checkpoint"] else
+                    "no checkpoint was saved")
+            raise TrainingDiverged(f"training loss became {train_loss} at step {step + 1}; stopped ({keep}). Lower the "
+                                   "learning rate (--lr_scale) or check the data")
+        lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["initial_lr"] * lr_mult
+        for group in muon.param_groups:
+            group["momentum"] = muon_momentum(step)
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        sync()
+        step_time = time.perf_counter() - t0
+        elapsed += step_time
+        done = live["step"] = step + 1
+        # model FLOPs utilisation: this step's FLOPs (attention counted for the masks used) per GPU-second
+        flops = sum(training_flops(model, tokens_per_step, {"long": pairs_long, "short": pairs_short}))
+        tflops = flops / step_time / ctx.world_size / 1e12
+        mfu = tflops / peak_tflops if peak_tflops else None
+        if step > start_step:  # the run's figure leaves out the first step (compilation, warm-up)
+            speed["flops"] += flops
+            speed["time"] += step_time
+        if ctx.is_main:
+            metrics.write(step=done, tokens=done * tokens_per_step, train_loss=train_loss, lr=lr_mult,
+                          step_time_s=step_time, elapsed_s=elapsed, tokens_per_s=tokens_per_step / step_time,
+                          tflops_per_gpu=tflops, mfu=mfu)
+            first_compiled = cfg.compile and step == start_step
+            say(f"step {done}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr_mult:.4g} step_time "
+                f"{step_time * 1000:.0f}ms tokens/s {tokens_per_step / step_time:,.0f} TFLOP/s/GPU {tflops:.3g}"
+                + (f" MFU {100 * mfu:.1f}%" if mfu is not None else "")
+                + (" (includes torch.compile warm-up)" if first_compiled else ""),
+                echo=cfg.log_every > 0 and done % cfg.log_every == 0)
+            bar.set_postfix(step=done, loss=f"{train_loss:.4f}", refresh=False)
+            bar.update(tokens_per_step)
+        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.train_steps:
+            save(done)
+    bar.close()
+
+    mem = exp.peak_memory(device)
+    say(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved {mem['reserved_gb']:.3f} GB")
+    run_tflops = speed["flops"] / speed["time"] / ctx.world_size / 1e12 if speed["time"] else None
+    run_mfu = run_tflops / peak_tflops if run_tflops is not None and peak_tflops else None
+    if run_tflops is not None:
+        say(f"speed after the first step: {run_tflops:.3g} TFLOP/s per GPU" + (
+            f", MFU {100 * run_mfu:.1f}% of the {peak_tflops:g} TFLOP/s bf16 peak" if run_mfu is not None else
+            " (MFU: no bf16 peak known for this device)"))
+    if cfg.sample_tokens and ctx.is_main:
+        model.eval()
+        logits_fn = make_logits_fn(model, eot, full_windows, False, autocast, model.vocab_size)
+        for prompt, text in sample_continuations(logits_fn, encoding, eot, cfg.sample_tokens, cfg.seed, device):
+            say(f"sample: {text!r}")
+    return {"final_val_loss": final["val_loss"], "final_val_bpb": final["val_bpb"], "hellaswag": final["hellaswag"],
+            "tokens": step * cfg.batch_size, "steps": step, "wall_time_s": time.perf_counter() - wall_start,
+            "train_time_s": elapsed,
+            "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
+            "peak_mem_label": mem["label"], "checkpoint": live["checkpoint"], "tflops_per_gpu": run_tflops,
+            "mfu": run_mfu}
+
+
+if __name__ == "__main__":
+    run_cli(main)

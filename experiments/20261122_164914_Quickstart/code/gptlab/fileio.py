@@ -1,0 +1,54 @@
+"""Atomic, non-destructive file writing: write to a temporary name beside the target, then rename."""
+import contextlib
+import os
+
+from gptlab.errors import UserError
+
+
+def check_writable(path, overwrite=False):
+    """Refuse to replace an existing file unless overwrite is set, and a path whose folder cannot be made (call
+    before doing expensive work)."""
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder; give the path of a file to write")
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; pass --overwrite to replace it, or choose another name")
+    check_folder_creatable(os.path.dirname(os.path.abspath(path)))
+
+
+def check_folder_creatable(folder):
+    """The folder exists or can be made: no part of the path is a file, and it (or the nearest part that exists)
+    is writable. Call before expensive work so a bad output path fails at once."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"cannot use folder {folder}: {existing} is a file, not a folder; choose another output path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write in {existing} (permission denied); choose another output path")
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb", overwrite=False):
+    """Yield a file object for `path.tmp.<pid>`; on success rename it to `path`, on any error remove it.
+
+    A reader never sees a half-written file under the final name, and an existing file is only replaced when
+    overwrite=True.
+    """
+    check_writable(path, overwrite)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp_path = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp_path, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path)
+        raise
+
+
+def atomic_write_text(path, text, overwrite=False):
+    with atomic_write(path, "w", overwrite=overwrite) as f:
+        f.write(text)
