@@ -31,12 +31,26 @@ class DistContext:
         return self.backend is not None
 
 
-def resolve_device(requested="auto", local_rank=0, local_world_size=1):
-    """'auto' → cuda:LOCAL_RANK when a GPU is visible, else cpu. An unavailable 'cuda' is a clear error."""
-    import torch
+def local_ranks():
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) from torchrun's environment; (0, 1) for a plain process."""
+    return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
+
+def check_device_flag(requested):
+    """A --device value is auto, cpu, cuda or cuda:N (checked without importing torch)."""
     if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
         raise UserError(f"--device {requested!r} is not one of auto, cpu, cuda")
+
+
+def resolve_device(requested="auto", local_rank=None, local_world_size=None):
+    """'auto' → cuda:LOCAL_RANK when a GPU is visible, else cpu. An unavailable 'cuda' is a clear error.
+    local_rank / local_world_size default to torchrun's environment."""
+    import torch
+
+    check_device_flag(requested)
+    env_rank, env_world = local_ranks()
+    local_rank = env_rank if local_rank is None else local_rank
+    local_world_size = env_world if local_world_size is None else local_world_size
     if requested.startswith("cuda:") and local_world_size > 1:
         raise UserError(f"--device {requested} would put all {local_world_size} ranks of this node on one GPU; "
                         "pass --device cuda (each rank takes the GPU of its LOCAL_RANK) and choose the GPUs with "
@@ -57,9 +71,9 @@ def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
     import torch.distributed as dist
 
     rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank, _ = local_ranks()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    dev = resolve_device(device, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     backend = None
@@ -118,7 +132,7 @@ def all_reduce_sum(ctx, tensor):
 
 def default_workers():
     """All cores of this rank: cpu count divided by the ranks sharing this machine."""
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    _, local_world = local_ranks()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
