@@ -745,14 +745,18 @@ def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
     return logits_fn
 
 
+def _hellaswag_missing(path):
+    return (f"warning: HellaSwag file {path} not found, so this run skips HellaSwag; get it with "
+            "`python download_hellaswag.py` (or pass --hellaswag_path)")
+
+
 def check_hellaswag_file(cfg):
     """Before training: a warning (str) when the HellaSwag file is missing, None when it is there and parses; a
     damaged file is a UserError now rather than after hours of training."""
     if cfg.hellaswag_limit == 0:
         return None
     if not os.path.isfile(cfg.hellaswag_path):
-        return (f"warning: HellaSwag file {cfg.hellaswag_path} not found, so this run will skip HellaSwag; get it "
-                "with `python download_hellaswag.py` (or pass --hellaswag_path)")
+        return _hellaswag_missing(cfg.hellaswag_path)
     from gptlab.hellaswag_data import load_hellaswag
 
     load_hellaswag(cfg.hellaswag_path, limit=cfg.hellaswag_limit)
@@ -764,8 +768,7 @@ def run_hellaswag(cfg, logits_fn, encoding, ctx, device, log):
     if cfg.hellaswag_limit == 0:
         return None
     if not os.path.isfile(cfg.hellaswag_path):
-        log(f"warning: HellaSwag file {cfg.hellaswag_path} not found, skipping HellaSwag; get it with "
-            "`python download_hellaswag.py` (or pass --hellaswag_path)")
+        log(_hellaswag_missing(cfg.hellaswag_path))
         return None
     try:
         from gptlab.evals.hellaswag import evaluate_hellaswag
