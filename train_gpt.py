@@ -1,4 +1,4 @@
-"""Train a modded-nanogpt-style GPT on token shards: the one readable research surface (model, optimizer, loop).
+"""Train a modded-nanogpt-style GPT on token shards: the one research surface (flags, model, optimizer, loop).
 
     python   train_gpt.py --model_name ReadmeGPT --tokenizer readmetokenizer_v1000_n100000.pkl --vocab_size 1001 \
                           --model_dim 128 --num_heads 4 --num_layers 6
@@ -13,18 +13,15 @@ densely and fed to scaled_dot_product_attention, so the same model trains (slowl
 passes of `--device_batch_size` tokens, so batch_size = world_size x grad_acc_steps x device_batch_size and the
 loss curve is the same for any number of ranks (exactly so in float32 on CPU, up to summation order).
 
-Every run writes experiments/{YYYYmmdd_HHMMSS}_{model_name}/ (see gptlab/experiment.py): config.json,
-metrics.csv, training_log.txt, code/, results.json, and checkpoints/ with --save_model / --checkpoint_every.
-Validation bits-per-byte = total validation loss in nats / ln 2 / total UTF-8 bytes of the target tokens, where a
-token's bytes are len(encoding.decode_single_token_bytes(id)) and special tokens (<|endoftext|>) count 0 bytes.
+Everything that is not research lives in gptlab/: the run's folder, logs, metrics, results and checkpoints
+(gptlab/run.py, one Run object), input checks (beside the formats they check), data loading, evaluations.
+EXPERIMENTING.md says which file to edit for which experiment.
 """
 import argparse
 import contextlib
-import json
 import math
 import os
 import random
-import sys
 import time
 
 import torch
@@ -34,21 +31,24 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from gptlab import distributed as dist_utils
 from gptlab import experiment as exp
-from gptlab.cli import HelpFormatter
+from gptlab.cli import HelpFormatter, require_non_negative, require_positive
+from gptlab.dataloader import BOSAlignedLoader, ValidationSet, select_run_shards, split_batch, to_device
 from gptlab.errors import UserError, run_cli
-from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
+from gptlab.evals.bpb import evaluate_val, token_byte_lengths
+from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
+from gptlab.generate import sample_continuations
 from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.run import Run, add_run_flags, parse_flags, restore_training_state
+from gptlab.tokenizer import open_tokenizer
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 BLOCK_SIZE = 128  # FlexAttention's block size: every sequence length is a multiple of it, on every device
 ATTN_SCALE = 0.12  # fixed attention temperature for QK-normed heads (modded-nanogpt, early-2025 records)
-SAMPLE_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 
 
-# ============================================================================================== Config (flags)
+# ============================================================================================== Flags
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     g = p.add_argument_group("data")
     g.add_argument("--train_files", nargs="+", default=None,
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
@@ -89,12 +89,7 @@ def build_parser():
     g.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH,
                    help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
     g.add_argument("--sample_tokens", type=int, default=48, help="tokens per sampled continuation at the end (0: none)")
-    g = p.add_argument_group("run")
-    g.add_argument("--model_name", default="GPT", help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
-    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
-    g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
-    g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
-    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
+    g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="autocast dtype (auto: bfloat16 on CUDA, float32 on CPU)")
@@ -102,10 +97,12 @@ def build_parser():
                    help="torch.compile (default: on CUDA only)")
     g.add_argument("--attention", default="auto", choices=["auto", "flex", "sdpa"],
                    help="auto: FlexAttention on CUDA, dense SDPA with the same mask on CPU")
-    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps")
+    add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every
     return p
 
 
+# a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine
+FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps")
 ARCH_KEYS = ("vocab_size", "num_layers", "num_heads", "head_dim", "model_dim", "mlp_ratio", "num_val_emb")
 
 
@@ -582,17 +579,15 @@ def muon_momentum(step):
     return (1 - frac) * 0.85 + frac * 0.95
 
 
-# ============================================================================================== Setup and checks
+# ============================================================================================== Configuration
 def resolve_config(args, world_size, device):
-    """Check every flag that can be checked without data; derive head_dim, dtype, compile, grad_acc, batch sizes."""
+    """Check every flag that can be checked without data; derive head_dim, the micro-batch split, dtype, compile
+    and attention."""
     cfg = argparse.Namespace(**vars(args))
-    for name in ("num_layers", "num_heads", "model_dim", "train_steps", "batch_size", "val_steps",
-                 "train_seq_len", "val_seq_len", "device_batch_size", "window_size"):
-        if getattr(cfg, name) is None or getattr(cfg, name) <= 0:
-            raise UserError(f"--{name} must be a positive integer (got {getattr(cfg, name)})")
-    for name in ("val_loss_every", "hellaswag_every", "checkpoint_every", "num_val_emb", "sample_tokens", "log_every"):
-        if getattr(cfg, name) < 0:
-            raise UserError(f"--{name} must be >= 0 (got {getattr(cfg, name)})")
+    require_positive(cfg, ("num_layers", "num_heads", "model_dim", "train_steps", "batch_size", "val_steps",
+                           "train_seq_len", "val_seq_len", "device_batch_size", "window_size"))
+    require_non_negative(cfg, ("val_loss_every", "hellaswag_every", "checkpoint_every", "num_val_emb",
+                               "sample_tokens", "log_every"))
     if cfg.head_dim is None:
         if cfg.model_dim % cfg.num_heads:
             raise UserError(f"--model_dim {cfg.model_dim} is not divisible by --num_heads {cfg.num_heads}; choose "
@@ -614,28 +609,8 @@ def resolve_config(args, world_size, device):
                             f"required on CPU too so configs stay portable); use {next_multiple(value, BLOCK_SIZE)}")
     if not 0 <= cfg.cooldown_frac <= 1:
         raise UserError(f"--cooldown_frac {cfg.cooldown_frac} must be between 0 and 1")
-    if cfg.batch_size % cfg.train_seq_len:
-        raise UserError(f"--batch_size {cfg.batch_size} is not a multiple of --train_seq_len {cfg.train_seq_len}; "
-                        f"use {max(1, cfg.batch_size // cfg.train_seq_len) * cfg.train_seq_len}")
-    if cfg.batch_size < world_size * cfg.train_seq_len:
-        raise UserError(f"--batch_size {cfg.batch_size} tokens holds fewer than one row of {cfg.train_seq_len} per "
-                        f"rank for {world_size} ranks; raise --batch_size to at least "
-                        f"{world_size * cfg.train_seq_len} or use fewer ranks")
-    if cfg.grad_acc_steps is None:
-        per_rank = cfg.batch_size // world_size
-        if cfg.batch_size % world_size or per_rank % cfg.device_batch_size and cfg.device_batch_size < per_rank:
-            raise UserError(f"--batch_size {cfg.batch_size} is not world_size {world_size} x a whole number of "
-                            f"--device_batch_size {cfg.device_batch_size}; pick sizes that divide, or pass "
-                            "--grad_acc_steps")
-        cfg.grad_acc_steps = max(1, per_rank // cfg.device_batch_size)
-    if cfg.grad_acc_steps <= 0:
-        raise UserError("--grad_acc_steps must be a positive integer")
-    micro_tokens, rem = divmod(cfg.batch_size, world_size * cfg.grad_acc_steps)
-    if rem or micro_tokens % cfg.train_seq_len or micro_tokens == 0:
-        raise UserError(f"--batch_size {cfg.batch_size} cannot be split into world_size {world_size} x "
-                        f"grad_acc_steps {cfg.grad_acc_steps} micro-batches of whole {cfg.train_seq_len}-token rows; "
-                        f"use a multiple of {world_size * cfg.grad_acc_steps * cfg.train_seq_len}")
-    cfg.device_batch_size = micro_tokens
+    cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
+                                                            cfg.device_batch_size, cfg.grad_acc_steps)
     if cfg.val_batch_size is None:
         cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
     if cfg.val_batch_size % cfg.val_seq_len:
@@ -651,6 +626,8 @@ def resolve_config(args, world_size, device):
                         "--attention sdpa (the same mask, evaluated densely) or auto")
     if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
         raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
+    if not cfg.tokenizer:
+        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     return cfg
 
 
@@ -681,53 +658,22 @@ def checkpoint_logits_fn(path, device="cpu"):
         evaluate_hellaswag(logits_fn, enc, "data/hellaswag/hellaswag_val.jsonl", limit=500)
 
     The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
-    from gptlab.tokenizer import encoding_from_dict, ranks_sha256, read_tokenizer_file
-
     model, ckpt = load_model(path, device)
-    recorded = ckpt["tokenizer"]
-    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
-    for candidate in candidates:
-        try:
-            tok_data = read_tokenizer_file(candidate)
-            break
-        except UserError:
-            continue
-    else:
-        raise UserError(f"the tokenizer of {path} ({' or '.join(map(str, candidates))}) was not found; put it in "
-                        "tokenizers/")
-    if recorded.get("ranks_sha256") not in (None, ranks_sha256(tok_data["mergeable_ranks"])):
-        raise UserError(f"{tok_data['path']} is not the tokenizer {path} was trained with (its hash differs)")
-    encoding = encoding_from_dict(tok_data)
+    tok = exp.checkpoint_tokenizer(ckpt, path)
     args = ckpt["args"]
     windows = window_blocks(args["train_steps"], args["train_steps"], args["window_size"])
-    logits_fn = make_logits_fn(model, encoding.eot_token, windows, False, contextlib.nullcontext, encoding.n_vocab)
-    return logits_fn, encoding, ckpt
+    logits_fn = make_logits_fn(model, tok.eot, windows, False, contextlib.nullcontext, tok.encoding.n_vocab)
+    return logits_fn, tok.encoding, ckpt
 
 
 # ============================================================================================== Evaluation
-def to_device(array, device):
-    """A numpy batch on the device; on CUDA through pinned memory so the copy is truly asynchronous."""
-    tensor = torch.from_numpy(array)
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
-
-
-@torch.no_grad()
-def evaluate_val(model_fwd, val_set, rows_per_batch, eot, windows, use_flex, device, autocast, ctx, byte_lengths):
-    """(val_loss nats/token, val_bpb) over the fixed validation set, summed over ranks in float64."""
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss nats, target tokens, target bytes
-    for x_np, y_np in val_set.batches(rows_per_batch):
-        x, y = to_device(x_np, device), to_device(y_np, device)
+def make_loss_fn(model_fwd, eot, windows, use_flex, autocast):
+    """(x, y) (B, T) → the summed cross-entropy in nats, with the masks of `windows` (gptlab.evals.bpb's loss_fn)."""
+    def loss_fn(x, y):
         masks = build_attention_masks(x, eot, *windows, use_flex)
         with autocast():
-            loss_sum = model_fwd(x, masks, y)
-        totals[0] += loss_sum.double()
-        totals[1] += y.numel()
-        totals[2] += int(byte_lengths[torch.from_numpy(y_np)].sum())  # on the host: no GPU round trip
-    dist_utils.all_reduce_sum(ctx, totals)
-    loss_nats, n_tokens, n_bytes = totals.tolist()
-    return loss_nats / n_tokens, bits_per_byte(loss_nats, n_bytes)
+            return model_fwd(x, masks, y)
+    return loss_fn
 
 
 def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
@@ -745,94 +691,9 @@ def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
     return logits_fn
 
 
-def _hellaswag_missing(path):
-    return (f"warning: HellaSwag file {path} not found, so this run skips HellaSwag; get it with "
-            "`python download_hellaswag.py` (or pass --hellaswag_path)")
-
-
-def check_hellaswag_file(cfg):
-    """Before training: a warning (str) when the HellaSwag file is missing, None when it is there and parses; a
-    damaged file is a UserError now rather than after hours of training."""
-    if cfg.hellaswag_limit == 0:
-        return None
-    if not os.path.isfile(cfg.hellaswag_path):
-        return _hellaswag_missing(cfg.hellaswag_path)
-    from gptlab.hellaswag_data import load_hellaswag
-
-    load_hellaswag(cfg.hellaswag_path, limit=cfg.hellaswag_limit)
-    return None
-
-
-def run_hellaswag(cfg, logits_fn, encoding, ctx, device, log):
-    """HellaSwag accuracy via gptlab.evals.hellaswag, or None (with a warning) when the file or module is missing."""
-    if cfg.hellaswag_limit == 0:
-        return None
-    if not os.path.isfile(cfg.hellaswag_path):
-        log(_hellaswag_missing(cfg.hellaswag_path))
-        return None
-    try:
-        from gptlab.evals.hellaswag import evaluate_hellaswag
-    except ImportError as err:
-        log(f"warning: HellaSwag evaluation unavailable ({err}); skipping it")
-        return None
-    # examples per forward (x4 endings): keep the (rows, ~256, padded vocab) float32 logits under ~1 GiB
-    batch_size = max(1, min(64, 2**28 // (4 * 256 * next_multiple(cfg.vocab_size, 128))))
-    result = evaluate_hellaswag(logits_fn, encoding, cfg.hellaswag_path, ctx=ctx, device=str(device),
-                                batch_size=batch_size,
-                                limit=cfg.hellaswag_limit, seq_multiple=BLOCK_SIZE, prepend_eot=True,
-                                progress=ctx.is_main)
-    return {k: result.get(k) for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}
-
-
-@torch.no_grad()
-def sample_continuations(logits_fn, encoding, eot, n_tokens, seed, device, temperature=0.8, top_k=40):
-    """A few sampled continuations (plain full forward passes; fine for a handful of short samples)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    samples = []
-    for prompt in SAMPLE_PROMPTS:
-        tokens = [eot] + encoding.encode_ordinary(prompt)
-        for _ in range(n_tokens):
-            logits = logits_fn(torch.tensor([tokens], device=device))[0, -1].cpu()
-            logits = logits / temperature
-            kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
-            probs = F.softmax(logits.masked_fill(logits < kth, -float("inf")), dim=-1)
-            next_id = int(torch.multinomial(probs, 1, generator=gen))
-            if next_id == eot:
-                break
-            tokens.append(next_id)
-        samples.append((prompt, encoding.decode(tokens[1:])))
-    return samples
-
-
-# ============================================================================================== Training loop
-# flags a --resume run takes from its checkpoint unless given again; the hardware-dependent ones (device, dtype,
-# compile, attention, device_batch_size, grad_acc_steps) are worked out afresh for the machine resuming
-RESUME_INHERITS = ("train_files", "val_files", "tokenizer", "train_seq_len", "val_seq_len", "vocab_size", "num_layers",
-                   "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb", "window_size", "train_steps",
-                   "batch_size", "cooldown_frac", "lr_scale", "seed", "val_loss_every", "val_steps", "val_batch_size",
-                   "hellaswag_every", "hellaswag_limit", "hellaswag_path", "sample_tokens", "model_name",
-                   "experiments_dir", "save_model", "checkpoint_every")
-
-
-def explicit_flags(argv):
-    """Names of the flags given on the command line (not left at their defaults)."""
-    probe = build_parser()
-    for action in probe._actions:
-        action.default = argparse.SUPPRESS
-    return set(vars(probe.parse_args(argv)))
-
-
+# ============================================================================================== Training
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    ckpt = None
-    args.from_checkpoint = []  # flags taken from the --resume checkpoint
-    if args.resume:
-        ckpt = exp.load_checkpoint(args.resume)
-        given = explicit_flags(sys.argv[1:] if argv is None else argv)
-        for key in RESUME_INHERITS:
-            if key not in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
-                setattr(args, key, ckpt["args"][key])
-                args.from_checkpoint.append(key)
+    args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME)
     ctx = dist_utils.setup(args.device)
     try:
         return train(args, ctx, ckpt)
@@ -841,379 +702,128 @@ def main(argv=None):
 
 
 def train(args, ctx, ckpt=None):
-    """One run; `ckpt` is the loaded --resume checkpoint (main() loads it to take its flags)."""
-    from gptlab.dataloader import BOSAlignedLoader, ValidationSet, select_run_shards
-    from gptlab.tokenizer import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
-
+    """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
     cfg = resolve_config(args, ctx.world_size, device)
 
-    # ---- tokenizer, data and model checks: every bad input fails here, before a folder or a step
-    if not cfg.tokenizer:
-        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
-    tok_data = read_tokenizer_file(cfg.tokenizer)
-    encoding = encoding_from_dict(tok_data)
-    eot = eot_id(tok_data)
-    tok_hash = ranks_sha256(tok_data["mergeable_ranks"])
-    tok_stem = os.path.splitext(os.path.basename(tok_data["path"]))[0]
-    if cfg.vocab_size is None:
-        cfg.vocab_size = encoding.n_vocab
-    if cfg.vocab_size < encoding.n_vocab:
-        raise UserError(f"--vocab_size {cfg.vocab_size} is smaller than the tokenizer's vocabulary: {tok_stem} has "
-                        f"{encoding.n_vocab} ids including special tokens; pass --vocab_size {encoding.n_vocab}")
-    run_shards = select_run_shards(cfg.train_files, cfg.val_files, tok_stem, tok_hash, encoding.n_vocab)
-    cfg.train_files, cfg.val_files = run_shards.train_files, run_shards.val_files
-    train_paths, val_paths = run_shards.train_paths, run_shards.val_paths
-    hellaswag_warning = check_hellaswag_file(cfg)
-    if hellaswag_warning and ctx.is_main:
-        print(hellaswag_warning, file=sys.stderr, flush=True)
-    if ctx.is_main:
-        for folder in run_shards.unfinished:
-            print(f"warning: the manifest in {folder} says download_fineweb.py has not finished writing it; training "
-                  "on the shards written so far", file=sys.stderr, flush=True)
-    train_loader = BOSAlignedLoader(train_paths, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
-                                    cfg.grad_acc_steps, seed=cfg.seed)
-    val_set = ValidationSet(val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
+    # ---- inputs: each checked by its owner in gptlab, before a run folder exists
+    tok = open_tokenizer(cfg.tokenizer)
+    cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
+    shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
+    cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
+    hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit)
+    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
+                                    ctx.world_size, cfg.grad_acc_steps, seed=cfg.seed)
+    val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
                             ctx.rank, ctx.world_size)
-    if cfg.resume and ckpt is None:
-        ckpt = exp.load_checkpoint(cfg.resume)
     model_config = model_config_of(cfg)
     if ckpt is not None:
-        differ = [k for k in ARCH_KEYS if ckpt["model_config"].get(k) != model_config[k]]
-        if differ:
-            raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
-                f"--{k} {ckpt['model_config'].get(k)} (checkpoint) vs {model_config[k]}" for k in differ)
-                + "; pass the checkpoint's values")
-        if ckpt["tokenizer"].get("ranks_sha256") not in (None, tok_hash):
-            raise UserError(f"--resume checkpoint was trained with tokenizer {ckpt['tokenizer'].get('name')}, not "
-                            f"{tok_stem}; pass --tokenizer {ckpt['tokenizer'].get('name')}")
-        if ckpt["step"] >= cfg.train_steps:
-            raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
-                            f"{cfg.train_steps}; raise --train_steps to train further")
-        train_loader.load_state_dict(ckpt["dataloader"])
+        exp.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, ARCH_KEYS)
 
     # ---- model and optimizers
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = GPT(**model_config).to(device)
     optimizers = build_optimizers(model, ctx.rank, ctx.world_size, fused=device.type == "cuda")
-    start_step, elapsed_before, wall_before = 0, 0.0, 0.0
+    adam, muon = optimizers
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        for opt, state in zip(optimizers, ckpt["optimizers"]):
-            opt.load_state_dict(state)
-        exp.set_rng_states(ckpt["rng"])
-        start_step = ckpt["step"]
-        elapsed_before = float(ckpt["extra"].get("elapsed_s", 0.0))
-        wall_before = float(ckpt["extra"].get("wall_time_s", 0.0))
-    _broadcast_params(model, ctx)  # same seed gives the same init everywhere; this makes it certain
+        restore_training_state(ckpt, model, optimizers, train_loader)
+    dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
+    grad_sync = GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon, ctx.world_size)
     use_flex = cfg.attention == "flex"
-    model_fwd = model
-    if cfg.compile:
-        model_fwd = torch.compile(model, dynamic=False)
-    elif use_flex and device.type == "cuda":
+    model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
+    if use_flex and not cfg.compile and device.type == "cuda":
         use_compiled_flex_attention()
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
 
     def autocast():
-        if amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=amp_dtype)
+        return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
-    n_params = sum(p.numel() for p in model.parameters())
-    n_params_embed = sum(p.numel() for p in [model.embed.weight] + [e.weight for e in model.value_embeds])
-    byte_lengths = token_byte_lengths(encoding, model.padded_vocab)
-
-    # ---- run folder (rank 0 writes everything)
-    hw = exp.hardware_info(device)
-    versions = exp.versions()
-    run_dir = log = metrics = None
-    if ctx.is_main:
-        run_dir = exp.create_run_dir(cfg.experiments_dir, cfg.model_name)
-        log = exp.RunLog(os.path.join(run_dir, exp.LOG_FILE))
-        metrics = exp.MetricsWriter(os.path.join(run_dir, exp.METRICS_FILE))
-    run_dir = dist_utils.broadcast_object(ctx, run_dir)
-    live = {"step": start_step, "checkpoint": None}  # progress, for the message if the run is interrupted
-    say = _make_say(ctx, log)
-    try:
-        config = {**vars(cfg), "world_size": ctx.world_size, "device": str(device),
-                  "gpu_name": hw["gpu_name"], "gpu_count": hw["gpu_count"], "cpu_model": hw["cpu_model"],
-                  "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"],
-                  "n_params": n_params, "n_params_embeddings": n_params_embed, "padded_vocab": model.padded_vocab,
-                  "tokenizer_name": tok_stem, "tokenizer_path": tok_data["path"], "tokenizer_ranks_sha256": tok_hash,
-                  "tokenizer_n_vocab": encoding.n_vocab, "eot_id": eot, "train_shards": train_paths,
-                  "val_shards": val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(REPO_ROOT),
-                  "versions": versions, "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  "resumed_from": cfg.resume, "resume_step": start_step,
-                  "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale; base learning rates: " + ", ".join(
-                      f"{type(opt).__name__} {g.get('name', 'matrices')} {g['initial_lr']}"
-                      for opt in optimizers for g in opt.param_groups),
-                  "timing": "metrics elapsed_s and results train_time_s count optimizer steps only (the first "
-                            "compiled step includes compilation); results wall_time_s is the whole run incl. "
-                            "evaluations"}
-        if ctx.is_main:
-            exp.write_config(run_dir, config)
-            exp.backup_code(REPO_ROOT, run_dir, tok_data.get("script_content", ""))
-            log(f"command: {config['command']}")
-            if cfg.from_checkpoint:
-                say(f"resuming {cfg.resume} at step {start_step} with its settings: " + ", ".join(
-                    f"--{k} {getattr(cfg, k)}" for k in cfg.from_checkpoint))
-            log(f"run folder: {run_dir}")
-            log("config: " + json.dumps(config, indent=2, default=str))
-            log(f"versions: {json.dumps(versions)}")
-            log(f"hardware: cpu {hw['cpu_model']} x{hw['cpu_count']}; gpu {hw['gpu_name']} x{hw['gpu_count']}")
-            if hw["nvidia_smi"]:
-                log("nvidia-smi:\n" + hw["nvidia_smi"])
-            log(f"parameters: {n_params:,} total, {n_params_embed:,} in embeddings (incl. value embeddings), "
-                f"{n_params - n_params_embed:,} non-embedding")
-            log(f"world_size {ctx.world_size}, grad_acc_steps {cfg.grad_acc_steps}, device_batch_size "
-                f"{cfg.device_batch_size} tokens, batch_size {cfg.batch_size} tokens/step, device {device}, "
-                f"dtype {cfg.dtype}, compile {cfg.compile}, attention {cfg.attention}")
-            train_tokens = sum(train_loader.counts)
-            passes = cfg.train_steps * cfg.batch_size / max(1, train_tokens)
-            log(f"training data: {train_tokens:,} tokens in {len(train_paths)} shard(s); {cfg.train_steps} steps x "
-                f"{cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
-                + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
-            print(f"run folder: {run_dir}", flush=True)
-        results = _train_loop(cfg, ctx, model=model, model_fwd=model_fwd, optimizers=optimizers,
-                              train_loader=train_loader, val_set=val_set, encoding=encoding, eot=eot,
-                              byte_lengths=byte_lengths, autocast=autocast, use_flex=use_flex, start_step=start_step,
-                              time_before=(elapsed_before, wall_before), run_dir=run_dir, say=say, metrics=metrics,
-                              tok_stem=tok_stem, tok_hash=tok_hash, model_config=model_config, live=live,
-                              peak_tflops=hw["gpu_bf16_peak_tflops"])
-        results.update({"n_params": n_params, "gpu_name": hw["gpu_name"], "world_size": ctx.world_size,
-                        "tokenizer": tok_stem, "model_name": cfg.model_name, "seed": cfg.seed})
-        if ctx.is_main:
-            exp.write_results(run_dir, {"status": "finished", **results})
-            say(f"results: {json.dumps(results)}")
-        return results
-    except BaseException as err:
-        identity = {"model_name": cfg.model_name, "world_size": ctx.world_size, "tokenizer": tok_stem, "seed": cfg.seed}
-        if ctx.is_main and isinstance(err, KeyboardInterrupt):
-            ckpt_path = live["checkpoint"]
-            how = (f"resume with --resume {ckpt_path}" if ckpt_path else
-                   "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
-            say(f"run interrupted (Ctrl-C) after step {live['step']}; {how}")
-            exp.write_results(run_dir, {"status": "interrupted", "steps": live["step"], "checkpoint": ckpt_path,
-                                        **identity})
-        elif ctx.is_main:
-            message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
-            say(f"run failed: {message}")
-            exp.write_results(run_dir, {"status": "failed", "error": message, **identity})
-        if _is_cuda_oom(err):
-            raise UserError(f"CUDA out of memory ({err}); lower --device_batch_size (more gradient accumulation, "
-                            "same results), --batch_size or --train_seq_len") from None
-        if isinstance(err, TrainingDiverged):
-            raise UserError(str(err)) from None
-        raise
-    finally:
-        if ctx.is_main:
-            log.close()
-            metrics.close()
-
-
-def _interval(ci):
-    return f"[{ci[0]:.4f}, {ci[1]:.4f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else str(ci)
-
-
-class TrainingDiverged(Exception):
-    """The loss became NaN or infinite."""
-
-
-def _is_cuda_oom(err):
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
-
-
-def _broadcast_params(model, ctx):
-    if ctx.is_distributed:
-        import torch.distributed as dist
-        for p in model.parameters():
-            dist.broadcast(p.data, src=0)
-
-
-def _make_say(ctx, log):
-    def say(text, echo=True):
-        if not ctx.is_main:
-            return
-        log(text)
-        if echo:
-            from tqdm import tqdm
-            tqdm.write(text, file=sys.stdout)
-            sys.stdout.flush()
-    return say
-
-
-def _train_loop(cfg, ctx, *, model, model_fwd, optimizers, train_loader, val_set, encoding, eot, byte_lengths,
-                autocast, use_flex, start_step, time_before, run_dir, say, metrics, tok_stem, tok_hash,
-                model_config, live, peak_tflops):
-    """Evaluate, step, log and checkpoint from start_step to cfg.train_steps; returns the final figures.
-
-    model_fwd is the (maybe compiled) model used for training and validation; `say` logs (rank 0); `metrics` is the
-    CSV writer (None off rank 0); `live` ({"step", "checkpoint"}) tells the caller how far it got if interrupted."""
-    import torch.distributed as dist
-    from tqdm import tqdm
-
-    device = ctx.device
-    adam, muon = optimizers
-    grad_sync = GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon, ctx.world_size)
-    val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
-    full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
-    final = {"val_loss": None, "val_bpb": None, "hellaswag": None}
-    # elapsed: optimizer steps only (metrics elapsed_s, results train_time_s); wall: everything incl. evaluations
-    elapsed, wall_before = time_before
-    wall_start = time.perf_counter() - wall_before
-    is_cuda = device.type == "cuda"
-
-    def sync():
-        if is_cuda:
+    def sync():  # step times are wall times of finished GPU work
+        if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     def save(step):
         muon.gather_state()  # collective: rank 0 needs every matrix's momentum
-        if not ctx.is_main:
-            return
-        path = os.path.join(run_dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
-        exp.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=step,
-                            args=dict(vars(cfg)), tokenizer={"name": tok_stem, "ranks_sha256": tok_hash},
-                            optimizer_states=[opt.state_dict() for opt in optimizers],
-                            dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
-                            extra={"elapsed_s": elapsed, "wall_time_s": time.perf_counter() - wall_start,
-                                   "run_dir": run_dir})
-        live["checkpoint"] = path
-        say(f"checkpoint: {path}", echo=False)
+        run.save_checkpoint(step, model, optimizers, train_loader)
 
-    def evaluate_loss(step, windows):
-        model.eval()
-        val_loss, val_bpb = evaluate_val(model_fwd, val_set, val_rows, eot, windows, use_flex, device, autocast,
-                                         ctx, byte_lengths)
-        model.train()
-        say(f"step {step}/{cfg.train_steps} val_loss {val_loss:.4f} val_bpb {val_bpb:.4f} "
-            f"train_time {elapsed:.1f}s")
-        if ctx.is_main:
-            metrics.write(step=step, tokens=step * cfg.batch_size, val_loss=val_loss, val_bpb=val_bpb,
-                          elapsed_s=elapsed)
-        return val_loss, val_bpb
+    byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
+    val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
+    full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
 
-    def evaluate_hellaswag(step, windows):
-        model.eval()
-        # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
-        logits_fn = make_logits_fn(model, eot, windows, False, autocast, model.vocab_size)
-        hs = run_hellaswag(cfg, logits_fn, encoding, ctx, device, say)
-        model.train()
-        if hs is not None:
-            say(f"step {step} hellaswag acc {hs['acc']:.4f} (95% CI {_interval(hs['acc_ci95'])}) acc_norm "
-                f"{hs['acc_norm']:.4f} (95% CI {_interval(hs['acc_norm_ci95'])}) n={hs['n']}")
-            if ctx.is_main:
-                metrics.write(step=step, tokens=step * cfg.batch_size, hellaswag_acc=hs["acc"],
-                              hellaswag_acc_norm=hs["acc_norm"], elapsed_s=elapsed)
-        return hs
-
-    bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=start_step * cfg.batch_size, disable=not ctx.is_main,
-               file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True, desc="train")
-    tokens_per_step = cfg.batch_size
-    speed = {"flops": 0.0, "time": 0.0}  # over the steps after this process's first (MFU in results.json)
-    step = start_step
-    for step in range(start_step, cfg.train_steps + 1):
-        last = step == cfg.train_steps
-        windows = window_blocks(step, cfg.train_steps, cfg.window_size)
-        eval_windows = full_windows if last else windows
-        if last or (cfg.val_loss_every and step % cfg.val_loss_every == 0):
-            bar.clear()
-            final["val_loss"], final["val_bpb"] = evaluate_loss(step, eval_windows)
-        if last and (cfg.save_model or cfg.checkpoint_every):
-            save(step)  # before the final HellaSwag: the weights are safe whatever happens there
-        if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > start_step):
-            bar.clear()
-            hs = evaluate_hellaswag(step, eval_windows)
+    # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.run.Run's
+    with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, optimizers=optimizers,
+             train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
+             warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab}) as run:
+        for step in range(run.start_step, cfg.train_steps + 1):
+            last = step == cfg.train_steps
+            windows = window_blocks(step, cfg.train_steps, cfg.window_size)
+            eval_windows = full_windows if last else windows
+            # -- evaluations (not counted in the train time)
+            if last or (cfg.val_loss_every and step % cfg.val_loss_every == 0):
+                with run.evaluating(model):
+                    val_loss, val_bpb = evaluate_val(make_loss_fn(model_fwd, tok.eot, eval_windows, use_flex, autocast),
+                                                     val_set, val_rows, byte_lengths, ctx)
+                run.log_eval(step, val_loss, val_bpb)
+            if last and (cfg.save_model or cfg.checkpoint_every):
+                save(step)  # before the final HellaSwag: the weights are safe whatever happens there
+            if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > run.start_step):
+                with run.evaluating(model):
+                    # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
+                    logits_fn = make_logits_fn(model, tok.eot, eval_windows, False, autocast, model.vocab_size)
+                    hellaswag = evaluate_hellaswag_in_run(logits_fn, tok.encoding, cfg.hellaswag_path,
+                                                          limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
+                                                          ctx=ctx, log=run.log, seq_multiple=BLOCK_SIZE)
+                run.log_hellaswag(step, hellaswag)
             if last:
-                final["hellaswag"] = hs
-        if last:
-            break
+                break
 
-        # ---- one optimizer step: grad_acc_steps micro-batches on this rank, then gradients summed over ranks
-        sync()
-        t0 = time.perf_counter()
-        epoch_before = train_loader.epoch
-        batches = train_loader.next_batch()
-        if train_loader.epoch > epoch_before:
-            say(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
-        loss_total = torch.zeros((), dtype=torch.float32, device=device)
-        pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
-        for micro, (x_np, y_np) in enumerate(batches):
-            x, y = to_device(x_np, device), to_device(y_np, device)
-            masks = build_attention_masks(x, eot, *windows, use_flex)
-            pairs += torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
-            with autocast():
-                # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
-                loss = model_fwd(x, masks, y) / tokens_per_step
-            grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
-            loss.backward()
-            loss_total += loss.detach()
-        grad_sync.finish()
-        step_sums = torch.cat([loss_total.double().view(1), pairs.double()])  # one collective, one host sync
-        if ctx.is_distributed:
-            dist.all_reduce(step_sums, op=dist.ReduceOp.SUM)
-        train_loss, pairs_long, pairs_short = step_sums.tolist()
-        if not math.isfinite(train_loss):
-            keep = (f"the last good checkpoint is {live['checkpoint']}" if live["checkpoint"] else
-                    "no checkpoint was saved")
-            raise TrainingDiverged(f"training loss became {train_loss} at step {step + 1}; stopped ({keep}). Lower the "
-                                   "learning rate (--lr_scale) or check the data")
-        lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lr_mult
-        for group in muon.param_groups:
-            group["momentum"] = muon_momentum(step)
-        for opt in optimizers:
-            opt.step()
-        model.zero_grad(set_to_none=True)
-        sync()
-        step_time = time.perf_counter() - t0
-        elapsed += step_time
-        done = live["step"] = step + 1
-        # model FLOPs utilisation: this step's FLOPs (attention counted for the masks used) per GPU-second
-        flops = sum(training_flops(model, tokens_per_step, {"long": pairs_long, "short": pairs_short}))
-        tflops = flops / step_time / ctx.world_size / 1e12
-        mfu = tflops / peak_tflops if peak_tflops else None
-        if step > start_step:  # the run's figure leaves out the first step (compilation, warm-up)
-            speed["flops"] += flops
-            speed["time"] += step_time
-        if ctx.is_main:
-            metrics.write(step=done, tokens=done * tokens_per_step, train_loss=train_loss, lr=lr_mult,
-                          step_time_s=step_time, elapsed_s=elapsed, tokens_per_s=tokens_per_step / step_time,
-                          tflops_per_gpu=tflops, mfu=mfu)
-            first_compiled = cfg.compile and step == start_step
-            say(f"step {done}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr_mult:.4g} step_time "
-                f"{step_time * 1000:.0f}ms tokens/s {tokens_per_step / step_time:,.0f} TFLOP/s/GPU {tflops:.3g}"
-                + (f" MFU {100 * mfu:.1f}%" if mfu is not None else "")
-                + (" (includes torch.compile warm-up)" if first_compiled else ""),
-                echo=cfg.log_every > 0 and done % cfg.log_every == 0)
-            bar.set_postfix(step=done, loss=f"{train_loss:.4f}", refresh=False)
-            bar.update(tokens_per_step)
-        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < cfg.train_steps:
-            save(done)
-    bar.close()
+            # -- one optimizer step: grad_acc_steps micro-batches on this rank, then gradients summed over ranks
+            sync()
+            t0 = time.perf_counter()
+            epoch = train_loader.epoch
+            batches = train_loader.next_batch()
+            if train_loader.epoch > epoch:
+                run.log(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
+            loss_total = torch.zeros((), dtype=torch.float32, device=device)
+            pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
+            for micro, (x_np, y_np) in enumerate(batches):
+                x, y = to_device(x_np, device), to_device(y_np, device)
+                masks = build_attention_masks(x, tok.eot, *windows, use_flex)
+                pairs += torch.stack([attention_pairs(x, tok.eot, blocks) for blocks in windows])
+                with autocast():
+                    # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
+                    loss = model_fwd(x, masks, y) / cfg.batch_size
+                grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
+                loss.backward()
+                loss_total += loss.detach()
+            grad_sync.finish()
+            step_sums = torch.cat([loss_total.double().view(1), pairs.double()])  # one collective, one host sync
+            train_loss, pairs_long, pairs_short = dist_utils.all_reduce_sum(ctx, step_sums).tolist()
+            run.check_loss(step + 1, train_loss)  # NaN/inf: the run stops, recorded as failed
+            lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = group["initial_lr"] * lr_mult
+            for group in muon.param_groups:
+                group["momentum"] = muon_momentum(step)
+            for opt in optimizers:
+                opt.step()
+            model.zero_grad(set_to_none=True)
+            sync()
+            step_time = time.perf_counter() - t0
+            flops = sum(training_flops(model, cfg.batch_size, {"long": pairs_long, "short": pairs_short}))
+            run.log_step(step + 1, train_loss, lr_mult, step_time, flops)
+            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.train_steps:
+                save(step + 1)
 
-    mem = exp.peak_memory(device)
-    say(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved {mem['reserved_gb']:.3f} GB")
-    run_tflops = speed["flops"] / speed["time"] / ctx.world_size / 1e12 if speed["time"] else None
-    run_mfu = run_tflops / peak_tflops if run_tflops is not None and peak_tflops else None
-    if run_tflops is not None:
-        say(f"speed after the first step: {run_tflops:.3g} TFLOP/s per GPU" + (
-            f", MFU {100 * run_mfu:.1f}% of the {peak_tflops:g} TFLOP/s bf16 peak" if run_mfu is not None else
-            " (MFU: no bf16 peak known for this device)"))
-    if cfg.sample_tokens and ctx.is_main:
-        model.eval()
-        logits_fn = make_logits_fn(model, eot, full_windows, False, autocast, model.vocab_size)
-        for prompt, text in sample_continuations(logits_fn, encoding, eot, cfg.sample_tokens, cfg.seed, device):
-            say(f"sample: {text!r}")
-    return {"final_val_loss": final["val_loss"], "final_val_bpb": final["val_bpb"], "hellaswag": final["hellaswag"],
-            "tokens": step * cfg.batch_size, "steps": step, "wall_time_s": time.perf_counter() - wall_start,
-            "train_time_s": elapsed,
-            "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
-            "peak_mem_label": mem["label"], "checkpoint": live["checkpoint"], "tflops_per_gpu": run_tflops,
-            "mfu": run_mfu}
+        run.end_training()  # peak memory, speed
+        if cfg.sample_tokens and ctx.is_main:
+            model.eval()
+            logits_fn = make_logits_fn(model, tok.eot, full_windows, False, autocast, model.vocab_size)
+            for _, text in sample_continuations(logits_fn, tok.encoding, cfg.sample_tokens, cfg.seed, device):
+                run.log(f"sample: {text!r}")
+        return run.finish(val_loss, val_bpb, hellaswag)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,11 @@ class RunShards:
     val_paths: list
     unfinished: list  # folders whose manifest says download_fineweb.py has not finished them
 
+    @property
+    def warnings(self):
+        return [f"warning: the manifest in {folder} says download_fineweb.py has not finished writing it; training "
+                "on the shards written so far" for folder in self.unfinished]
+
 
 def select_run_shards(train_files, val_files, tokenizer_name, tokenizer_sha256, n_vocab, data_dir="data"):
     """Expand and check a run's shard flags before any training: without flags, the one folder
@@ -74,6 +79,44 @@ def select_run_shards(train_files, val_files, tokenizer_name, tokenizer_sha256, 
     def as_list(patterns):
         return [patterns] if isinstance(patterns, str) else list(patterns)
     return RunShards(as_list(train_files), as_list(val_files), train_paths, val_paths, sorted(set(unfinished)))
+
+
+def split_batch(batch_size, seq_len, world_size, device_batch_size, grad_acc_steps=None):
+    """How a GLOBAL batch of `batch_size` tokens is cut: (grad_acc_steps, tokens per micro-batch), so that
+    batch_size = world_size x grad_acc_steps x micro-batch and every micro-batch holds whole rows of seq_len.
+    grad_acc_steps defaults to batch_size / (world_size x device_batch_size)."""
+    if batch_size % seq_len:
+        raise UserError(f"--batch_size {batch_size} is not a multiple of --train_seq_len {seq_len}; "
+                        f"use {max(1, batch_size // seq_len) * seq_len}")
+    if batch_size < world_size * seq_len:
+        raise UserError(f"--batch_size {batch_size} tokens holds fewer than one row of {seq_len} per "
+                        f"rank for {world_size} ranks; raise --batch_size to at least "
+                        f"{world_size * seq_len} or use fewer ranks")
+    if grad_acc_steps is None:
+        per_rank = batch_size // world_size
+        if batch_size % world_size or per_rank % device_batch_size and device_batch_size < per_rank:
+            raise UserError(f"--batch_size {batch_size} is not world_size {world_size} x a whole number of "
+                            f"--device_batch_size {device_batch_size}; pick sizes that divide, or pass "
+                            "--grad_acc_steps")
+        grad_acc_steps = max(1, per_rank // device_batch_size)
+    if grad_acc_steps <= 0:
+        raise UserError("--grad_acc_steps must be a positive integer")
+    micro_tokens, rem = divmod(batch_size, world_size * grad_acc_steps)
+    if rem or micro_tokens % seq_len or micro_tokens == 0:
+        raise UserError(f"--batch_size {batch_size} cannot be split into world_size {world_size} x "
+                        f"grad_acc_steps {grad_acc_steps} micro-batches of whole {seq_len}-token rows; "
+                        f"use a multiple of {world_size * grad_acc_steps * seq_len}")
+    return grad_acc_steps, micro_tokens
+
+
+def to_device(array, device):
+    """A numpy batch as a tensor on `device`; on CUDA through pinned memory, so the copy is truly asynchronous."""
+    import torch
+
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def default_shard_folder(tokenizer_name, data_dir="data"):

@@ -121,6 +121,15 @@ def all_gather_objects(ctx, obj):
     return out
 
 
+def broadcast_parameters(ctx, model, src=0):
+    """Every rank gets rank src's parameters (in place; nothing to do when not distributed)."""
+    import torch.distributed as dist
+
+    if ctx.is_distributed:
+        for p in model.parameters():
+            dist.broadcast(p.data, src=src)
+
+
 def all_reduce_sum(ctx, tensor):
     """In-place sum over ranks; returns the tensor for chaining."""
     import torch.distributed as dist

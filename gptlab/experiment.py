@@ -451,5 +451,42 @@ def load_checkpoint(path, map_location="cpu"):
     return payload
 
 
+def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_keys):
+    """Refuse a --resume checkpoint this run cannot continue: another architecture (the model_config entries
+    named by arch_keys), another tokenizer (by hash), or already at or past train_steps."""
+    differ = [k for k in arch_keys if ckpt["model_config"].get(k) != model_config[k]]
+    if differ:
+        raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
+            f"--{k} {ckpt['model_config'].get(k)} (checkpoint) vs {model_config[k]}" for k in differ)
+            + "; pass the checkpoint's values")
+    if ckpt["tokenizer"].get("ranks_sha256") not in (None, tokenizer.ranks_sha256):
+        raise UserError(f"--resume checkpoint was trained with tokenizer {ckpt['tokenizer'].get('name')}, not "
+                        f"{tokenizer.name}; pass --tokenizer {ckpt['tokenizer'].get('name')}")
+    if ckpt["step"] >= train_steps:
+        raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
+                        f"{train_steps}; raise --train_steps to train further")
+
+
+def checkpoint_tokenizer(ckpt, path):
+    """The tokenizer a checkpoint (read from `path`) was trained with, as a gptlab.tokenizer.LoadedTokenizer: its
+    --tokenizer as recorded, else its name in tokenizers/, checked by hash."""
+    from gptlab.tokenizer import open_tokenizer
+
+    recorded = ckpt["tokenizer"]
+    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
+    for candidate in candidates:
+        try:
+            tokenizer = open_tokenizer(candidate)
+            break
+        except UserError:
+            continue
+    else:
+        raise UserError(f"the tokenizer of {path} ({' or '.join(map(str, candidates))}) was not found; put it in "
+                        "tokenizers/")
+    if recorded.get("ranks_sha256") not in (None, tokenizer.ranks_sha256):
+        raise UserError(f"{tokenizer.path} is not the tokenizer {path} was trained with (its hash differs)")
+    return tokenizer
+
+
 def command_line():
     return " ".join([os.path.basename(sys.executable)] + sys.argv)

@@ -16,6 +16,7 @@ import io
 import os
 import pickle
 from collections import Counter
+from dataclasses import dataclass
 
 from gptlab.errors import UserError
 from gptlab.fileio import atomic_write
@@ -264,3 +265,32 @@ def eot_id(data):
     if EOT not in data["special_tokens"]:
         raise UserError(f"{data.get('path', 'tokenizer')} has no {EOT} special token, which documents need")
     return data["special_tokens"][EOT]
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A tokenizer file, loaded and checked: its Encoding and what a training run records about it."""
+    encoding: "tiktoken.Encoding"  # noqa: F821 (tiktoken is imported lazily)
+    eot: int  # the <|endoftext|> id: documents start with it
+    name: str  # the file's stem, e.g. quickstart_v1000_n400000: the shard folders' suffix
+    path: str
+    ranks_sha256: str  # identifies the merges, whatever the file is called
+    train_script: str  # the trainer's source, kept in the pickle
+
+    def model_vocab_size(self, requested=None):
+        """Embedding rows for a model of this tokenizer: `requested`, checked, or the tokenizer's n_vocab."""
+        n_vocab = self.encoding.n_vocab
+        if requested is None:
+            return n_vocab
+        if requested < n_vocab:
+            raise UserError(f"--vocab_size {requested} is smaller than the tokenizer's vocabulary: {self.name} has "
+                            f"{n_vocab} ids including special tokens; pass --vocab_size {n_vocab}")
+        return requested
+
+
+def open_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
+    """A name (in tokenizers/) or path → LoadedTokenizer; every problem with the file is one UserError."""
+    data = read_tokenizer_file(name_or_path, tokenizer_dir)
+    return LoadedTokenizer(encoding=encoding_from_dict(data), eot=eot_id(data),
+                           name=os.path.splitext(os.path.basename(data["path"]))[0], path=data["path"],
+                           ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=data["script_content"])

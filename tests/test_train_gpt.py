@@ -201,11 +201,11 @@ def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
 
 
 def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
-    """evaluate_val runs under no_grad (a graph kept alive by the all-reduced totals wasted memory and, on gloo,
-    was freed by a worker thread at interpreter exit: a rare abort) and sums loss, tokens and bytes."""
+    """gptlab.evals.bpb.evaluate_val runs under no_grad (a graph kept alive by the all-reduced totals wasted memory
+    and, on gloo, was freed by a worker thread at interpreter exit: a rare abort) and sums loss, tokens and bytes."""
     from gptlab.dataloader import ValidationSet, expand_shard_files
     from gptlab.distributed import DistContext
-    from gptlab.evals.bpb import token_byte_lengths
+    from gptlab.evals.bpb import evaluate_val, token_byte_lengths
     from gptlab.tokenizer import load_tokenizer
 
     enc = load_tokenizer(tiny["tokenizer"])
@@ -219,8 +219,8 @@ def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
 
     ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
     byte_lengths = token_byte_lengths(enc, 640)
-    loss, bpb = train_gpt.evaluate_val(model_fwd, val_set, 4, enc.eot_token, (1, 1), False, torch.device("cpu"),
-                                       contextlib.nullcontext, ctx, byte_lengths)
+    loss_fn = train_gpt.make_loss_fn(model_fwd, enc.eot_token, (1, 1), False, contextlib.nullcontext)
+    loss, bpb = evaluate_val(loss_fn, val_set, 4, byte_lengths, ctx)
     assert grad_enabled == [False, False]  # 6 rows in batches of 4
     all_targets = torch.cat([t.reshape(-1) for t in targets])
     assert all_targets.numel() == 6 * 128 and loss == pytest.approx(1.0)

@@ -23,3 +23,25 @@ def token_byte_lengths(encoding, size):
 def bits_per_byte(loss_nats, n_bytes):
     """Total loss in nats over targets holding n_bytes of text → bits per byte."""
     return loss_nats / math.log(2) / max(n_bytes, 1)
+
+
+def evaluate_val(loss_fn, val_set, rows_per_batch, byte_lengths, ctx):
+    """(val_loss nats/token, val_bpb) over a fixed validation set, summed over ranks in float64.
+
+    loss_fn(x, y): the summed cross-entropy (nats) of a batch of inputs x and targets y, LongTensors (B, T) on
+    ctx.device; val_set: a gptlab.dataloader.ValidationSet; byte_lengths: token_byte_lengths(...)."""
+    import torch
+
+    from gptlab.dataloader import to_device
+    from gptlab.distributed import all_reduce_sum
+
+    with torch.no_grad():  # no graph: one kept alive by the all-reduced totals would waste memory
+        totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss nats, target tokens, target bytes
+        for x_np, y_np in val_set.batches(rows_per_batch):
+            x, y = to_device(x_np, ctx.device), to_device(y_np, ctx.device)
+            totals[0] += loss_fn(x, y).double()
+            totals[1] += y.numel()
+            totals[2] += int(byte_lengths[torch.from_numpy(y_np)].sum())  # on the host: no GPU round trip
+        all_reduce_sum(ctx, totals)
+    loss_nats, n_tokens, n_bytes = totals.tolist()
+    return loss_nats / n_tokens, bits_per_byte(loss_nats, n_bytes)

@@ -175,3 +175,34 @@ def evaluate_hellaswag(model_fn, encoding, examples_or_path=DEFAULT_PATH, *, ctx
         "acc_norm_correct": acc_norm_correct,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def missing_file_warning(path):
+    return (f"warning: HellaSwag file {path} not found, so this run skips HellaSwag; get it with "
+            "`python download_hellaswag.py` (or pass --hellaswag_path)")
+
+
+def check_hellaswag_file(path, limit=None):
+    """Before a training run: a warning (str) when the file is missing, None when it is there and parses; a
+    damaged file is a UserError now rather than after hours of training. limit 0 means no HellaSwag at all."""
+    if limit == 0:
+        return None
+    if not os.path.isfile(path):
+        return missing_file_warning(path)
+    load_hellaswag(path, limit=limit)
+    return None
+
+
+def evaluate_hellaswag_in_run(logits_fn, encoding, path, *, limit, padded_vocab, ctx, log, seq_multiple=1):
+    """HellaSwag during a training run: the figures a run records ({acc, acc_ci95, acc_norm, acc_norm_ci95, n}),
+    or None when limit is 0 or the file is missing (then `log` gets the warning)."""
+    if limit == 0:
+        return None
+    if not os.path.isfile(path):
+        log(missing_file_warning(path))
+        return None
+    # examples per forward (x4 endings): keep the (rows, ~256, padded vocab) float32 logits under ~1 GiB
+    batch_size = max(1, min(64, 2**28 // (4 * 256 * padded_vocab)))
+    result = evaluate_hellaswag(logits_fn, encoding, path, ctx=ctx, device=str(ctx.device), batch_size=batch_size,
+                                limit=limit, seq_multiple=seq_multiple, prepend_eot=True, progress=ctx.is_main)
+    return {k: result.get(k) for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}
