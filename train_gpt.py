@@ -764,7 +764,7 @@ def train(args, ctx, ckpt=None):
                 with run.evaluating(model):
                     val_loss, val_bpb = evaluate_val(make_loss_fn(model_fwd, tok.eot, eval_windows, use_flex, autocast),
                                                      val_set, val_rows, byte_lengths, ctx)
-                run.log_eval(step, val_loss, val_bpb)
+                run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last and (cfg.save_model or cfg.checkpoint_every):
                 save(step)  # before the final HellaSwag: the weights are safe whatever happens there
             if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > run.start_step):

@@ -3,7 +3,7 @@
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=(...))  # --resume PATH brings the run's flags
     with Run(cfg, ctx, model=..., optimizers=..., train_loader=..., tokenizer=..., ...) as run:
         with run.evaluating(model): ...                  # model.eval(), progress bar out of the way
-        run.log_eval(step, val_loss, val_bpb)            # and run.log_hellaswag(step, figures)
+        run.log_eval(step, val_loss=..., val_bpb=...)    # and run.log_hellaswag(step, figures)
         run.log_step(step, train_loss, lr, step_time_s, flops)
         run.save_checkpoint(step, model, optimizers, train_loader)
         run.finish(val_loss, val_bpb, hellaswag)         # results.json, status "finished"
@@ -29,7 +29,8 @@ from gptlab.errors import UserError
 def add_run_flags(parser):
     """The flags of the run's bookkeeping (folder, checkpoints, resume, console)."""
     g = parser.add_argument_group("run")
-    g.add_argument("--model_name", default="GPT", help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
+    g.add_argument("--model_name", default="GPT",
+                   help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
     g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
@@ -245,12 +246,13 @@ class Run:
         finally:
             model.train()
 
-    def log_eval(self, step, val_loss, val_bpb):
-        self.log(f"step {step}/{self.cfg.train_steps} val_loss {val_loss:.4f} val_bpb {val_bpb:.4f} "
-                 f"train_time {self.train_time_s:.1f}s")
+    def log_eval(self, step, **figures):
+        """Evaluation figures at `step` (e.g. val_loss=..., val_bpb=...): a log line and a metrics.csv row; each
+        name must be a column of gptlab.experiment.METRICS_COLUMNS."""
+        shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
+        self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
         if self.ctx.is_main:
-            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, val_loss=val_loss, val_bpb=val_bpb,
-                                elapsed_s=self.train_time_s)
+            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
 
     def log_hellaswag(self, step, figures):
         """figures: gptlab.evals.hellaswag.evaluate_hellaswag_in_run's, or None (nothing was scored)."""
@@ -309,8 +311,8 @@ class Run:
                             tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
                             optimizer_states=[opt.state_dict() for opt in optimizers],
                             dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
-                            extra={"elapsed_s": self.train_time_s, "wall_time_s": time.perf_counter() - self._wall_start,
-                                   "run_dir": self.dir})
+                            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir,
+                                   "wall_time_s": time.perf_counter() - self._wall_start})
         self.last_checkpoint = path
         self.log(f"checkpoint: {path}", echo=False)
 

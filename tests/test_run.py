@@ -1,0 +1,145 @@
+"""gptlab.run on its own: a run's records from a few calls (finished, failed, interrupted, diverged) and the flags
+a --resume run takes from its checkpoint. Expected figures are worked out by hand from the inputs."""
+import argparse
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from gptlab import experiment as exp
+from gptlab.dataloader import RunShards
+from gptlab.distributed import DistContext
+from gptlab.errors import UserError
+from gptlab.run import Run, add_run_flags, parse_flags
+
+CTX = DistContext(0, 0, 1, torch.device("cpu"), None)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from helpers.tiny_data import save_tiny_tokenizer
+
+    from gptlab.tokenizer import open_tokenizer
+
+    path = str(tmp_path_factory.mktemp("tok") / "runtest_v276.pkl")
+    save_tiny_tokenizer(path, ["to be or not to be, that is the question " * 20], n_merges=20)
+    return open_tokenizer(path)
+
+
+class FakeLoader:
+    counts = [1000, 500]  # tokens per train shard
+
+    def state_dict(self):
+        return {"pos": 7}
+
+
+def make_run(tmp_path, tokenizer, **overrides):
+    cfg = argparse.Namespace(experiments_dir=str(tmp_path), model_name="unit", train_steps=4, batch_size=256,
+                             grad_acc_steps=1, device_batch_size=256, dtype="float32", compile=False,
+                             attention="sdpa", resume=None, from_checkpoint=[], log_every=0, seed=3)
+    vars(cfg).update(overrides)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))  # 40 + 40 params
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer.param_groups[0]["initial_lr"] = 0.1
+    shards = RunShards(["t*.bin"], ["v*.bin"], ["t1.bin", "t2.bin"], ["v.bin"], [])
+    run = Run(cfg, CTX, repo_root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), model=model,
+              model_config={"dims": 4}, optimizers=[optimizer], train_loader=FakeLoader(), tokenizer=tokenizer,
+              shards=shards, extra_config={"padded_vocab": 128}, warnings=["warning: a test warning"])
+    return run, model, optimizer
+
+
+def read(run_dir, name):
+    with open(os.path.join(run_dir, name)) as f:
+        return json.load(f) if name.endswith(".json") else f.read()
+
+
+def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, tokenizer):
+    run, model, optimizer = make_run(tmp_path, tokenizer)
+    with run:
+        run.log_eval(0, val_loss=2.0, val_bpb=1.5)
+        run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=2e12)
+        run.log_step(2, train_loss=2.5, lr=0.5, step_time_s=0.25, flops=2e12)
+        run.save_checkpoint(2, model, [optimizer], FakeLoader())
+        results = run.finish(val_loss=1.9, val_bpb=1.4, hellaswag=None)
+    config = read(run.dir, exp.CONFIG_FILE)
+    assert (config["n_params"], config["n_params_embeddings"], config["padded_vocab"]) == (80, 40, 128)
+    assert config["tokenizer_name"] == "runtest_v276" and config["train_shards"] == ["t1.bin", "t2.bin"]
+    assert config["lr_column"].endswith("base learning rates: SGD matrices 0.1")
+    rows = exp.read_metrics(os.path.join(run.dir, exp.METRICS_FILE))
+    assert [(r["step"], r["tokens"], r["val_bpb"], r["train_loss"]) for r in rows] == [
+        (0, 0, 1.5, None), (1, 256, None, 3.0), (2, 512, None, 2.5)]
+    assert rows[1]["tokens_per_s"] == 512 and rows[2]["tokens_per_s"] == 1024  # 256 tokens in 0.5 s, 0.25 s
+    assert rows[1]["tflops_per_gpu"] == 4 and rows[2]["tflops_per_gpu"] == 8 and rows[2]["mfu"] is None
+    assert rows[2]["elapsed_s"] == 0.75
+    # results: the speed leaves out the first step (2e12 FLOPs in 0.25 s = 8 TFLOP/s)
+    on_disk = read(run.dir, exp.RESULTS_FILE)
+    assert on_disk == json.loads(json.dumps({"status": "finished", **results}))
+    assert (results["steps"], results["tokens"], results["train_time_s"]) == (2, 512, 0.75)
+    assert results["tflops_per_gpu"] == 8 and results["n_params"] == 80 and results["seed"] == 3
+    ckpt = exp.load_checkpoint(results["checkpoint"])
+    assert ckpt["step"] == 2 and ckpt["model_config"] == {"dims": 4} and ckpt["dataloader"] == {"pos": 7}
+    assert ckpt["extra"]["elapsed_s"] == 0.75 and ckpt["tokenizer"]["ranks_sha256"] == tokenizer.ranks_sha256
+    log = read(run.dir, exp.LOG_FILE)
+    assert "warning: a test warning" in log and "step 0/4 val_loss 2.0000 val_bpb 1.5000 train_time 0.0s" in log
+    assert "1,500 tokens in 2 shard(s); 4 steps x 256 tokens = 0.68 pass(es)" in log  # 1024 / 1500
+    assert "parameters: 80 total, 40 in embeddings" in log
+    assert os.path.isfile(os.path.join(run.dir, exp.CODE_DIR, "gptlab", "run.py"))
+
+
+def test_an_exception_records_a_failed_run_with_its_message(tmp_path, tokenizer):
+    run, _, _ = make_run(tmp_path, tokenizer)
+    with pytest.raises(ValueError, match="boom"):
+        with run:
+            run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=1e9)
+            raise ValueError("boom")
+    results = read(run.dir, exp.RESULTS_FILE)
+    assert results == {"status": "failed", "error": "ValueError: boom", "model_name": "unit", "world_size": 1,
+                       "tokenizer": "runtest_v276", "seed": 3}
+    assert "run failed: ValueError: boom" in read(run.dir, exp.LOG_FILE)
+
+
+def test_ctrl_c_records_an_interrupted_run_naming_the_checkpoint(tmp_path, tokenizer):
+    run, model, optimizer = make_run(tmp_path, tokenizer)
+    with pytest.raises(KeyboardInterrupt):
+        with run:
+            run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=1e9)
+            run.save_checkpoint(1, model, [optimizer], FakeLoader())
+            run.log_step(2, train_loss=2.0, lr=1.0, step_time_s=0.5, flops=1e9)
+            raise KeyboardInterrupt
+    results = read(run.dir, exp.RESULTS_FILE)
+    path = os.path.join(run.dir, exp.CHECKPOINT_DIR, "step_000001.pt")
+    assert (results["status"], results["steps"], results["checkpoint"]) == ("interrupted", 2, path)
+    assert f"run interrupted (Ctrl-C) after step 2; resume with --resume {path}" in read(run.dir, exp.LOG_FILE)
+
+
+def test_a_non_finite_loss_stops_the_run_with_one_clear_error(tmp_path, tokenizer):
+    run, _, _ = make_run(tmp_path, tokenizer)
+    with pytest.raises(UserError, match=r"training loss became nan at step 3; stopped \(no checkpoint was saved\)"):
+        with run:
+            run.check_loss(2, 1.5)  # finite: nothing happens
+            run.check_loss(3, math.nan)
+    assert read(run.dir, exp.RESULTS_FILE)["status"] == "failed"
+
+
+def build_parser():
+    p = argparse.ArgumentParser()
+    p.add_argument("--width", type=int, default=8)  # a research flag
+    p.add_argument("--lr", type=float, default=1.0)
+    p.add_argument("--device", default="auto")  # a hardware flag: worked out afresh on resume
+    add_run_flags(p)
+    return p
+
+
+def test_resume_takes_the_checkpoints_flags_unless_given_again_or_hardware(tmp_path):
+    path = str(tmp_path / "c.pt")
+    old_args = {"width": 32, "lr": 0.5, "device": "cuda", "model_name": "Old", "log_every": 1, "resume": "x.pt"}
+    exp.save_checkpoint(path, model_state={}, model_config={}, step=3, args=old_args)
+    args, ckpt = parse_flags(build_parser, ["--resume", path, "--lr", "2"], fresh_on_resume=("device",))
+    assert ckpt["step"] == 3
+    assert (args.width, args.lr, args.device, args.model_name, args.log_every, args.resume) == (
+        32, 2.0, "auto", "Old", 10, path)
+    assert sorted(args.from_checkpoint) == ["model_name", "width"]
+    args, ckpt = parse_flags(build_parser, ["--width", "4"])
+    assert ckpt is None and args.width == 4 and args.from_checkpoint == []
