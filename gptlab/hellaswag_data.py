@@ -96,9 +96,9 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
     """Put the verified HellaSwag validation file at `out`; returns (out, "present" | "written").
 
     source: None (default_source(): $GPTLAB_HELLASWAG_URL or the upstream URL), a URL, or a local .jsonl /
-    .jsonl.gz. URLs are fetched with urllib, which honours HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is checked on the
-    uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary file, so
-    nothing unverified ever sits under `out`, and an existing file is only replaced by a verified one.
+    .jsonl.gz. URLs are fetched with urllib, which honours HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is
+    checked on the uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary
+    file, so nothing unverified ever sits under `out`, and an existing file is only replaced by a verified one.
     """
     if os.path.isfile(out):
         if sha256_file(out) == HELLASWAG_SHA256:

@@ -130,8 +130,7 @@ class HubStandin:
         class Handler(_Handler):
             hub = standin
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True, name="hub-standin").start()
         return self
 
@@ -167,6 +166,11 @@ class HubStandin:
 
     def unknown(self):
         return [e for e in self.entries() if e.get("unknown")]
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # many clients connect at once (8 ranks, each with parallel readers)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -129,7 +129,9 @@ def decode_documents(paths, tokenizer_path):
 
 
 def shard_paths(out_dir):
-    return sorted(glob.glob(os.path.join(out_dir, "val_*.bin"))) + sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))
+    """val first, then the train shards by number: the stream order of a single writer."""
+    return sorted(glob.glob(os.path.join(out_dir, "val_*.bin"))) + \
+        sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))
 
 
 def test_standin_layout_matches_the_hand_count(docs, hub_server):
@@ -228,19 +230,19 @@ def test_train_tokenizer_streams_the_hub(hub, tmp_path, docs, local_reference_me
 
 def test_torchrun_two_ranks_split_the_files(hub, tmp_path, docs, local_reference_merges):
     port = str(free_port())
-    proc = run(hub, tmp_path / "hf", ["train_tokenizer.py", "--dataset", "fineweb-edu", "--samples", 10_000_000,
-                                      "--vocabsize", 300, "--workers", 1, "--device", "cpu", "--name", "two",
-                                      "--out", tmp_path],
-               torchrun=["--nproc_per_node=2", "--master_port", port])
+    run(hub, tmp_path / "hf", ["train_tokenizer.py", "--dataset", "fineweb-edu", "--samples", 10_000_000,
+                               "--vocabsize", 300, "--workers", 1, "--device", "cpu", "--name", "two", "--out", tmp_path],
+        torchrun=["--nproc_per_node=2", "--master_port", port])
     meta = read_tokenizer_file(str(tmp_path / "two_v300_n10000000.pkl"))["metadata"]
     assert meta["world_size"] == 2 and meta["docs"] == 150 and meta["chars_used"] == sum(map(len, docs))
     assert read_tokenizer_file(str(tmp_path / "two_v300_n10000000.pkl"))["merges"] == local_reference_merges
     sizes = sample_sizes(hub, EDU)
     assert served(hub) == sizes, "a file was fetched by both ranks (or not at all)"
-    del proc
 
 
 def test_download_fineweb_hub_killed_resumes_identical(hub, tmp_path, docs, tokenizer_path):
+    # three runs with seed 5: uninterrupted; killed after 3 shards; resumed. The resumed folder (3 shards of the
+    # killed run, the rest of the resumed one) equals the uninterrupted one byte for byte: same seed, same shards
     common = ["download_fineweb.py", "--quiet", "--version", "10Bedu", "--tokenizer", tokenizer_path,
               "--num_shards", 100, "--shard_size", 20_000, "--val_tokens", 10_000, "--seed", 5, "--workers", 1]
     run(hub, tmp_path / "hf1", common + ["--out", tmp_path / "ref"])

@@ -1,6 +1,7 @@
 """Test driver: the documents gptlab.text_sources.iter_hub_documents gives ranks R... of W, written as JSON.
 
-    python tests/helpers/hub_run.py tests/helpers/hub_rank_docs.py REPO CONFIG SEED SHUFFLE_BUFFER WORLD_SIZE OUT RANK...
+    python tests/helpers/hub_run.py tests/helpers/hub_rank_docs.py REPO CONFIG SEED SHUFFLE_BUFFER WORLD_SIZE OUT \
+        RANK [RANK ...]
 
 OUT gets {rank: {"docs": [...], "files": [...], "bytes_read": n}}: what the rank read, with its ReadStats record.
 """
