@@ -2,6 +2,7 @@
 
     python download_hellaswag.py                                              # from github.com/rowanz/hellaswag
     python download_hellaswag.py --source data/sample/hellaswag_val.jsonl.gz  # offline, from the bundled copy
+    GPTLAB_HELLASWAG_URL=http://mirror/hellaswag_val.jsonl python download_hellaswag.py   # from a mirror
 
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
@@ -11,14 +12,14 @@ import argparse
 from gptlab.cli import HelpFormatter
 from gptlab.errors import UserError, run_cli
 from gptlab.hellaswag_data import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ,
-                                   fetch_hellaswag)
+                                   URL_ENV, default_source, fetch_hellaswag)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
-                        help=f"URL or local .jsonl / .jsonl.gz to copy from (default: {HELLASWAG_URL}; "
-                             f"offline: {SAMPLE_GZ})")
+                        help=f"URL or local .jsonl / .jsonl.gz to copy from (default: ${URL_ENV} if set, a "
+                             f"mirror, else {HELLASWAG_URL}; offline: {SAMPLE_GZ})")
     parser.add_argument("--out", default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out that fails the checksum (a verified file is always kept)")
@@ -38,7 +39,7 @@ def main(argv=None):
     if status == "present":
         print(f"{out} is already there and verified (sha256 {HELLASWAG_SHA256[:16]}...); nothing to do")
     else:
-        print(f"wrote {out} from {args.source or HELLASWAG_URL} (sha256 {HELLASWAG_SHA256[:16]}... verified)")
+        print(f"wrote {out} from {args.source or default_source()} (sha256 {HELLASWAG_SHA256[:16]}... verified)")
     return 0
 
 

@@ -4,9 +4,10 @@ Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin,
 manifest. <dataset> is fineweb10B / fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>`
 for --input files.
 
-Document order: the stream (Hub, or the --input files in sorted order) goes through a buffered shuffle seeded with
---seed (Hub: datasets' own shuffle; local: the same idea here, `buffered_shuffle`; --shuffle_buffer 0 keeps the
-order), then each rank takes its disjoint part (Hub: split_dataset_by_node; local: every world_size-th document).
+Document order, Hub: each rank streams its own files of the dataset (text_sources.hub_share: a contiguous run of
+whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
+order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in sorted
+order go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
 
 Token layout: every document is <|endoftext|> followed by its `encode_ordinary` tokens. The validation shard
 (rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
@@ -351,8 +352,8 @@ def make_shards(args):
         docs = iter_local_documents(args.input, stats)
         docs = take_every(buffered_shuffle(docs, args.seed, args.shuffle_buffer), rank, world_size)
     else:
-        docs = iter_hub_documents(repo_id, config, args.seed, rank, world_size,
-                                  shuffle_buffer=max(1, args.shuffle_buffer), stats=stats)
+        docs = iter_hub_documents(repo_id, config, args.seed, rank, world_size, shuffle_buffer=args.shuffle_buffer,
+                                  stats=stats)
     docs = itertools.islice(docs, start[0], None)  # resume: re-read, but do not re-tokenize, what is done
     # open the stream before creating anything: an unreachable Hub or an empty input fails with nothing written
     first = next(docs, None)
@@ -360,6 +361,8 @@ def make_shards(args):
         raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
                         "pass files that hold text")
     docs = itertools.chain([first] if first is not None else [], docs)
+    if args.input is None:
+        manifest["hub_files"] = list(stats.files)  # this rank's own files of the stream (not compared on resume)
     os.makedirs(out_dir, exist_ok=True)
 
     target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)

@@ -15,6 +15,7 @@ from gptlab.errors import UserError
 from gptlab.fileio import atomic_write
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
+URL_ENV = "GPTLAB_HELLASWAG_URL"  # a mirror of HELLASWAG_URL (same file, same checksum) used when no source is given
 HELLASWAG_SHA256 = "0aa3b88843990f3f10a97b9575c94d7b71fb2205240ba04ae4884d9e9c992588"
 HELLASWAG_ROWS = 10042
 DEFAULT_PATH = os.path.join("data", "hellaswag", "hellaswag_val.jsonl")
@@ -36,6 +37,11 @@ def sha256_file(path):
 
 def is_url(source):
     return source.split("://", 1)[0].lower() in ("http", "https", "file", "ftp") and "://" in source
+
+
+def default_source():
+    """The URL downloaded when no source is given: $GPTLAB_HELLASWAG_URL (a mirror) or the upstream file."""
+    return os.environ.get(URL_ENV) or HELLASWAG_URL
 
 
 def _open_source(source, timeout_s):
@@ -89,9 +95,10 @@ def _decompressed_chunks(raw_chunks):
 def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S, progress=True):
     """Put the verified HellaSwag validation file at `out`; returns (out, "present" | "written").
 
-    source: None (the upstream URL), a URL, or a local .jsonl / .jsonl.gz. The sha256 is checked on the
-    uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary file, so
-    nothing unverified ever sits under `out`, and an existing file is only replaced by a verified one.
+    source: None (default_source(): $GPTLAB_HELLASWAG_URL or the upstream URL), a URL, or a local .jsonl /
+    .jsonl.gz. URLs are fetched with urllib, which honours HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is
+    checked on the uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary
+    file, so nothing unverified ever sits under `out`, and an existing file is only replaced by a verified one.
     """
     if os.path.isfile(out):
         if sha256_file(out) == HELLASWAG_SHA256:
@@ -101,7 +108,7 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
                             "pass --overwrite to replace it, or choose another --out")
     elif os.path.exists(out):
         raise UserError(f"--out {out} exists and is not a file; choose another --out")
-    source = source or HELLASWAG_URL
+    source = source or default_source()
     stream, total = _open_source(source, timeout_s)
     from tqdm import tqdm
 

@@ -117,7 +117,7 @@ def _read_parquet(path, stats):
     for batch in pf.iter_batches(columns=["text"], batch_size=1024):
         for text in batch.column(0).to_pylist():
             if text is not None:
-                stats.bytes_read += len(text)
+                stats.bytes_read += len(text.encode("utf-8", "surrogatepass"))
                 yield text
 
 
@@ -137,47 +137,140 @@ def iter_local_documents(paths, stats=None):
             raise UserError(f"cannot read {path}: {err}") from None
 
 
-def check_hub_reachable(endpoint=None, timeout_s=5.0):
-    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached (offline machine)."""
-    import socket
-    from urllib.parse import urlparse
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+PROXY_HINT = ("behind a proxy, set HTTPS_PROXY (HTTP_PROXY for an http:// endpoint); to use a mirror, set "
+              "HF_ENDPOINT")
+INPUT_HINT = "Pass local files with --input PATH [PATH ...] (.txt, .jsonl or .parquet)"
 
-    url = urlparse(endpoint or os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+
+def hub_offline():
+    """True when huggingface_hub or datasets is in offline mode. Their own reading of the environment decides
+    (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE, TRANSFORMERS_OFFLINE set to 1, true, yes or on, any case), so we stop
+    exactly when they would refuse to stream."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE or getattr(datasets.config, "HF_HUB_OFFLINE", False)
+                or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
+
+
+def check_hub_reachable(repo_id, timeout_s=5.0):
+    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached (offline machine).
+
+    One HEAD request for the dataset card, sent the way the libraries send theirs: huggingface_hub's own HTTP
+    session, so HF_ENDPOINT (read by huggingface_hub), HTTPS_PROXY / HTTP_PROXY / NO_PROXY and the port of an
+    http:// endpoint count as they do for the download itself. Any HTTP answer means reachable."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    endpoint = constants.ENDPOINT.rstrip("/")
     try:
-        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout_s):
-            return
-    except OSError as err:
-        raise UserError(f"cannot reach the HuggingFace Hub at {url.hostname} ({err}). Offline? Pass local files "
-                        "with --input PATH [PATH ...] (.txt, .jsonl or .parquet)") from None
+        get_session().head(f"{endpoint}/datasets/{repo_id}/resolve/main/README.md", headers=build_hf_headers(),
+                           timeout=timeout_s)
+    except Exception as err:  # the HTTP client's connection, proxy and timeout errors (requests or httpx)
+        raise UserError(f"cannot reach the HuggingFace Hub at {endpoint} ({type(err).__name__}: "
+                        f"{str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
+
+
+@dataclass(frozen=True)
+class HubShare:
+    """Which part of a Hub stream of `num_files` files one rank reads: files [first_file, first_file +
+    file_count), and of their documents every `row_stride`-th from `row_offset` (stride 1: all of them)."""
+    first_file: int
+    file_count: int
+    row_offset: int
+    row_stride: int
+    groups: int  # how many disjoint file runs the ranks are split into (datasets' shard count)
+    group: int  # this rank's run
+
+
+def _even_run(total, parts, index):
+    """[start, stop) of part `index` when `total` items are cut into `parts` contiguous runs whose lengths differ
+    by at most one, the longer runs first (the rule of datasets' IterableDataset.shard(contiguous=True))."""
+    size, extra = divmod(total, parts)
+    start = size * index + min(index, extra)
+    return start, start + size + (1 if index < extra else 0)
+
+
+def hub_share(num_files, rank, world_size):
+    """This rank's HubShare. Deterministic and independent of the seed; together the ranks read every document
+    exactly once.
+
+    world_size <= num_files: each rank gets its own contiguous run of whole files (14 files over 8 ranks: 2, 2, 2,
+    2, 2, 2, 1, 1), so each file is downloaded by one rank only, on one node or many. Runs differ by at most one
+    file; the manifest of each rank records what it wrote, so uneven shares need no padding.
+    world_size > num_files: every rank still needs text, so the ranks are cut into num_files even groups, each
+    group reads one file and its ranks take every k-th document of it (k = the group's size). A file is then
+    downloaded once per rank of its group, never by all ranks."""
+    if world_size <= num_files:
+        start, stop = _even_run(num_files, world_size, rank)
+        return HubShare(start, stop - start, 0, 1, world_size, rank)
+    for group in range(num_files):
+        start, stop = _even_run(world_size, num_files, group)
+        if start <= rank < stop:
+            return HubShare(group, 1, rank - start, stop - start, num_files, group)
+    raise ValueError(f"rank {rank} is not below world size {world_size}")
+
+
+def open_hub_stream(repo_id, config):
+    """(datasets IterableDataset of the config's 'text' column, its data files in stream order).
+
+    Only the text column is read, with its type given, so no file is opened just to infer a schema: in W ranks
+    that would download the first file W more times."""
+    from datasets import Features, Value, load_dataset_builder
+
+    builder = load_dataset_builder(repo_id, name=config, columns=["text"], features=Features({"text": Value("string")}))
+    files = [str(f) for f in builder.config.data_files["train"]]
+    return builder.as_streaming_dataset(split="train"), files
 
 
 def iter_hub_documents(repo_id, config, seed, rank=0, world_size=1, shuffle_buffer=10_000, stats=None):
-    """Stream a Hub dataset's 'text' column with `datasets` (no full download), shuffled with `seed`, this rank's
-    disjoint part of the stream only. No network → one clear UserError pointing at --input."""
-    stats = stats if stats is not None else ReadStats()
-    if os.environ.get("HF_HUB_OFFLINE") != "1":
-        check_hub_reachable()
-    try:
-        from datasets import load_dataset
-        from datasets.distributed import split_dataset_by_node
+    """Stream a Hub dataset's 'text' column with `datasets` (no full download): this rank's own files (hub_share),
+    their order and documents shuffled with `seed` through a buffer of `shuffle_buffer` documents (0: the
+    stream's order, file by file).
 
-        stream = load_dataset(repo_id, name=config, split="train", streaming=True)
-        stream = stream.shuffle(seed=seed, buffer_size=shuffle_buffer)
-        if world_size > 1:
-            stream = split_dataset_by_node(stream, rank=rank, world_size=world_size)
-        stats.files.append(f"hf://{repo_id}/{config}")
-        for record in stream:
-            text = record["text"]
+    Offline mode and an unreachable Hub are one clear UserError pointing at --input, raised by this call itself,
+    before the caller starts any work; the documents are read lazily from the returned iterator.
+
+    The split comes before the shuffle, so the shuffle stays within the rank and cannot move a document from one
+    rank's share to another's; ranks that share a file (more ranks than files) see the same seeded order of it
+    and take disjoint strides. (datasets' split_dataset_by_node hands out whole files only when their count
+    divides by W; otherwise every rank streams everything and keeps one document in W: 8x the download for 8
+    ranks over FineWeb-Edu's 14 sample-10BT files.)"""
+    stats = stats if stats is not None else ReadStats()
+    if hub_offline():
+        set_vars = ", ".join(f"{name}={os.environ[name]}" for name in OFFLINE_VARIABLES if os.environ.get(name))
+        raise UserError(f"offline mode is on ({set_vars or 'HF_HUB_OFFLINE'}), so {repo_id} cannot be streamed "
+                        f"from the HuggingFace Hub. {INPUT_HINT}, or unset those variables")
+    check_hub_reachable(repo_id)
+    return _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats)
+
+
+def _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats):
+    try:
+        stream, files = open_hub_stream(repo_id, config)
+        share = hub_share(len(files), rank, world_size)
+        if rank == 0 and world_size > len(files):
+            print(f"note: {repo_id} ({config}) has {len(files)} files for {world_size} ranks: groups of ranks share "
+                  "a file, each rank reading every k-th document of it (downloaded once per rank of the group); "
+                  f"with at most {len(files)} ranks every file is downloaded once", file=sys.stderr, flush=True)
+        if share.groups > 1:
+            stream = stream.shard(num_shards=share.groups, index=share.group, contiguous=True)
+        if shuffle_buffer > 0:
+            stream = stream.shuffle(seed=seed, buffer_size=shuffle_buffer)
+        stats.files.extend(files[share.first_file:share.first_file + share.file_count])
+        for text in take_every((record["text"] for record in stream), share.row_offset, share.row_stride):
+            if text is None:
+                continue
             stats.docs += 1
             stats.chars += len(text)
-            stats.bytes_read += len(text)
+            stats.bytes_read += len(text.encode("utf-8", "surrogatepass"))
             yield text
     except UserError:
         raise
     except Exception as err:
         raise UserError(f"could not stream {repo_id} ({config}) from the HuggingFace Hub "
-                        f"({type(err).__name__}: {str(err)[:200]}). Offline? Pass local files with "
-                        "--input PATH [PATH ...] (.txt, .jsonl or .parquet)") from None
+                        f"({type(err).__name__}: {str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
 
 
 def take_every(docs, rank, world_size):

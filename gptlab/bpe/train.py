@@ -11,9 +11,9 @@ process group; a plain single-process CPU run never imports torch.
 
 Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
 used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
-W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own disjoint part
-of the shuffled dataset and takes `samples / W` characters of it, so runs with different world sizes see different
-(equally sized) text.
+W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own files of the
+dataset (text_sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
+`samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
 """
 import glob
 import os
@@ -192,6 +192,20 @@ def _bar(enabled, **kwargs):
     return tqdm(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
 
 
+def _read_rate_updater(bar, stats):
+    """progress(n_chars) for the pre-tokenize bar that also shows the read rate (MB/s of input, documents/s),
+    which for a Hub stream is the download's."""
+    t0 = time.perf_counter()
+
+    def update(n_chars):
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"{stats.bytes_read / elapsed / 1e6:.1f} MB/s, {stats.docs / elapsed:.0f} docs/s",
+                            refresh=False)
+        bar.update(n_chars)
+
+    return update
+
+
 def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
     """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
     from gptlab.bpe.native import train_merges_native
@@ -264,10 +278,11 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     stats = ReadStats()
     sample_box = []
     docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
-    bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)", unit="B")
+    bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
+               unit="char")
     try:
         table, chars, n_docs = pretokenize(docs, pat_str, workers=workers,
-                                           progress=bar.update if bar is not None else None)
+                                           progress=_read_rate_updater(bar, stats) if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
