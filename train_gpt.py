@@ -22,11 +22,11 @@ import contextlib
 import math
 import os
 import random
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from gptlab import distributed as dist_utils
@@ -43,7 +43,10 @@ from gptlab.tokenizer import open_tokenizer
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 BLOCK_SIZE = 128  # FlexAttention's block size: every sequence length is a multiple of it, on every device
-ATTN_SCALE = 0.12  # fixed attention temperature for QK-normed heads (modded-nanogpt, early-2025 records)
+# fixed attention temperature for QK-normed heads: 0.12 at head_dim 128 (modded-nanogpt, early-2025 records),
+# scaled so the largest logit (q = k: head_dim x scale = 15.36) is the same at any head_dim
+ATTN_SCALE_AT_128 = 0.12
+LOSS_CHUNK_ELEMENTS = 2**26  # eager loss: logits of at most this many elements alive (256 MiB in fp32)
 
 
 # ============================================================================================== Flags
@@ -154,11 +157,16 @@ class Rotary(nn.Module):
         return y.type_as(x)
 
 
+def attention_scale(head_dim):
+    return ATTN_SCALE_AT_128 * 128 / head_dim
+
+
 def attend(q, k, v, mask):
     """q, k, v: (B, H, T, D). mask: a FlexAttention BlockMask, or a dense bool (B, 1, T, T) mask for SDPA."""
+    scale = attention_scale(q.size(-1))
     if isinstance(mask, BlockMask):
-        return _flex_attention()(q, k, v, block_mask=mask, scale=ATTN_SCALE)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ATTN_SCALE)
+        return _flex_attention()(q, k, v, block_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
 _FLEX = {"fn": flex_attention}  # inside a compiled model the plain function is traced into the graph
@@ -193,11 +201,12 @@ class CausalSelfAttention(nn.Module):
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
         q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
         q, k = self.rotary(q), self.rotary(k)
-        v = self.lambdas[0] * v
+        lambdas = self.lambdas.to(qkv.dtype)  # fp32 scalars would promote bf16 values to fp32
+        v = lambdas[0] * v
         if ve is not None:
-            v = v + self.lambdas[1] * ve.view_as(v)
-        # q, k, v in the matmuls' dtype (bfloat16 under CUDA autocast): CUDA autocast runs rms_norm in float32 and
-        # the fp32 lambdas promote v, and FlexAttention (unlike SDPA) is not autocast, so it would run in float32
+            v = v + lambdas[1] * ve.view_as(v)
+        # q, k in the matmuls' dtype (bfloat16 under CUDA autocast): CUDA autocast runs rms_norm in float32, and
+        # FlexAttention (unlike SDPA) is not autocast, so it would run in float32
         q, k, v = q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
@@ -224,7 +233,8 @@ class Block(nn.Module):
         self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
 
     def forward(self, x, x0, ve, mask):
-        x = self.lambdas[0] * x + self.lambdas[1] * x0
+        a, b = self.lambdas.to(x.dtype)  # keep the residual stream in its (autocast) dtype
+        x = a * x + b * x0
         x = x + self.attn(norm(x), ve, mask)
         return x + self.mlp(norm(x))
 
@@ -264,23 +274,49 @@ class GPT(nn.Module):
         """idx: (B, T) token ids; masks: {"long": mask, "short": mask} (see build_attention_masks).
         With targets: the SUM of the cross-entropy over all B*T positions (nats).
         Without: logits (B, T, padded_vocab)."""
-        ve = [emb(idx) for emb in self.value_embeds]
-        x = x0 = norm(self.embed(idx))
+        # the residual stream in the autocast dtype (bf16 on GPUs) from the embeddings on, as modded-nanogpt casts
+        # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
+        dtype = torch.get_autocast_dtype(idx.device.type) if torch.is_autocast_enabled(idx.device.type) else None
+        ve = [emb(idx).to(dtype) for emb in self.value_embeds]
+        x = x0 = norm(self.embed(idx)).to(dtype)
         skips = []
         first_decoder = self.num_layers - self.num_skips
         for i, block in enumerate(self.blocks):
             if i >= first_decoder:
-                x = x + self.skip_weights[i - first_decoder] * skips.pop()
+                x = x + self.skip_weights[i - first_decoder].to(x.dtype) * skips.pop()
             x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]], masks[self.layer_window[i]])
             if i < self.num_skips:
                 skips.append(x)
         x = norm(x)
+        if targets is None:
+            return self.logits(x)
+        return self.cross_entropy_sum(x, targets)
+
+    def logits(self, x):
+        """Final hidden states (..., dim) → soft-capped float32 logits (..., padded_vocab)."""
         logits = self.lm_head(x).float()
         # logit soft-cap 30*sigmoid(z/(7.5*sqrt(d))) (modded-nanogpt 2025; earlier a Gemma-2-style 30*tanh(z/30))
-        logits = 30 * torch.sigmoid(logits / (7.5 * x.size(-1) ** 0.5))
-        if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), reduction="sum")
+        return 30 * torch.sigmoid(logits / (7.5 * x.size(-1) ** 0.5))
+
+    def _cross_entropy_sum(self, x, targets):  # float32 logits, softmax statistics and loss
+        return F.cross_entropy(self.logits(x), targets, reduction="sum")
+
+    def cross_entropy_sum(self, x, targets):
+        """The summed cross-entropy (nats) of x (B, T, dim) against targets (B, T). Compiled, inductor fuses the
+        soft-cap into the loss; eager, rows go in chunks recomputed in backward, so only one chunk's logits (at
+        most LOSS_CHUNK_ELEMENTS) are alive instead of ~5 tensors of tokens x vocab."""
+        x, targets = x.flatten(0, 1), targets.flatten()
+        rows = max(1, LOSS_CHUNK_ELEMENTS // self.padded_vocab)
+        if torch.compiler.is_compiling() or x.size(0) <= rows:
+            return self._cross_entropy_sum(x, targets)
+        total = 0
+        for start in range(0, x.size(0), rows):
+            chunk = (x[start:start + rows], targets[start:start + rows])
+            if torch.is_grad_enabled():
+                total = total + torch.utils.checkpoint.checkpoint(self._cross_entropy_sum, *chunk, use_reentrant=False)
+            else:
+                total = total + self._cross_entropy_sum(*chunk)
+        return total
 
 
 def document_window_mask_mod(docs, window_blocks):
@@ -384,6 +420,52 @@ def zeropower_via_newtonschulz5(G, steps=5):
     return X
 
 
+_COMPILED_NS = {}
+
+
+def orthogonalize(G, steps=5, compiled=None):
+    """zeropower_via_newtonschulz5, compiled by default on CUDA (modded-nanogpt compiles it: the iteration's
+    elementwise work fuses into the matmuls' epilogues) and eager elsewhere; `compiled` forces either."""
+    if not (G.is_cuda if compiled is None else compiled):
+        return zeropower_via_newtonschulz5(G, steps)
+    if "fn" not in _COMPILED_NS:
+        _COMPILED_NS["fn"] = torch.compile(zeropower_via_newtonschulz5, dynamic=False)
+    return _COMPILED_NS["fn"](G, steps)
+
+
+class Adam(torch.optim.Optimizer):
+    """Adam (Kingma & Ba, 2014) without weight decay, computed as torch.optim.Adam computes it, but with the step
+    count on the host (torch's Adam keeps it in tensors it reads back every step) and each group's tensors updated
+    by a few foreach kernels. Gradients arrive already summed over ranks (GradientSync)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.8, 0.95), eps=1e-10):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, step=0))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self.state[p] for p in params]
+            for p, state in zip(params, states):
+                if "exp_avg" not in state:
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+            grads = [p.grad for p in params]
+            exp_avg, exp_avg_sq = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+            if "step" not in group:  # a torch.optim.Adam checkpoint: its step count lives in each parameter's state
+                group["step"] = max((int(s["step"]) for s in states if "step" in s), default=0)
+            group["step"] += 1
+            (beta1, beta2), t = group["betas"], group["step"]
+            torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+            torch._foreach_mul_(exp_avg_sq, beta2)
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2)
+            denom = torch._foreach_sqrt(exp_avg_sq)
+            torch._foreach_div_(denom, (1 - beta2 ** t) ** 0.5)
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_addcdiv_(params, exp_avg, denom, -group["lr"] / (1 - beta1 ** t))
+
+
 class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10), distributed
     as in record #26: same-shape matrices are dealt out in chunks of world_size, one per rank; each rank receives
@@ -393,8 +475,9 @@ class Muon(torch.optim.Optimizer):
     chunk hands every rank the updated matrices. No rank holds or orthogonalises a gradient it does not own.
 
     The update of every matrix is computed exactly as on one rank, so the result does not depend on the world size.
-    Momentum buffers live on their owner; `gather_state()` (collective) copies them everywhere before a checkpoint,
-    so any rank's checkpoint resumes on any world size."""
+    Each chunk's communication buffers are allocated once, on the first step. Momentum buffers live on their owner;
+    `gather_state()` (collective) copies them everywhere before a checkpoint, so any rank's checkpoint resumes on
+    any world size."""
 
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
@@ -409,7 +492,17 @@ class Muon(torch.optim.Optimizer):
             first = len(self.chunks)
             self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
             self.chunks_by_shape.append(range(first, len(self.chunks)))
+        self._buffers = [None] * len(self.chunks)  # per chunk: (world_size stacked matrices, this rank's matrix)
         self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
+
+    def _chunk_buffers(self, c):
+        """(stacked, mine): stacked (world_size x rows, cols) holds one matrix per rank, rows beyond the chunk's
+        members stay zero (padding); mine is this rank's matrix. Flat along dim 0, as gloo and NCCL want them."""
+        if self._buffers[c] is None:
+            p = self.chunks[c][0][0]
+            stacked = torch.zeros((self.world_size * p.size(0),) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device)
+            self._buffers[c] = (stacked, torch.empty_like(p))
+        return self._buffers[c]
 
     def start_reduce(self, c):
         """Start summing chunk c's gradients over ranks (each rank receives its own matrix's); idempotent."""
@@ -418,15 +511,16 @@ class Muon(torch.optim.Optimizer):
         if self._reduced[c] is not None:
             return
         chunk = self.chunks[c]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p, _ in chunk]
         if self.world_size == 1:
-            self._reduced[c] = (grads[0], None)
+            p = chunk[0][0]
+            self._reduced[c] = (p.grad if p.grad is not None else torch.zeros_like(p), None)
             return
-        padding = [torch.zeros_like(grads[0])] * (self.world_size - len(chunk))  # short last chunk of a shape
-        owned = torch.empty_like(grads[0]) if self.rank < len(chunk) else None
-        out = owned if owned is not None else torch.empty_like(grads[0])
-        handle = dist.reduce_scatter(out, grads + padding, op=dist.ReduceOp.SUM, async_op=True)
-        self._reduced[c] = (owned, handle)
+        stacked, mine = self._chunk_buffers(c)
+        slots = stacked.view(self.world_size, *chunk[0][0].shape)
+        for j, (p, _) in enumerate(chunk):
+            slots[j].copy_(p.grad) if p.grad is not None else slots[j].zero_()
+        handle = dist.reduce_scatter_tensor(mine, stacked, op=dist.ReduceOp.SUM, async_op=True)
+        self._reduced[c] = (mine if self.rank < len(chunk) else None, handle)
 
     @torch.no_grad()
     def step(self):
@@ -447,15 +541,14 @@ class Muon(torch.optim.Optimizer):
                     nesterov.append(grad.lerp(buf, group["momentum"]))
                     owned.append(p)
             if owned:
-                updates = zeropower_via_newtonschulz5(torch.stack(nesterov), group["ns_steps"])
+                updates = orthogonalize(torch.stack(nesterov), group["ns_steps"])
                 # scale so the update RMS is shape-independent: sqrt(max(1, rows/cols)) (modded-nanogpt)
                 lr = group["lr"] * max(1, owned[0].size(-2) / owned[0].size(-1)) ** 0.5
                 for p, update in zip(owned, updates):
                     p.add_(update.to(p.dtype), alpha=-lr)
             if self.world_size > 1:  # the next shape's Newton–Schulz overlaps these all-gathers
-                gathers += [self._all_gather(self.chunks[c], [p for p, _ in self.chunks[c]]) for c in chunk_ids]
-        for handle in gathers:
-            handle.wait()
+                gathers += [self._start_gather(c, [p for p, _ in self.chunks[c]]) for c in chunk_ids]
+        self._finish_gathers(gathers)
         self._reduced = [None] * len(self.chunks)
 
     def _momentum(self, p):
@@ -464,46 +557,63 @@ class Muon(torch.optim.Optimizer):
             state["momentum_buffer"] = torch.zeros_like(p)
         return state["momentum_buffer"]
 
-    def _all_gather(self, chunk, tensors):
-        """Every rank's tensors[j] becomes rank j's tensors[j] (async handle); tensors: one per entry of chunk."""
+    def _start_gather(self, c, tensors):
+        """Start giving every rank rank j's tensors[j] (tensors: one per member of chunk c; an idle rank of a short
+        chunk sends its padding slot); _finish_gathers copies them in place."""
         import torch.distributed as dist
 
-        padding = [torch.empty_like(tensors[0]) for _ in range(self.world_size - len(chunk))]
-        mine = tensors[self.rank] if self.rank < len(chunk) else padding[self.rank - len(chunk)]
-        return dist.all_gather(list(tensors) + padding, mine, async_op=True)
+        stacked, _ = self._chunk_buffers(c)
+        slots = stacked.view(self.world_size, *tensors[0].shape)
+        mine = tensors[self.rank] if self.rank < len(tensors) else slots[self.rank]
+        return c, tensors, dist.all_gather_into_tensor(stacked, mine.contiguous(), async_op=True)
+
+    def _finish_gathers(self, gathers):
+        for c, tensors, handle in gathers:
+            handle.wait()
+            slots = self._buffers[c][0].view(self.world_size, *tensors[0].shape)
+            for j, tensor in enumerate(tensors):
+                if j != self.rank:
+                    tensor.copy_(slots[j])
 
     @torch.no_grad()
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
         if self.world_size == 1:
             return
-        handles = [self._all_gather(chunk, [self._momentum(p) for p, _ in chunk]) for chunk in self.chunks]
-        for handle in handles:
-            handle.wait()
+        self._finish_gathers([self._start_gather(c, [self._momentum(p) for p, _ in chunk])
+                              for c, chunk in enumerate(self.chunks)])
 
 
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final;
-    Adam's parameters are all-reduced and Muon's chunks reduce-scattered (see Muon) as soon as they are complete.
-    Collectives must start in the same order on every rank, so they start in one fixed order (the expected
-    backward order: parameters registered last first), each only when everything before it is ready, as
-    DistributedDataParallel does with its buckets. Under torch.compile the whole backward is one graph and the
-    hooks fire when it ends: no overlap then, but the same result."""
+    Adam's gradients are all-reduced in buckets (each large tensor alone, the small ones flattened into one
+    preallocated buffer) and Muon's chunks reduce-scattered (see Muon) as soon as they are complete. Collectives
+    must start in the same order on every rank, so they start in one fixed order (the expected backward order:
+    parameters registered last first), each only when everything before it is ready, as DistributedDataParallel
+    does with its buckets. Per step: len(adam_buckets) all-reduces + one reduce-scatter and one all-gather per
+    Muon chunk. Under torch.compile the whole backward is one graph and the hooks fire when it ends: no overlap
+    then, but the same result."""
+
+    SMALL_NUMEL = 1 << 16  # Adam tensors below this share one flat bucket (the scalars: lambdas, skip weights)
 
     def __init__(self, model, adam_params, muon, world_size):
         import torch.distributed as dist
 
         self.dist, self.muon, self.world_size = dist, muon, world_size
         position = {p: i for i, p in enumerate(model.parameters())}
-        units = [(position[p], "adam", p) for p in adam_params]
+        small = [p for p in adam_params if p.numel() < self.SMALL_NUMEL]
+        self.adam_buckets = [[p] for p in adam_params if p.numel() >= self.SMALL_NUMEL] + ([small] if small else [])
+        units = [(max(position[p] for p in bucket), "adam", b) for b, bucket in enumerate(self.adam_buckets)]
         units += [(min(position[p] for p, _ in chunk), "muon", c) for c, chunk in enumerate(muon.chunks)]
         self.units = [(kind, item) for _, kind, item in sorted(units, key=lambda u: -u[0])]
         self.unit_of = {}  # param → its unit
         for u, (kind, item) in enumerate(self.units):
-            for p in [item] if kind == "adam" else [p for p, _ in muon.chunks[item]]:
+            for p in self.adam_buckets[item] if kind == "adam" else [p for p, _ in muon.chunks[item]]:
                 self.unit_of[p] = u
-        self.members = [1 if kind == "adam" else len(muon.chunks[item]) for kind, item in self.units]
+        self.members = [len(self.adam_buckets[item]) if kind == "adam" else len(muon.chunks[item])
+                        for kind, item in self.units]
+        self.flat = {}  # bucket index → its preallocated flat buffer (buckets of several tensors)
         self.armed = False  # True during the backward of the last micro-batch of a step
         self._reset()
         if world_size > 1:
@@ -524,27 +634,42 @@ class GradientSync:
 
     def _start(self, u):
         kind, item = self.units[u]
-        if kind == "adam":
-            if item.grad is None:  # no gradient this step: counts as zero
-                item.grad = torch.zeros_like(item)
-            self.handles.append(self.dist.all_reduce(item.grad, op=self.dist.ReduceOp.SUM, async_op=True))
-        else:
+        if kind == "muon":
             self.muon.start_reduce(item)
+        else:
+            bucket = self.adam_buckets[item]
+            for p in bucket:
+                if p.grad is None:  # no gradient this step: counts as zero
+                    p.grad = torch.zeros_like(p)
+            if len(bucket) == 1:
+                self.handles.append((None, self.dist.all_reduce(bucket[0].grad, async_op=True)))
+            else:
+                if item not in self.flat:
+                    self.flat[item] = torch.empty(sum(p.numel() for p in bucket), dtype=bucket[0].dtype,
+                                                  device=bucket[0].device)
+                flat = self.flat[item]
+                torch.cat([p.grad.view(-1) for p in bucket], out=flat)
+                self.handles.append((item, self.dist.all_reduce(flat, async_op=True)))
         self.next_unit = u + 1
 
     def finish(self):
         """After the last backward: start what has not started (e.g. parameters without a gradient), wait for
-        Adam's all-reduces (Muon waits for its own in step())."""
+        Adam's all-reduces and unflatten their buckets (Muon waits for its own in step())."""
         self.armed = False
         if self.world_size > 1:
             while self.next_unit < len(self.units):
                 self._start(self.next_unit)
-            for handle in self.handles:
+            for item, handle in self.handles:
                 handle.wait()
+                if item is not None:
+                    offset = 0
+                    for p in self.adam_buckets[item]:
+                        p.grad.view(-1).copy_(self.flat[item][offset:offset + p.numel()])
+                        offset += p.numel()
         self._reset()
 
 
-def build_optimizers(model, rank=0, world_size=1, fused=False):
+def build_optimizers(model, rank=0, world_size=1):
     """Muon for the hidden matrices; Adam for embeddings, head and scalars (learning rates as in modded-nanogpt's
     FlexAttention-era records)."""
     hidden_matrices = [p for n, p in model.blocks.named_parameters() if p.ndim >= 2]
@@ -555,14 +680,13 @@ def build_optimizers(model, rank=0, world_size=1, fused=False):
     assert len(hidden_matrices) + len(embed_params) + len(scalar_params) + len(head_params) == n_all
     adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
                    dict(params=scalar_params, lr=0.04, name="scalars")]
-    adam = torch.optim.Adam(adam_groups, betas=(0.8, 0.95), eps=1e-10, weight_decay=0.0, fused=fused)
+    adam = Adam(adam_groups, betas=(0.8, 0.95), eps=1e-10)
     muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
     optimizers = [adam, muon]
     for opt in optimizers:
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
     return optimizers
-
 
 def lr_multiplier(step, train_steps, cooldown_frac):
     # constant, then linear decay to 0.1x over the last cooldown_frac (modded-nanogpt; trapezoidal, arXiv 2405.18392)
@@ -692,6 +816,42 @@ def make_logits_fn(model_fwd, eot, windows, use_flex, autocast, vocab_size):
 
 
 # ============================================================================================== Training
+def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device):
+    """The step function (bench/bench_train.py times this very function): the loader's next batch, grad_acc_steps
+    forward/backward passes on this rank, gradients summed over ranks, one update. train_step(step) returns
+    (this rank's summed loss and allowed attention pairs, long and short: a float64 (3,) tensor left on the
+    device, so a step reads nothing back; the lr multiplier)."""
+    adam, muon = optimizers
+
+    def train_step(step):
+        windows = window_blocks(step, cfg.train_steps, cfg.window_size)
+        loss_total = torch.zeros((), dtype=torch.float32, device=device)
+        pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
+        batches = train_loader.next_batch()
+        for micro, (x_np, y_np) in enumerate(batches):
+            x, y = to_device(x_np, device), to_device(y_np, device)
+            masks = build_attention_masks(x, eot, *windows, use_flex)
+            pairs += torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
+            with autocast():
+                # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
+                loss = model_fwd(x, masks, y) / cfg.batch_size
+            grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
+            loss.backward()
+            loss_total += loss.detach()
+        grad_sync.finish()
+        lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["initial_lr"] * lr_mult
+        for group in muon.param_groups:
+            group["momentum"] = muon_momentum(step)
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        return torch.cat([loss_total.double().view(1), pairs.double()]), lr_mult
+    return train_step
+
+
 def main(argv=None):
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME)
     ctx = dist_utils.setup(args.device)
@@ -724,7 +884,7 @@ def train(args, ctx, ckpt=None):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = GPT(**model_config).to(device)
-    optimizers = build_optimizers(model, ctx.rank, ctx.world_size, fused=device.type == "cuda")
+    optimizers = build_optimizers(model, ctx.rank, ctx.world_size)
     adam, muon = optimizers
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, train_loader)
@@ -739,35 +899,50 @@ def train(args, ctx, ckpt=None):
     def autocast():
         return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
-    def sync():  # step times are wall times of finished GPU work
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    def save(step):
-        muon.gather_state()  # collective: rank 0 needs every matrix's momentum
-        run.save_checkpoint(step, model, optimizers, train_loader)
-
+    train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
+                                 autocast, device)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
+
+    def due(every, step):
+        return every and step % every == 0
 
     # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, optimizers=optimizers,
              train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
              warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab}) as run:
+
+        def save(step):
+            muon.gather_state()  # collective: rank 0 needs every matrix's momentum
+            run.save_checkpoint(step, model, optimizers, train_loader)
+
+        unreported = []  # steps whose figures are still on the device: (step, lr, sums, timer, new data pass)
+
+        def report():
+            """One all-reduce and one host read for every unreported step, then their log lines and rows: quiet
+            steps never wait for the GPU (modded-nanogpt reads nothing back between its log lines either)."""
+            sums = dist_utils.all_reduce_sum(ctx, torch.stack([u[2] for u in unreported]))
+            for (done, lr, _, timer, new_pass), (loss, pairs_long, pairs_short) in zip(unreported, run.read(sums)):
+                if new_pass:
+                    run.log(f"step {done}: the training data ran out; pass {new_pass} over it begins")
+                run.check_loss(done, loss)  # NaN/inf: the run stops, recorded as failed, before any checkpoint
+                flops = sum(training_flops(model, cfg.batch_size, {"long": pairs_long, "short": pairs_short}))
+                run.log_step(done, loss, lr, timer.seconds(), flops)
+            unreported.clear()
+
         for step in range(run.start_step, cfg.train_steps + 1):
             last = step == cfg.train_steps
-            windows = window_blocks(step, cfg.train_steps, cfg.window_size)
-            eval_windows = full_windows if last else windows
+            eval_windows = full_windows if last else window_blocks(step, cfg.train_steps, cfg.window_size)
             # -- evaluations (not counted in the train time)
-            if last or (cfg.val_loss_every and step % cfg.val_loss_every == 0):
+            if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):
                     val_loss, val_bpb = evaluate_val(make_loss_fn(model_fwd, tok.eot, eval_windows, use_flex, autocast),
                                                      val_set, val_rows, byte_lengths, ctx)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last and (cfg.save_model or cfg.checkpoint_every):
                 save(step)  # before the final HellaSwag: the weights are safe whatever happens there
-            if last or (cfg.hellaswag_every and step % cfg.hellaswag_every == 0 and step > run.start_step):
+            if last or (due(cfg.hellaswag_every, step) and step > run.start_step):
                 with run.evaluating(model):
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
                     logits_fn = make_logits_fn(model, tok.eot, eval_windows, False, autocast, model.vocab_size)
@@ -778,44 +953,18 @@ def train(args, ctx, ckpt=None):
             if last:
                 break
 
-            # -- one optimizer step: grad_acc_steps micro-batches on this rank, then gradients summed over ranks
-            sync()
-            t0 = time.perf_counter()
+            # -- one optimizer step; its figures stay on the device until the next report
             epoch = train_loader.epoch
-            batches = train_loader.next_batch()
-            if train_loader.epoch > epoch:
-                run.log(f"step {step + 1}: the training data ran out; pass {train_loader.epoch + 1} over it begins")
-            loss_total = torch.zeros((), dtype=torch.float32, device=device)
-            pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
-            for micro, (x_np, y_np) in enumerate(batches):
-                x, y = to_device(x_np, device), to_device(y_np, device)
-                masks = build_attention_masks(x, tok.eot, *windows, use_flex)
-                pairs += torch.stack([attention_pairs(x, tok.eot, blocks) for blocks in windows])
-                with autocast():
-                    # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
-                    loss = model_fwd(x, masks, y) / cfg.batch_size
-                grad_sync.armed = micro == len(batches) - 1  # gradients are final in the last backward: sum them
-                loss.backward()
-                loss_total += loss.detach()
-            grad_sync.finish()
-            step_sums = torch.cat([loss_total.double().view(1), pairs.double()])  # one collective, one host sync
-            train_loss, pairs_long, pairs_short = dist_utils.all_reduce_sum(ctx, step_sums).tolist()
-            run.check_loss(step + 1, train_loss)  # NaN/inf: the run stops, recorded as failed
-            lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
-            for opt in optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = group["initial_lr"] * lr_mult
-            for group in muon.param_groups:
-                group["momentum"] = muon_momentum(step)
-            for opt in optimizers:
-                opt.step()
-            model.zero_grad(set_to_none=True)
-            sync()
-            step_time = time.perf_counter() - t0
-            flops = sum(training_flops(model, cfg.batch_size, {"long": pairs_long, "short": pairs_short}))
-            run.log_step(step + 1, train_loss, lr_mult, step_time, flops)
-            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.train_steps:
-                save(step + 1)
+            timer = run.step_timer()
+            sums, lr_mult = train_step(step)
+            timer.stop()
+            done = step + 1
+            unreported.append((done, lr_mult, sums, timer, train_loader.epoch + 1 if train_loader.epoch > epoch else 0))
+            if (due(cfg.log_every, done) or done == cfg.train_steps or due(cfg.checkpoint_every, done)
+                    or due(cfg.val_loss_every, done) or due(cfg.hellaswag_every, done)):
+                report()
+            if due(cfg.checkpoint_every, done) and done < cfg.train_steps:
+                save(done)
 
         run.end_training()  # peak memory, speed
         if cfg.sample_tokens and ctx.is_main:

@@ -88,7 +88,7 @@ def bench_one(cfg, device, compiled, amp_dtype):
     model = train_gpt.GPT(vocab_size=cfg["vocab_size"], num_layers=cfg["num_layers"], num_heads=cfg["num_heads"],
                           head_dim=head_dim, model_dim=cfg["model_dim"], num_val_emb=cfg["num_val_emb"],
                           max_seq_len=cfg["seq_len"]).to(device)
-    optimizers = train_gpt.build_optimizers(model, fused=device.type == "cuda")
+    optimizers = train_gpt.build_optimizers(model)
     use_flex = device.type == "cuda"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
     train_gpt.use_compiled_flex_attention(use_flex and not compiled)

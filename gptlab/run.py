@@ -4,7 +4,7 @@
     with Run(cfg, ctx, model=..., optimizers=..., train_loader=..., tokenizer=..., ...) as run:
         with run.evaluating(model): ...                  # model.eval(), progress bar out of the way
         run.log_eval(step, val_loss=..., val_bpb=...)    # and run.log_hellaswag(step, figures)
-        run.log_step(step, train_loss, lr, step_time_s, flops)
+        run.log_step(step, train_loss, lr, step_time_s, flops)  # per step, read in batches: run.read(...)
         run.save_checkpoint(step, model, optimizers, train_loader)
         run.finish(val_loss, val_bpb, hellaswag)         # results.json, status "finished"
 
@@ -78,6 +78,44 @@ def restore_training_state(ckpt, model, optimizers, train_loader):
         opt.load_state_dict(state)
     train_loader.load_state_dict(ckpt["dataloader"])
     exp.set_rng_states(ckpt["rng"])
+
+
+# ------------------------------------------------------------------------------------------------ host reads
+# Every read of device values by the training loop goes through read_to_host or StepTimer.seconds, and is counted
+# here: a read makes the host wait for the GPU, so the loop does them only when it reports (a test pins that).
+HOST_READS = {"count": 0}
+
+
+def read_to_host(tensor):
+    """tensor.tolist(), counted in HOST_READS."""
+    HOST_READS["count"] += 1
+    return tensor.tolist()
+
+
+class StepTimer:
+    """A step's time: CUDA events on a GPU (read only when the step is reported, so the step itself never waits
+    for the GPU), time.perf_counter elsewhere (CPU work is done when the call returns)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.events = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+        self.start, self.end = time.perf_counter(), None
+
+    def stop(self):
+        if self.events:
+            self.events[1].record()
+        self.end = time.perf_counter()
+
+    def seconds(self):
+        if not self.events:
+            return self.end - self.start
+        HOST_READS["count"] += 1
+        self.events[1].synchronize()
+        return self.events[0].elapsed_time(self.events[1]) / 1000
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -264,6 +302,14 @@ class Run:
         if self.ctx.is_main:
             self._metrics.write(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
+
+    def read(self, tensor):
+        """Device values on the host (a list), counted: see read_to_host."""
+        return read_to_host(tensor)
+
+    def step_timer(self):
+        """A started StepTimer for one optimizer step (stop() it when the step is issued)."""
+        return StepTimer(self.ctx.device)
 
     def check_loss(self, step, train_loss):
         """Stop the run (TrainingDiverged → status failed) when the loss is NaN or infinite."""
