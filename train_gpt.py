@@ -595,7 +595,7 @@ class GradientSync:
     Muon chunk. Under torch.compile the whole backward is one graph and the hooks fire when it ends: no overlap
     then, but the same result."""
 
-    SMALL_NUMEL = 1 << 16  # Adam tensors below this share one flat bucket (the scalars: lambdas, skip weights)
+    SMALL_NUMEL = 1 << 15  # Adam tensors below this share one flat bucket (the scalars: lambdas, skip weights)
 
     def __init__(self, model, adam_params, muon, world_size):
         import torch.distributed as dist

@@ -1,0 +1,160 @@
+"""train_gpt.py's GPU-path choices, checked on CPU: quiet steps read nothing back and issue a stated number of
+collectives (2 ranks, gloo), the bf16 residual stream, the eager loss's memory, compiled Newton–Schulz, the
+attention scale, and our Adam against torch.optim.Adam."""
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from conftest import REPO, SHARED_DATA, free_port, run_script
+
+sys.path.insert(0, REPO)
+import train_gpt  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from helpers.tiny_data import make_dataset
+
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("needs ../shared/data beside the checkout")
+    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
+
+
+def test_quiet_steps_read_nothing_back_and_issue_a_stated_number_of_collectives(tiny, tmp_path):
+    """6 steps on 2 ranks, reporting every 3: steps 1, 2, 4, 5 make no host read and no .item() at the dispatcher.
+    Every step issues the collectives GradientSync states: one all-reduce per Adam bucket (lm_head, embed and two
+    value embeddings of 640 x 64 = 40,960 >= 2**15 elements each alone, the scalars together: 5) and, for Muon, a
+    reduce-scatter and an all-gather per chunk (4 matrix shapes x 4 layers / 2 ranks = 8 chunks)."""
+    out = str(tmp_path / "work.json")
+    flags = ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
+             "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_heads", "2",
+             "--num_layers", "4", "--batch_size", "1024", "--device_batch_size", "256", "--train_steps", "6",
+             "--val_loss_every", "0", "--val_steps", "1", "--window_size", "256", "--hellaswag_limit", "0",
+             "--experiments_dir", str(tmp_path / "exps"), "--log_every", "3", "--sample_tokens", "0"]
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "tests/helpers/step_work.py",
+                out, "--"] + flags, check=True)
+    per_step_collectives = {"all_reduce": 5, "reduce_scatter_tensor": 8, "all_gather_into_tensor": 8}
+    for rank in range(2):
+        with open(f"{out}.rank{rank}") as f:
+            steps = json.load(f)
+        assert len(steps) == 6
+        for i in (0, 1, 3, 4):  # steps 1, 2, 4, 5
+            assert steps[i] == {"host_reads": 0, "item": 0, "collectives": per_step_collectives}, (rank, i + 1)
+        # step 3 reports steps 1-3: one all-reduce of their figures and one host read
+        assert steps[2] == {"host_reads": 1, "item": 0, "collectives": dict(per_step_collectives, all_reduce=6)}
+
+
+def test_bf16_autocast_keeps_the_residual_stream_in_bf16_and_the_loss_in_fp32():
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab_size=100, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=128)
+    with torch.no_grad():  # the zero-initialised projections would hide a dtype that only shows in values
+        for p in model.parameters():
+            p.normal_(0, 0.1)
+    seen = []
+    for block in model.blocks:
+        block.register_forward_hook(lambda mod, args, out: seen.append((args[0].dtype, args[1].dtype, out.dtype)))
+    idx = torch.randint(0, 99, (2, 128))
+    masks = train_gpt.build_attention_masks(idx, 99, 1, 1, use_flex=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(idx, masks, idx)
+        logits = model(idx, masks)
+    assert seen and all(dtypes == (torch.bfloat16,) * 3 for dtypes in seen)  # x, x0 and the block's output
+    assert loss.dtype == torch.float32 and logits.dtype == torch.float32
+    seen.clear()
+    model(idx, masks, idx)  # without autocast everything stays float32
+    assert all(dtypes == (torch.float32,) * 3 for dtypes in seen)
+
+
+def test_the_chunked_eager_loss_equals_the_plain_cross_entropy_in_value_and_gradient(monkeypatch):
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab_size=300, num_layers=2, num_heads=2, head_dim=8, model_dim=16, num_val_emb=0,
+                          max_seq_len=128)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0, 0.5)
+    x = torch.randn(2, 128, 16, requires_grad=True)
+    targets = torch.randint(0, 300, (2, 128))
+    # reference: one F.cross_entropy over every row's soft-capped logits
+    reference = torch.nn.functional.cross_entropy(model.logits(x).flatten(0, 1), targets.flatten(), reduction="sum")
+    (grad_reference,) = torch.autograd.grad(reference, x)
+    monkeypatch.setattr(train_gpt, "LOSS_CHUNK_ELEMENTS", 40 * 384)  # 40 rows of the padded vocab per chunk: 7 chunks
+    chunked = model.cross_entropy_sum(x, targets)
+    (grad_chunked,) = torch.autograd.grad(chunked, x)
+    assert torch.allclose(chunked, reference, rtol=1e-6) and torch.allclose(grad_chunked, grad_reference, atol=1e-6)
+
+
+def test_the_eager_loss_peak_memory_does_not_scale_with_the_logits():
+    """8192 tokens x 8192 vocab: one fp32 logits tensor is 256 MiB, and the plain path holds ~5 of them. Chunked,
+    the forward+backward's peak (process max RSS, in a fresh process) stays under one logits tensor."""
+    script = textwrap.dedent("""
+        import resource, sys, torch
+        sys.path.insert(0, %r)
+        import train_gpt
+        train_gpt.LOSS_CHUNK_ELEMENTS = 2 ** 22  # 16 MiB of fp32 logits per chunk
+        torch.manual_seed(0)
+        model = train_gpt.GPT(vocab_size=8192, num_layers=1, num_heads=1, head_dim=16, model_dim=16, num_val_emb=0,
+                              max_seq_len=1024)
+        idx = torch.randint(0, 8191, (8, 1024))
+        masks = train_gpt.build_attention_masks(idx, 8191, 1, 1, use_flex=False)
+        model(idx[:1, :128], train_gpt.build_attention_masks(idx[:1, :128], 8191, 1, 1, False), idx[:1, :128]).backward()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        model(idx, masks, idx).backward()
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+    """ % REPO)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    peak_growth = int(proc.stdout.split()[-1])
+    one_logits_tensor = 8192 * 8192 * 4
+    assert peak_growth < one_logits_tensor, peak_growth / 2**20
+
+
+def test_compiled_newton_schulz_matches_the_eager_iteration():
+    torch.manual_seed(0)
+    G = torch.randn(3, 48, 32)
+    eager = train_gpt.zeropower_via_newtonschulz5(G, 5)
+    compiled = train_gpt.orthogonalize(G, 5, compiled=True)
+    assert torch.allclose(compiled, eager, atol=1e-5)
+    assert not train_gpt.orthogonalize(G, 5) is compiled  # on CPU the default is eager
+    assert torch.equal(train_gpt.orthogonalize(G, 5), eager)
+    singular = torch.linalg.svdvals(eager)  # the quintic iteration maps every singular value into ~[0.68, 1.13]
+    assert singular.min() > 0.6 and singular.max() < 1.2
+
+
+def test_the_attention_scale_keeps_the_largest_qk_normed_logit_at_the_anchors():
+    assert train_gpt.attention_scale(128) == 0.12  # record #26's scale for its 128-dim heads
+    for head_dim in (32, 64, 128, 256):
+        # q = k with RMS 1: q.k = head_dim, so the largest logit is head_dim x scale = 128 x 0.12
+        assert head_dim * train_gpt.attention_scale(head_dim) == pytest.approx(15.36)
+
+
+def test_our_adam_is_torch_adam_bit_for_bit_and_resumes_from_its_state():
+    torch.manual_seed(0)
+    params = [torch.randn(50, 7), torch.randn(3), torch.randn(4, 4)]
+    ours = [p.clone().requires_grad_() for p in params]
+    theirs = [p.clone().requires_grad_() for p in params]
+    groups = lambda ps: [dict(params=ps[:2], lr=0.6), dict(params=ps[2:], lr=0.04)]  # noqa: E731
+    adam = train_gpt.Adam(groups(ours), betas=(0.8, 0.95), eps=1e-10)
+    reference = torch.optim.Adam(groups(theirs), betas=(0.8, 0.95), eps=1e-10, foreach=False)
+    for _ in range(12):
+        for a, b in zip(ours, theirs):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        adam.step()
+        reference.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    resumed = [p.detach().clone().requires_grad_() for p in theirs]
+    from_torch = train_gpt.Adam(groups(resumed), betas=(0.8, 0.95), eps=1e-10)
+    from_torch.load_state_dict(copy.deepcopy(reference.state_dict()))  # a checkpoint of torch's Adam
+    for a, b in zip(resumed, theirs):
+        a.grad = torch.randn_like(a)
+        b.grad = a.grad.clone()
+    from_torch.step()
+    reference.step()
+    assert all(torch.equal(a, b) for a, b in zip(resumed, theirs))
