@@ -392,3 +392,47 @@ def test_reruns_of_one_seed_measure_no_noise(tmp_path):
                  finished_results(config, 1.3, 0.3))
     board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
     assert board.noise is None
+
+
+def _finished_run(root, folder, bpb, **changes):
+    config = variant(**changes)
+    make_run(root, folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
+
+
+def test_significance_threshold_is_two_sigma_of_noise_pooled_over_seed_groups(tmp_path):
+    """The reference has no seed group of its own, so the noise is pooled over the two groups there are:
+    A (1.0, 1.2: variance 0.02, 1 degree of freedom) and B (2.0, 2.1, 2.2: variance 0.01, 2 degrees of freedom),
+    by hand sqrt((1 * 0.02 + 2 * 0.01) / 3) = 0.115470. Two sigmas = 0.230940: a difference of 0.2250 (1.95
+    sigmas) is not distinguishable, one of 0.2370 (2.05 sigmas) is."""
+    root = str(tmp_path)
+    for seed, bpb in [(1, 1.0), (2, 1.2)]:
+        _finished_run(root, f"20260101_00000{seed}_A", bpb, model_name="A", num_layers=2, seed=seed)
+    for seed, bpb in [(1, 2.0), (2, 2.1), (3, 2.2)]:
+        _finished_run(root, f"20260102_00000{seed}_B", bpb, model_name="B", num_layers=3, seed=seed)
+    _finished_run(root, "20260103_000000_Ref", 0.9, model_name="Ref", num_layers=5)
+    _finished_run(root, "20260103_000001_Under", 0.9 + 0.2250, model_name="Under", num_layers=6)
+    _finished_run(root, "20260103_000002_Over", 0.9 + 0.2370, model_name="Over", num_layers=7)
+    _finished_run(root, "20260103_000003_Below", 0.9 - 0.2370, model_name="Below", num_layers=8)
+    board = cmp.compare([], experiments_dir=root, baseline="20260103_000000_Ref", no_plot=True,
+                        write=False)["board"]
+    assert board.noise.std == pytest.approx(math.sqrt(0.04 / 3), rel=1e-9)
+    assert board.noise.source == "std pooled over 2 seed group(s)"
+    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
+    assert verdict["20260103_000001_Under"] == "+0.2250 not distinguishable"
+    assert verdict["20260103_000002_Over"] == "+0.2370 worse"
+    assert verdict["20260103_000003_Below"] == "-0.2370 better"
+
+
+def test_significance_threshold_with_the_reference_in_its_own_seed_group(tmp_path):
+    """Noise from the reference's own group (0.0, +-0.01: std 0.01 by hand), two sigmas = 0.02."""
+    root = str(tmp_path)
+    for seed, bpb in [(1, 1.30), (2, 1.31), (3, 1.32)]:
+        _finished_run(root, f"20260101_00000{seed}_Base", bpb, model_name="Base", seed=seed)
+    _finished_run(root, "20260102_000000_Near", 1.30 + 0.0195, model_name="Near", num_layers=6)
+    _finished_run(root, "20260102_000001_Far", 1.30 + 0.0205, model_name="Far", num_layers=7)
+    board = cmp.compare([], experiments_dir=root, baseline="20260101_000001_Base", no_plot=True,
+                        write=False)["board"]
+    assert board.noise.std == pytest.approx(0.01) and "3 seeds of Base" in board.noise.source
+    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
+    assert verdict["20260102_000000_Near"] == "+0.0195 not distinguishable"
+    assert verdict["20260102_000001_Far"] == "+0.0205 worse"
