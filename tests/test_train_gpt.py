@@ -60,6 +60,27 @@ def train_losses(run_dir):
             if r["train_loss"] is not None}
 
 
+def reference_hellaswag(logits_fn, enc, n):
+    """(acc, acc_norm) over the first n examples of the real file, scored one ending at a time as build-nanogpt's
+    hellaswag.py does: row = [<|endoftext|>] + ctx + " " + ending; the ending's loss is the sum (acc) or mean
+    (acc_norm) of its tokens' cross-entropy, over the tokenizer's logits; the lowest loss wins."""
+    correct = [0, 0]
+    with open(HELLASWAG_VAL) as f:
+        examples = [json.loads(line) for _, line in zip(range(n), f)]
+    for ex in examples:
+        prefix = [enc.eot_token] + enc.encode_ordinary(ex["ctx"])
+        sums, means = [], []
+        for ending in ex["endings"]:
+            row = prefix + enc.encode_ordinary(" " + ending)
+            log_probs = torch.log_softmax(logits_fn(torch.tensor([row]))[0].double(), dim=-1)
+            losses = [-float(log_probs[t - 1, row[t]]) for t in range(len(prefix), len(row))]
+            sums.append(sum(losses))
+            means.append(sum(losses) / len(losses))
+        correct[0] += sums.index(min(sums)) == ex["label"]
+        correct[1] += means.index(min(means)) == ex["label"]
+    return correct[0] / n, correct[1] / n
+
+
 def val_losses(run_dir):
     return {r["step"]: r["val_loss"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
             if r["val_loss"] is not None}
@@ -187,6 +208,27 @@ def test_schedules():
     assert train_gpt.window_blocks(100, 100, 1792) == (14, 7)
 
 
+def test_lr_schedule_decays_linearly_to_a_tenth_over_the_cooldown():
+    # modded-nanogpt's get_lr: 1 until step/steps reaches 1 - cooldown_frac, then w = (1 - x) / cooldown_frac and
+    # lr = w + (1 - w) * 0.1. Worked out by hand for 100 steps, cooldown 0.4 (x = 0.6 ... 1.0):
+    for step, expected in [(60, 1.0), (61, 0.9775), (70, 0.775), (80, 0.55), (90, 0.325), (99, 0.1225)]:
+        assert train_gpt.lr_multiplier(step, 100, 0.4) == pytest.approx(expected, abs=1e-12), step
+    # cooldown 1.0: linear from the first step; 0.0: constant until the end
+    assert train_gpt.lr_multiplier(50, 100, 1.0) == pytest.approx(0.55)
+    assert train_gpt.lr_multiplier(99, 100, 0.0) == 1.0
+    # equal steps give equal decrements (linear, not curved)
+    drops = [train_gpt.lr_multiplier(s, 100, 0.4) - train_gpt.lr_multiplier(s + 1, 100, 0.4) for s in range(60, 99)]
+    assert max(drops) == pytest.approx(min(drops)) == pytest.approx(0.0225)
+
+
+def test_window_schedule_grows_linearly_in_whole_blocks():
+    # long window = ceil(14 * step / 100) blocks of 128 for a final 1792 (14 blocks), at least 1; short = half
+    for step, expected in [(1, (1, 1)), (8, (2, 1)), (22, (4, 2)), (50, (7, 3)), (51, (8, 4)), (93, (14, 7)),
+                           (92, (13, 6)), (99, (14, 7))]:
+        assert train_gpt.window_blocks(step, 100, 1792) == expected, step
+    assert [train_gpt.window_blocks(s, 20, 256)[0] for s in (0, 10, 11, 20)] == [1, 1, 2, 2]
+
+
 def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
     from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
     from gptlab.tokenizer import load_tokenizer
@@ -246,6 +288,12 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     step_rows = [r for r in rows if r["train_loss"] is not None]
     assert all(r["tokens"] == r["step"] * 1024 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in step_rows)
     assert all(r["val_loss"] is None and r["hellaswag_acc"] is None for r in step_rows)
+    # the lr column: the row of step s holds the multiplier used for that update (computed at s - 1); by hand for
+    # 40 steps and the default cooldown 0.4: 1.0 through step 25, then 0.1 + 0.9 * (40 - (s - 1)) / 16
+    lr = {r["step"]: r["lr"] for r in step_rows}
+    assert all(lr[s] == 1.0 for s in range(1, 26))
+    for s, expected in [(26, 0.94375), (27, 0.8875), (29, 0.775), (33, 0.55), (37, 0.325), (40, 0.15625)]:
+        assert lr[s] == pytest.approx(expected, abs=1e-6), s
     # model FLOPs per second: matmuls + the attention the masks allowed; no MFU without a known GPU peak
     assert all(r["tflops_per_gpu"] > 0 and r["mfu"] is None for r in step_rows)
     fastest = max(step_rows, key=lambda r: r["tokens_per_s"])
@@ -275,7 +323,7 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     assert results["status"] == "finished" and results["steps"] == 40 and results["tokens"] == 40 * 1024
     assert math.isclose(results["final_val_loss"], vals[40], rel_tol=1e-6)
     assert 0 < results["final_val_bpb"] < results["final_val_loss"] / math.log(2)  # > 1 byte per token
-    assert results["hellaswag"]["n"] == 8 and 0 <= results["hellaswag"]["acc"] <= 1
+    assert results["hellaswag"]["n"] == 8
     for key in ("wall_time_s", "peak_mem_allocated_gb", "peak_mem_reserved_gb", "n_params", "gpu_name",
                 "world_size", "tokenizer", "model_name", "seed"):
         assert key in results, key
@@ -303,6 +351,10 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     assert ckpt["step"] == 40 and ckpt["tokenizer"]["ranks_sha256"] == config["tokenizer_ranks_sha256"]
     assert not any(k.startswith("_orig_mod.") for k in ckpt["model"])
     assert len(ckpt["optimizers"]) == 2 and ckpt["dataloader"]["pos"] > 0
+    # the final HellaSwag figures are those of these final weights, scored one ending at a time
+    logits_fn, enc, _ = train_gpt.checkpoint_logits_fn(ckpt_path)
+    acc, acc_norm = reference_hellaswag(logits_fn, enc, 8)
+    assert (results["hellaswag"]["acc"], results["hellaswag"]["acc_norm"]) == (acc, acc_norm)
     assert "error" not in proc.stderr.lower()
 
 
@@ -441,7 +493,8 @@ def test_a_checkpoint_scores_on_hellaswag_through_checkpoint_logits_fn(tiny, tmp
     assert logits.shape == (1, tokens.shape[1], enc.n_vocab) and torch.isfinite(logits).all()
     assert torch.allclose(logits_fn(tokens[:, :50]), logits[:, :50], atol=1e-5)  # padding never leaks backwards
     result = evaluate_hellaswag(logits_fn, enc, HELLASWAG_VAL, limit=8, progress=False)
-    assert result["n"] == 8 and 0 <= result["acc_norm"] <= 1
+    assert result["n"] == 8
+    assert (result["acc"], result["acc_norm"]) == reference_hellaswag(logits_fn, enc, 8)
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
