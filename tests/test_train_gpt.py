@@ -358,23 +358,35 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     assert "error" not in proc.stderr.lower()
 
 
-def test_one_and_two_ranks_give_the_same_loss_curve(tiny, tmp_path):
-    one = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "one"), check=True)
-    two = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
-                     + tiny_args(tiny, tmp_path / "two"), check=True)
-    assert one.returncode == two.returncode == 0
-    dir1, dir2 = only_run_dir(tmp_path / "one"), only_run_dir(tmp_path / "two")
-    with open(os.path.join(dir2, exp.CONFIG_FILE)) as f:
-        config2 = json.load(f)
-    assert config2["world_size"] == 2 and config2["grad_acc_steps"] == 1
-    l1, l2 = train_losses(dir1), train_losses(dir2)
-    assert sorted(l1) == sorted(l2) == list(range(1, 21))
-    for step in l1:
-        assert abs(l1[step] - l2[step]) <= 1e-4 * abs(l1[step]), (step, l1[step], l2[step])
-    v1, v2 = val_losses(dir1), val_losses(dir2)
-    assert sorted(v1) == sorted(v2) == [0, 10, 20]
-    for step in v1:
-        assert abs(v1[step] - v2[step]) <= 1e-4 * abs(v1[step])
+def test_one_and_two_ranks_and_micro_batches_give_the_same_loss_curve(tiny, tmp_path):
+    """1 rank x 1 micro-batch, 1 rank x 2 and 2 ranks x 1 take the same 1024-token steps, so their curves agree.
+    Comparing all three catches a loss normalised per micro-batch instead of per step (1 x 2 and 2 x 1 alone
+    would agree with each other). The first step's loss is known by hand: the zero-initialised head gives
+    uniform logits over the 640 padded ids (513 rounded up to a multiple of 128), ln 640."""
+    flags = dict(train_steps=12, val_loss_every=6)
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "one", device_batch_size=1024, **flags), check=True)
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "acc", **flags), check=True)
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+               + tiny_args(tiny, tmp_path / "two", **flags), check=True)
+    dirs = {name: only_run_dir(tmp_path / name) for name in ("one", "acc", "two")}
+    layouts = {}
+    for name, run_dir in dirs.items():
+        with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+            config = json.load(f)
+        layouts[name] = (config["world_size"], config["grad_acc_steps"], config["device_batch_size"])
+    assert layouts == {"one": (1, 1, 1024), "acc": (1, 2, 512), "two": (2, 1, 512)}
+    assert tiny["n_vocab"] == 513
+    curves = {name: train_losses(run_dir) for name, run_dir in dirs.items()}
+    for name, losses in curves.items():
+        assert sorted(losses) == list(range(1, 13)), name
+        assert losses[1] == pytest.approx(math.log(640), rel=1e-6), name
+        for step in losses:
+            assert abs(losses[step] - curves["one"][step]) <= 1e-4 * curves["one"][step], (name, step)
+    vals = {name: val_losses(run_dir) for name, run_dir in dirs.items()}
+    for name, losses in vals.items():
+        assert sorted(losses) == [0, 6, 12] and losses[0] == pytest.approx(math.log(640), rel=1e-6), name
+        for step in losses:
+            assert abs(losses[step] - vals["one"][step]) <= 1e-4 * vals["one"][step], (name, step)
     assert len(glob.glob(str(tmp_path / "two" / "*"))) == 1  # rank 1 writes no folder of its own
 
 
