@@ -139,3 +139,27 @@ def test_environment_records():
     assert hw["cpu_model"] and hw["gpu_count"] == 0 and hw["gpu_name"] is None
     v = exp.versions()
     assert v["torch"] == torch.__version__ and v["python"]
+
+
+@pytest.mark.parametrize("device_name, tflops", [
+    # names as torch.cuda.get_device_name() prints them; dense bf16 figures (no sparsity) from NVIDIA datasheets
+    ("NVIDIA H100 80GB HBM3", 989.4),  # H100 SXM5
+    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 NVL", 835.0),  # per GPU
+    ("NVIDIA H200", 989.0),
+    ("NVIDIA H200 NVL", 835.5),  # 1,671 with sparsity
+    ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA A100-SXM4-40GB", 312.0),
+    ("NVIDIA A100 80GB PCIe", 312.0),
+    ("NVIDIA L40S", 362.05),
+    ("NVIDIA L40", 181.05),  # not the L4's 121 nor the L40S's 362
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA GeForce RTX 4090", 165.2),  # Ada whitepaper, FP32 accumulate
+])
+def test_gpu_peak_table_on_real_device_names(device_name, tflops):
+    assert exp.gpu_bf16_peak_tflops(device_name) == pytest.approx(tflops, rel=1e-3)
+
+
+@pytest.mark.parametrize("device_name", [None, "", "cpu", "NVIDIA RTX A6000", "NVIDIA GeForce RTX 4080"])
+def test_gpu_peak_is_unknown_rather_than_guessed(device_name):
+    assert exp.gpu_bf16_peak_tflops(device_name) is None
