@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, unreadable_file
 from gptlab import experiment as exp
@@ -188,6 +189,101 @@ def test_long_and_short_window_layers_follow_modded_nanogpt():
         return [i for i, w in enumerate(model.layer_window) if w == "long"]
     assert long_layers(12) == [0, 4, 7, 11]  # record #26: L S S S L S | S L S S S L
     assert long_layers(4) == [0, 3] and long_layers(1) == [0]
+
+
+def test_logit_soft_cap_is_30_sigmoid_of_z_over_7_5_sqrt_d():
+    """modded-nanogpt's soft-cap: logits = 30 * sigmoid(z / (7.5 * sqrt(model_dim))) of the head's raw output z,
+    so every logit lies in (0, 30) however large z grows."""
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab_size=100, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128)
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0, 40.0)  # raw logits in the hundreds: far into the cap
+    raw = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: raw.append(out.detach().float()))
+    idx = torch.randint(0, 100, (1, 128))
+    logits = model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False)).detach()
+    z = raw[0]
+    assert z.abs().max() > 300
+    expected = 30 / (1 + torch.exp(-z / (7.5 * math.sqrt(16))))
+    assert torch.allclose(logits, expected, atol=1e-5)
+    assert 0 <= logits.min() and logits.max() <= 30 and logits.max() > 29.9  # saturates at the cap, never past it
+
+
+def test_rotary_turns_half_the_head_dims_by_position():
+    """Half-truncated RoPE (modded-nanogpt): head dim 8 = halves x1 = x[:4], x2 = x[4:]; pair i = (x1[i], x2[i])
+    turns by angle t * f_i with f = (1, 1/1024, 0, 0): y1 = x1 cos + x2 sin, y2 = x2 cos - x1 sin. Pairs 2 and 3
+    (dims 2, 3, 6, 7) never turn."""
+    rotary = train_gpt.Rotary(head_dim=8, max_seq_len=128)
+    torch.manual_seed(0)
+    x = torch.randn(1, 128, 3, 8)
+    y = rotary(x)
+    for t in (0, 1, 5, 127):
+        for i, f in enumerate([1.0, 1 / 1024]):
+            c, s = math.cos(t * f), math.sin(t * f)
+            a, b = x[0, t, :, i], x[0, t, :, 4 + i]
+            assert torch.allclose(y[0, t, :, i], a * c + b * s, atol=1e-5)
+            assert torch.allclose(y[0, t, :, 4 + i], b * c - a * s, atol=1e-5)
+    assert torch.equal(y[..., [2, 3, 6, 7]], x[..., [2, 3, 6, 7]])
+    assert torch.allclose(y[0, 0], x[0, 0])  # position 0: no turn
+    # attention scores depend on relative position only: q at 10, k at 3 scores as q at 50, k at 43
+    q, k = torch.randn(8), torch.randn(8)
+    at = lambda v, t: rotary(v.expand(1, 128, 1, 8).contiguous())[0, t, 0]  # noqa: E731
+    assert torch.dot(at(q, 10), at(k, 3)) == pytest.approx(float(torch.dot(at(q, 50), at(k, 43))), abs=1e-5)
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
+    """q and k are RMS-normalised per head before the dot product (QK-norm), so scaling their weights changes
+    nothing, while scaling v scales the output."""
+    torch.manual_seed(0)
+    attn = train_gpt.CausalSelfAttention(dim=16, num_heads=2, head_dim=8, max_seq_len=128)
+    with torch.no_grad():
+        attn.c_proj.weight.normal_(0, 0.3)  # zero-initialised: make the output visible
+    x = torch.randn(2, 128, 16)
+    mask = train_gpt.build_attention_masks(torch.zeros(2, 128, dtype=torch.long), 1, 1, 1, False)["long"]
+    with torch.no_grad():
+        before = attn(x, None, mask)
+        attn.qkv_w[0] *= 7.0
+        attn.qkv_w[1] *= 0.2
+        after_qk = attn(x, None, mask)
+        attn.qkv_w[2] *= 3.0
+        after_v = attn(x, None, mask)
+    assert before.abs().max() > 0.1
+    assert torch.allclose(after_qk, before, atol=1e-5)
+    assert torch.allclose(after_v, 3.0 * before, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_layers", [4, 5])
+def test_unet_skips_and_x0_mixing_feed_each_block_what_the_design_says(num_layers):
+    """U-net: the outputs of the first num_layers // 2 blocks are added, weighted, to the inputs of the last ones in
+    reverse order (an odd middle block gets none). x0 mixing: each block starts from l0 * x + l1 * x0, x0 being
+    the normalised embedding; with zero-initialised output projections a block returns exactly that."""
+    torch.manual_seed(0)
+    model = train_gpt.GPT(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
+                          num_val_emb=1, max_seq_len=128)
+    lambdas = [(0.5 + 0.1 * i, 2.0 - 0.3 * i) for i in range(num_layers)]
+    with torch.no_grad():
+        model.skip_weights.copy_(torch.tensor([0.3, -0.7]))
+        for block, (a, b) in zip(model.blocks, lambdas):
+            block.lambdas.copy_(torch.tensor([a, b]))
+    inputs, x0s, outputs = [], [], []
+    for block in model.blocks:
+        block.register_forward_pre_hook(lambda mod, args: inputs.append(args[0]) or x0s.append(args[1]))
+        block.register_forward_hook(lambda mod, args, out: outputs.append(out))
+    idx = torch.randint(0, 100, (1, 128))
+    with torch.no_grad():
+        model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False))
+    x0 = F.rms_norm(model.embed(idx), (16,)).detach()
+    for i in range(num_layers):
+        assert torch.allclose(x0s[i], x0)
+        a, b = lambdas[i]
+        assert torch.allclose(outputs[i], a * inputs[i] + b * x0, atol=1e-6), i  # zero-init projections
+    out = outputs
+    if num_layers == 4:  # blocks 0, 1 → skips; block 2 gets 0.3 x out1, block 3 gets -0.7 x out0
+        expected = [x0, out[0], out[1] + 0.3 * out[1], out[2] - 0.7 * out[0]]
+    else:  # block 2 is the middle: no skip; block 3 gets 0.3 x out1, block 4 gets -0.7 x out0
+        expected = [x0, out[0], out[1], out[2] + 0.3 * out[1], out[3] - 0.7 * out[0]]
+    for i in range(num_layers):
+        assert torch.allclose(inputs[i], expected[i], atol=1e-6), i
 
 
 def test_newton_schulz_orthogonalises():
