@@ -877,3 +877,97 @@ def test_ctrl_c_records_an_interrupted_run_and_names_the_checkpoint_to_resume(ti
     assert "Traceback" not in err and "\ninterrupted" in err
     from gptlab.compare import load_run
     assert load_run(run_dir).status == "interrupted"
+
+
+# ------------------------------------------------------------------------------------------------ promises, in process
+def test_mfu_is_measured_against_the_known_peak_of_the_gpu(tiny, tmp_path, monkeypatch):
+    """On a GPU whose dense bf16 peak is known, every step's MFU is its TFLOP/s over that peak (here the CPU
+    run is told it is an H100 SXM: 989.4 TFLOP/s by NVIDIA's datasheet)."""
+    real = exp.hardware_info
+
+    def h100(device):
+        info = real(device)
+        info.update(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1,
+                    gpu_bf16_peak_tflops=exp.gpu_bf16_peak_tflops("NVIDIA H100 80GB HBM3"))
+        return info
+
+    monkeypatch.setattr(train_gpt.exp, "hardware_info", h100)
+    results = train_gpt.main(tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0))
+    run_dir = only_run_dir(tmp_path)
+    rows = [r for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE)) if r["train_loss"] is not None]
+    assert len(rows) == 3
+    for r in rows:
+        assert r["mfu"] == pytest.approx(r["tflops_per_gpu"] / 989.4, rel=1e-6)
+    assert results["mfu"] == pytest.approx(results["tflops_per_gpu"] / 989.4, rel=1e-9)
+    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+        assert json.load(f)["gpu_bf16_peak_tflops"] == 989.4
+    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+        log = f.read()
+    assert f"MFU {100 * results['mfu']:.1f}% of the 989.4 TFLOP/s bf16 peak" in log
+    assert " MFU " in [line for line in log.splitlines() if line.startswith("step 3/3 train_loss")][0]
+
+
+def test_cuda_out_of_memory_ends_with_advice_and_a_failed_result(tiny, tmp_path, monkeypatch):
+    """The OOM path, reached on CPU: the training loop raising CUDA's OutOfMemoryError (as a too-large micro-batch
+    does on a GPU) becomes one error line suggesting smaller batches, and results.json records the failure."""
+    def oom(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(train_gpt, "_train_loop", oom)
+    with pytest.raises(UserError) as info:
+        train_gpt.main(tiny_args(tiny, tmp_path))
+    message = str(info.value)
+    assert message.startswith("CUDA out of memory (CUDA out of memory. Tried to allocate 20.00 GiB)")
+    assert "lower --device_batch_size" in message and "--train_seq_len" in message
+    with open(os.path.join(only_run_dir(tmp_path), exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "failed" and "OutOfMemoryError" in results["error"]
+
+
+def test_the_final_checkpoint_is_written_before_the_final_hellaswag(tiny, tmp_path, monkeypatch):
+    """If the final HellaSwag fails, the final weights are already safe on disk."""
+    def broken_hellaswag(*args, **kwargs):
+        raise RuntimeError("HellaSwag blew up")
+
+    monkeypatch.setattr(train_gpt, "run_hellaswag", broken_hellaswag)
+    with pytest.raises(RuntimeError, match="HellaSwag blew up"):
+        train_gpt.main(tiny_args(tiny, tmp_path, train_steps=2, val_loss_every=0, save_model=True))
+    run_dir = only_run_dir(tmp_path)
+    ckpt = exp.load_checkpoint(os.path.join(run_dir, exp.CHECKPOINT_DIR, "step_000002.pt"))
+    assert ckpt["step"] == 2
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        assert json.load(f)["status"] == "failed"
+
+
+def test_resume_takes_the_checkpoint_settings_but_any_flag_given_again_wins(tiny, tmp_path, monkeypatch):
+    """Only the flags on the command line override the checkpoint's, even when given at their default value
+    (--seed 0 below) or as --flag=value."""
+    saved = vars(train_gpt.build_parser().parse_args(tiny_args(tiny, tmp_path / "exps", seed=3, lr_scale=0.5,
+                                                                train_steps=10, model_dim=64)))
+    ckpt = exp.save_checkpoint(str(tmp_path / "step_000005.pt"), model_state={}, model_config={}, step=5,
+                               args=saved)
+    seen = {}
+    monkeypatch.setattr(train_gpt, "train", lambda args, ctx, ckpt=None: seen.setdefault("args", args))
+    train_gpt.main(["--resume", ckpt, "--seed", "0", "--train_steps=12"])
+    args = seen["args"]
+    assert (args.seed, args.train_steps) == (0, 12)  # given again: these win, 0 being the default too
+    assert (args.lr_scale, args.model_dim, args.tokenizer) == (0.5, 64, tiny["tokenizer"])  # from the checkpoint
+    assert {"lr_scale", "model_dim", "tokenizer", "train_files"} <= set(args.from_checkpoint)
+    assert not {"seed", "train_steps"} & set(args.from_checkpoint)
+
+
+def test_hellaswag_defaults_to_all_10042_validation_rows(tiny, monkeypatch):
+    """--hellaswag_limit defaults to every row of the file: 10042, the published size of the validation set. The
+    scoring itself is tested in test_hellaswag.py; here a stand-in scorer picks ending 0 of every example it is
+    given, so acc is the share of label 0 in the whole set: 2515 / 10042 (rowanz/hellaswag's label counts)."""
+    from gptlab.distributed import DistContext
+    from gptlab.evals import hellaswag
+    from gptlab.tokenizer import load_tokenizer
+
+    cfg = train_gpt.build_parser().parse_args(["--hellaswag_path", HELLASWAG_VAL, "--vocab_size", "513"])
+    assert cfg.hellaswag_limit is None
+    monkeypatch.setattr(hellaswag, "score_examples", lambda model_fn, encoding, examples, **kw: [
+        {"label": ex["label"], "pred": 0, "pred_norm": 0} for ex in examples])
+    ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
+    result = train_gpt.run_hellaswag(cfg, None, load_tokenizer(tiny["tokenizer"]), ctx, torch.device("cpu"), print)
+    assert result["n"] == 10042 and result["acc"] == result["acc_norm"] == 2515 / 10042
