@@ -163,3 +163,26 @@ def test_gpu_peak_table_on_real_device_names(device_name, tflops):
 @pytest.mark.parametrize("device_name", [None, "", "cpu", "NVIDIA RTX A6000", "NVIDIA GeForce RTX 4080"])
 def test_gpu_peak_is_unknown_rather_than_guessed(device_name):
     assert exp.gpu_bf16_peak_tflops(device_name) is None
+
+
+class _RunsCodeWhenUnpickled:
+    """Unpickling this calls os.mkdir(marker): what a malicious checkpoint would do with a worse function."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_load_checkpoint_refuses_a_file_that_carries_code_and_never_runs_it(tmp_path):
+    marker = str(tmp_path / "code_ran")
+    path = str(tmp_path / "step_000001.pt")
+    payload = {"format": exp.CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
+               "args": {"payload": _RunsCodeWhenUnpickled(marker)}}
+    torch.save(payload, path)
+    with pytest.raises(UserError, match="cannot be read"):
+        exp.load_checkpoint(path)
+    assert not os.path.exists(marker)
+    torch.load(path, weights_only=False)  # the file really does run code when loaded without the guard
+    assert os.path.isdir(marker)
