@@ -971,3 +971,26 @@ def test_hellaswag_defaults_to_all_10042_validation_rows(tiny, monkeypatch):
     ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
     result = train_gpt.run_hellaswag(cfg, None, load_tokenizer(tiny["tokenizer"]), ctx, torch.device("cpu"), print)
     assert result["n"] == 10042 and result["acc"] == result["acc_norm"] == 2515 / 10042
+
+
+def test_a_hung_rank_makes_the_others_fail_within_the_collective_timeout(tiny, tmp_path):
+    """Rank 1 stops answering at step 3 (tests/helpers/hung_rank_train.py); rank 0 must give up on the next
+    collective after GPTLAB_DIST_TIMEOUT_S (5 s here), record the failure, and torchrun must end the group."""
+    import time
+
+    start = time.monotonic()
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
+                       "tests/helpers/hung_rank_train.py"] + tiny_args(tiny, tmp_path, train_steps=50,
+                                                                        val_loss_every=0),
+                      timeout=300, env_extra={"GPTLAB_DIST_TIMEOUT_S": "5", "GPTLAB_TEST_HANG_RANK": "1",
+                                              "GPTLAB_TEST_HANG_STEP": "2"})
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert elapsed < 120, elapsed  # not the default 600 s
+    root_cause = proc.stderr[proc.stderr.index("Root Cause"):]
+    assert "rank      : 0 (local_rank: 0)" in root_cause, proc.stderr[-3000:]  # rank 0 gave up first
+    run_dir = only_run_dir(tmp_path)
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "failed" and "timed out" in results["error"].lower(), results["error"]
+    assert sorted(train_losses(run_dir)) == [1, 2]  # steps 1 and 2 done, step 3 never completed
