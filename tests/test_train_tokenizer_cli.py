@@ -103,9 +103,16 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
                        "--vocabsize", "300", "--samples", "20000", "--workers", "1", "--device", "cpu",
                        "--input", FINEWEB_150, "--out", str(tmp_path)],
                       timeout=240, env_extra={"GPTLAB_TEST_DIE_RANK": "1", "GPTLAB_DIST_TIMEOUT_S": "60"})
-    assert proc.returncode != 0
     assert time.time() - start < 200
-    assert not list(tmp_path.glob("*.pkl"))
+    # the failure is the planted one: rank 1 exits with status 1 after counting its documents, first, while rank 0
+    # is still waiting for it (torchrun then ends rank 0 with SIGTERM). A bad flag (status 2 on both ranks) or an
+    # import error (both ranks exit 1 at once, with a traceback) would read differently.
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    failures, root_cause = proc.stderr.split("Root Cause (first observed failure):")
+    assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 1 " in root_cause, proc.stderr[-3000:]
+    assert "rank      : 0 (local_rank: 0)" in failures and "(SIGTERM)" in failures, proc.stderr[-3000:]
+    assert "error:" not in proc.stderr and "Error:" not in failures.split("ChildFailedError")[0]
+    assert not list(tmp_path.iterdir())  # no tokenizer, no temporary file
 
 
 def test_in_process_api_matches_the_cli(tmp_path):
