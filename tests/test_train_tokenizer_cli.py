@@ -51,9 +51,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
 
 
 def test_engines_and_worker_counts_agree(tmp_path):
-    from gptlab.bpe import native
-
-    engines = ["python", "torch"] + (["native"] if native.available() else [])
+    engines = ["python", "torch", "native"]  # native needs a C compiler: tests/test_bpe.py says so if it is missing
     results = {}
     for i, engine in enumerate(engines):
         _, path = train(tmp_path / engine, "--engine", engine, "--workers", str(1 + i % 2), "--pattern", "gpt2",
@@ -179,8 +177,8 @@ def test_character_budget_and_table_combining():
 
 
 # ---------------------------------------------------------------------------------------------- bad input
-def fails(tmp_path, *args, inputs=(FINEWEB_150,), match):
-    proc, path = train(tmp_path, *args, inputs=inputs, check=False)
+def fails(tmp_path, *args, inputs=(FINEWEB_150,), match, env=None):
+    proc, path = train(tmp_path, *args, inputs=inputs, check=False, env=env)
     assert proc.returncode == 2, proc.stderr
     assert match in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -331,3 +329,20 @@ def test_an_output_folder_that_is_a_file_fails_before_training(tmp_path):
     a_file.write_text("keep me")
     proc = fails(tmp_path, "--out", str(a_file / "toks"), match="is a file, not a folder")
     assert a_file.read_text() == "keep me" and "merges" not in proc.stderr
+
+
+def test_without_a_c_compiler_the_trainer_says_so_and_falls_back_to_python(tmp_path):
+    """No compiler on PATH and nothing cached: a note names the reason, the pure-Python loop runs, and the merges
+    are those of the C loop; --engine native asked for explicitly is a clear error instead."""
+    no_compiler = {"PATH": str(tmp_path / "empty_bin"), "CC": "", "GPTLAB_CACHE": str(tmp_path / "cache")}
+    (tmp_path / "empty_bin").mkdir()
+    proc, path = train(tmp_path / "fallback", vocab=300, samples=20_000, env=no_compiler)
+    assert ("note: the C merge loop is unavailable (no C compiler (cc, gcc or clang) found); using the slower "
+            "pure-Python loop (identical results)") in proc.stderr
+    data = read_tokenizer_file(str(path))
+    assert data["metadata"]["engine"] == "python"
+    _, native_path = train(tmp_path / "native", "--engine", "native", vocab=300, samples=20_000)
+    assert data["merges"] == read_tokenizer_file(str(native_path))["merges"]
+    proc = fails(tmp_path / "refused", "--engine", "native", match="--engine native is unavailable (no C compiler",
+                 env=no_compiler)
+    assert "install a C compiler or use --engine python" in proc.stderr
