@@ -346,3 +346,52 @@ def test_without_a_c_compiler_the_trainer_says_so_and_falls_back_to_python(tmp_p
     proc = fails(tmp_path / "refused", "--engine", "native", match="--engine native is unavailable (no C compiler",
                  env=no_compiler)
     assert "install a C compiler or use --engine python" in proc.stderr
+
+
+def test_demo_shows_the_sample_coloured_by_token_as_merges_are_learned(tmp_path):
+    """--demo prints the first document's first 400 characters, one background colour per token, before training
+    and after 1%, 10%, 50% and 100% of the 44 merges (after merge 1, 4, 22 and 44: int(44 f), at least 1)."""
+    import re
+
+    proc, path = train(tmp_path, "--demo", vocab=300, samples=20_000)
+    with open(FINEWEB_150) as f:
+        sample = json.loads(f.readline())["text"][:400]
+    blocks = re.split(r"^--- after (\d+) merges: (\d+) tokens for (\d+) bytes \([0-9.]+ bytes/token\) ---\n",
+                      proc.stdout, flags=re.M)[1:]
+    shown = [(int(blocks[i]), int(blocks[i + 1]), int(blocks[i + 2]), blocks[i + 3]) for i in range(0, len(blocks), 4)]
+    assert [merges for merges, _, _, _ in shown] == [0, 1, 4, 22, 44]
+    enc = load_tokenizer(str(path))
+    n_bytes = len(sample.encode("utf-8"))
+    assert shown[0][1:3] == (n_bytes, n_bytes)  # before any merge, one token per byte
+    assert shown[-1][1:3] == (len(enc.encode_ordinary(sample)), n_bytes)  # the saved tokenizer's count
+    counts = [tokens for _, tokens, _, _ in shown]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+    for _, tokens, _, text in shown:
+        segments = re.findall(r"\x1b\[48;5;\d+m\x1b\[30m(.*?)\x1b\[0m", text, flags=re.S)
+        assert "".join(segments).replace("\\n\n", "\n") == sample
+        # one coloured segment per token, except that the pieces of a multi-byte character share one
+        assert tokens - (n_bytes - len(sample)) <= len(segments) <= tokens
+
+
+def test_custom_pattern_regex_decides_the_pre_tokens(tmp_path):
+    """--pattern REGEX: letters-only words, every other character alone, so no learned token mixes a letter with
+    anything else; the merges are exact BPE over that regex's pieces (counted here with `regex` directly)."""
+    import regex
+    from collections import Counter
+
+    from gptlab.bpe.trainer import train_merges_python
+
+    pattern = r"[A-Za-z]+|[^A-Za-z]"
+    with open(TINY_SHAKESPEARE) as f:
+        text = f.read()[:20_000]
+    source = tmp_path / "one_doc.txt"
+    source.write_text(text)
+    proc, path = train(tmp_path, "--pattern", pattern, vocab=400, samples=20_000, inputs=[source])
+    data = read_tokenizer_file(str(path))
+    assert data["pat_str"] == pattern
+    learned = [token for token, rank in data["mergeable_ranks"].items() if rank >= 256]
+    assert len(learned) == 144 and all(token.isalpha() for token in learned)
+    table = Counter(piece.encode() for piece in regex.findall(pattern, text))
+    assert [tuple(m) for m in data["merges"]] == train_merges_python(dict(table), 144).merges
+    enc = load_tokenizer(str(path))
+    assert enc.decode(enc.encode_ordinary(text[:2000])) == text[:2000]
