@@ -395,3 +395,15 @@ def test_custom_pattern_regex_decides_the_pre_tokens(tmp_path):
     assert [tuple(m) for m in data["merges"]] == train_merges_python(dict(table), 144).merges
     enc = load_tokenizer(str(path))
     assert enc.decode(enc.encode_ordinary(text[:2000])) == text[:2000]
+
+
+def test_ranks_that_computed_different_merges_refuse_to_save(tmp_path):
+    """Every rank runs the merge loop; their results are compared by hash before rank 0 saves. Rank 1 is made to
+    differ by one merge (tests/helpers/disagreeing_rank_tokenizer.py): the job fails and writes nothing."""
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
+                       "tests/helpers/disagreeing_rank_tokenizer.py", "--vocabsize", "300", "--samples", "20000",
+                       "--workers", "1", "--device", "cpu", "--input", FINEWEB_150, "--out", str(tmp_path)],
+                      timeout=240)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("RuntimeError: ranks disagree on the merges") == 2, proc.stderr[-3000:]  # both ranks
+    assert not list(tmp_path.iterdir())
