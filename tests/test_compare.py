@@ -436,3 +436,20 @@ def test_significance_threshold_with_the_reference_in_its_own_seed_group(tmp_pat
     verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
     assert verdict["20260102_000000_Near"] == "+0.0195 not distinguishable"
     assert verdict["20260102_000001_Far"] == "+0.0205 worse"
+
+
+def test_ctrl_c_while_reading_runs_exits_130_without_a_traceback(tmp_path):
+    """Interrupted while reading a run's metrics.csv (a named pipe fed its header and kept open): status 130, one
+    'interrupted' line, no traceback, no LEADERBOARD.md."""
+    from conftest import interrupt_while_reading
+
+    root = str(tmp_path / "experiments")
+    os.makedirs(root)
+    config = variant()
+    make_run(root, "20260101_100000_Baseline", config, results=finished_results(config, 1.3, 0.3))
+    fifo = os.path.join(root, "20260101_100000_Baseline", METRICS_FILE)
+    code, _, err = interrupt_while_reading(["compare_experiments.py", "--experiments", root], fifo,
+                                           (",".join(METRICS_COLUMNS) + "\n").encode())
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
+    assert not os.path.exists(os.path.join(root, "LEADERBOARD.md"))

@@ -344,3 +344,20 @@ def test_offline_hub_names_input(tmp_path, tokenizer_path):
                env_extra={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}, timeout=120)
     assert proc.returncode == 2 and "--input" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_ctrl_c_mid_stream_exits_130_and_leaves_no_partial_shard(tmp_path, tokenizer_path):
+    """Interrupted while documents are still arriving (a named pipe fed 20 documents and kept open): status 130,
+    one 'interrupted' line, no traceback, and no shard or temporary file under any name."""
+    from conftest import interrupt_while_reading
+
+    fifo = tmp_path / "stream.jsonl"
+    with open(FINEWEB_150, "rb") as f:
+        head = b"".join(f.readline() for _ in range(20))
+    code, _, err = interrupt_while_reading(
+        [os.path.join(REPO, "download_fineweb.py"), "--input", fifo, "--tokenizer", tokenizer_path, "--out",
+         tmp_path / "out", "--num_shards", 2, "--shard_size", 1_000_000, "--val_tokens", 1_000_000,
+         "--shuffle_buffer", 0], fifo, head)
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
+    assert not [p.name for p in (tmp_path / "out").rglob("*") if ".bin" in p.name]

@@ -128,3 +128,18 @@ def test_truncated_gz_is_refused(tmp_path):
     with pytest.raises(UserError, match="gzip"):
         fetch_hellaswag(str(broken), str(tmp_path / "o.jsonl"), progress=False)
     assert files_in(tmp_path) == ["broken.jsonl.gz"]
+
+
+def test_ctrl_c_mid_download_exits_130_and_writes_nothing(tmp_path):
+    """Interrupted while the source is still arriving (a file:// URL to a named pipe fed half a line): status 130,
+    one 'interrupted' line, no traceback, and neither the file nor a temporary one is left."""
+    from conftest import interrupt_while_reading
+
+    fifo = tmp_path / "slow_source.jsonl"
+    out = tmp_path / "out" / "hellaswag_val.jsonl"
+    with open(HELLASWAG_VAL, "rb") as f:
+        head = f.read(3000)
+    code, _, err = interrupt_while_reading([SCRIPT, "--source", fifo.as_uri(), "--out", out], fifo, head)
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
+    assert not out.parent.exists() or files_in(out.parent) == []
