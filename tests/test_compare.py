@@ -453,3 +453,42 @@ def test_ctrl_c_while_reading_runs_exits_130_without_a_traceback(tmp_path):
     assert code == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
     assert not os.path.exists(os.path.join(root, "LEADERBOARD.md"))
+
+
+def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
+    """What the PNG holds, read back from the figure: rows val bpb / train loss / HellaSwag acc_norm, columns
+    tokens / training time; each run's points are its metrics.csv values (worked out here from the fixture's
+    formulas: evals every 10 of 40 steps of 2048 tokens and 0.5 s, val bpb = final + 1.5 (1 - step/40)^2)."""
+    from gptlab.compare import plots
+
+    figures = []
+    real_draw = plots._draw_curves
+    monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
+    runs = [cmp.load_run(os.path.join(lab, name)) for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
+    cmp.plot_runs(runs, [os.path.join(lab, "p.png")], size=(1000, 800))
+    (fig,) = figures
+    axes = [fig.axes[i:i + 2] for i in (0, 2, 4)]
+    titles = [[ax.get_title() for ax in row] for row in axes]
+    assert titles[0][0].startswith("validation bits per byte") and titles[1][0].startswith("train loss")
+    assert titles[2][0].startswith("HellaSwag acc_norm")
+    assert [ax.get_xlabel() for ax in axes[0]] == ["tokens seen", "training wall time (s, evals excluded)"]
+    eval_steps = [0, 10, 20, 30, 40]
+    for i, final in enumerate([1.250, 1.255]):
+        bpb_line = axes[0][0].lines[i]
+        assert list(bpb_line.get_xdata()) == [s * 2048 for s in eval_steps]
+        assert list(bpb_line.get_ydata()) == pytest.approx([final + 1.5 * (1 - s / 40) ** 2 for s in eval_steps])
+        assert list(axes[0][1].lines[i].get_xdata()) == pytest.approx([s * 0.5 for s in eval_steps])
+        raw = axes[1][0].lines[2 * i]  # raw, then smoothed (40 points: no smoothing window)
+        assert list(raw.get_xdata()) == [s * 2048 for s in range(1, 41)]
+        assert list(raw.get_ydata()) == pytest.approx(
+            [final * 2.3 + 4.0 * math.exp(-5 * s / 40) + 0.15 * math.sin(s * 2.7) for s in range(1, 41)])
+        assert list(axes[1][0].lines[2 * i + 1].get_ydata()) == pytest.approx(list(raw.get_ydata()))
+    acc_final = [0.330, 0.325]
+    hs_lines = [ln for ln in axes[2][0].lines if len(ln.get_xdata()) == 5]
+    for line, final in zip(hs_lines, acc_final):
+        assert list(line.get_ydata()) == pytest.approx([final - 0.05 * (1 - s / 40) for s in eval_steps])
+    diamonds = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in axes[2][0].lines if ln.get_marker() == "D"]
+    assert diamonds == [([81920], [pytest.approx(0.330)]), ([81920], [pytest.approx(0.325)])]
+    chance = [ln for ln in axes[2][0].lines if list(ln.get_ydata()) == [0.25, 0.25]]
+    assert len(chance) == 1 and chance[0].get_linestyle() == "--"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.name for r in runs]
