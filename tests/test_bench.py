@@ -17,6 +17,25 @@ def test_bench_tokenizer_times_several_of_our_engines_on_one_corpus(tmp_path):
     assert proc.stdout.count("(400 tokens + <|endoftext|>") == 2
 
 
+def test_bench_tokenizer_compares_with_huggingface_tokenizers(tmp_path):
+    """The README's headline benchmark: ours and HuggingFace `tokenizers` (a requirement, for this test) on the
+    same corpus; the printed ratio is ours / HF wall time."""
+    import re
+
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("needs ../shared (make_corpus.py)")
+    proc = run_script(["bench/bench_tokenizer.py", "--mb", "0.3", "--vocab", "400", "--ours", "native:cpu"],
+                      check=True)
+    ours = float(re.search(r"^ours native:cpu: +([0-9.]+) s", proc.stdout, re.M).group(1))
+    hf = re.search(r"^HF: +([0-9.]+) s  peak RSS +\d+ MiB   \(tokenizers (\S+)\)$", proc.stdout, re.M)
+    assert hf, proc.stdout
+    import tokenizers
+    assert hf.group(2) == tokenizers.__version__
+    ratio = float(re.search(r"^ratio ours native:cpu/HF: ([0-9.]+)$", proc.stdout, re.M).group(1))
+    hf_s = float(hf.group(1))  # both times are printed to 0.01 s: the ratio lies within what that rounding allows
+    assert (ours - 0.005) / (hf_s + 0.005) - 0.005 <= ratio <= (ours + 0.005) / (hf_s - 0.005) + 0.005
+
+
 def test_make_large_corpus_collects_text_files_once_and_never_overwrites(tmp_path):
     src = tmp_path / "src"
     (src / "a").mkdir(parents=True)
