@@ -464,7 +464,8 @@ def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
     figures = []
     real_draw = plots._draw_curves
     monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
-    runs = [cmp.load_run(os.path.join(lab, name)) for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
+    runs = [cmp.load_run(os.path.join(lab, name))
+            for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
     cmp.plot_runs(runs, [os.path.join(lab, "p.png")], size=(1000, 800))
     (fig,) = figures
     axes = [fig.axes[i:i + 2] for i in (0, 2, 4)]

@@ -165,8 +165,8 @@ def test_each_row_starts_at_the_first_bos_at_or_after_the_previous_row_end(tmp_p
     # worked out by hand: row r ends (exclusive of its extra target token) at start + 8; the next row starts at
     # the first BOS at or after that end when one lies within 8 tokens, else right at the end (the long document
     # continues):
-    #   0 → end 8: no BOS in [8, 16) → 8 → end 16: BOS 16 → 16 → end 24: BOS 25 → 25 → end 33: BOS 34 → 34
-    #   → end 42: no BOS in [42, 50) → 42 → end 50: no BOS in [50, 58) → 50
+    #   0 → end 8: no BOS in [8, 16) → 8 → end 16: BOS 16 → 16 → end 24: BOS 25 → 25
+    #   → end 33: BOS 34 → 34    #   → end 42: no BOS in [42, 50) → 42 → end 50: no BOS in [50, 58) → 50
     assert row_starts(loader, 3) == [0, 8, 16, 25, 34, 42]
 
 
