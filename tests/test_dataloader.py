@@ -129,6 +129,9 @@ def test_bad_data_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- the BOS contract, by hand
+BOS_CODED = 60000  # <|endoftext|> of the position-coded shards below (positions stay under it)
+
+
 def row_starts(loader, steps):
     """Where each row of `steps` steps starts in the shard, read from position-coded tokens (token = position + 1,
     BOS excepted): a row's first non-BOS token t at index j means the row starts at t - 1 - j."""
@@ -140,8 +143,6 @@ def row_starts(loader, steps):
                 starts.append(int(row[j]) - 1 - j)
     return starts
 
-
-BOS_CODED = 60000
 
 
 def coded_shard(tmp_path, doc_lengths, name="coded.bin"):
