@@ -1,6 +1,6 @@
 """Benchmark: our exact BPE trainer vs HuggingFace `tokenizers` on the same corpus and vocabulary, in one run.
 
-    pip install tokenizers          # for this benchmark only; not a project requirement
+    pip install tokenizers          # in requirements.txt (the tests run this comparison)
     python bench/bench_tokenizer.py --mb 50 --vocab 32768
     python bench/bench_tokenizer.py --corpus my.jsonl --vocab 8192
     python bench/bench_tokenizer.py --corpus big.jsonl --vocab 65534 --ours native:cpu torch:cuda   # GPU machine

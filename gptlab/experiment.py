@@ -326,18 +326,22 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-# dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by substring of torch.cuda.get_device_name(), most specific
-# first: the denominator of MFU in train_gpt.py's log and bench/bench_train.py
-GPU_BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 SXM", 989.0), ("H100 80GB HBM3", 989.0), ("H100 PCIe", 756.0),
-                        ("H100 NVL", 835.0), ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0),
-                        ("L40S", 362.0), ("RTX 4090", 165.2), ("L4", 121.0), ("A10G", 70.0), ("RTX 3090", 71.0),
-                        ("V100", 125.0)]
+# dense bf16 tensor-core peaks (TFLOP/s, no sparsity; NVIDIA datasheets) by name as torch.cuda.get_device_name()
+# prints it: the denominator of MFU in train_gpt.py's log and bench/bench_train.py. A key matches whole words
+# only ("L4" must not match "NVIDIA L40"); where one name holds two keys (H100 PCIe, H100), the earlier wins.
+GPU_BF16_PEAK_TFLOPS = [("H200 NVL", 835.5), ("H200", 989.0), ("GH200", 989.0), ("H100 SXM", 989.4),
+                        ("H100 80GB HBM3", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4),
+                        ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.05), ("L40", 181.05), ("L4", 121.0),
+                        ("RTX 4090", 165.2), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
 
 
 def gpu_bf16_peak_tflops(gpu_name):
     """The dense bf16 peak of a GPU named like torch.cuda.get_device_name() prints it, or None if unknown."""
+    import re
+
+    name = (gpu_name or "").lower()
     for key, tflops in GPU_BF16_PEAK_TFLOPS:
-        if key.lower() in (gpu_name or "").lower():
+        if re.search(r"(?<![a-z0-9])" + re.escape(key.lower()) + r"(?![a-z0-9])", name):
             return tflops
     return None
 

@@ -1,8 +1,11 @@
 """Shared test fixtures: paths to the real data beside the checkout, and helpers to run the top-level scripts."""
+import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,6 +60,37 @@ def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def interrupt_while_reading(args, fifo, head=b"", timeout=60):
+    """Ctrl-C at a known point: start `python <args>` in its own session, wait until it opens the named pipe
+    `fifo` (created here) for reading, feed it `head` and keep it open, so the script waits for more, then send
+    SIGINT to its process group as a terminal's Ctrl-C does. Returns (returncode, stdout, stderr)."""
+    os.mkfifo(fifo)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable] + [str(a) for a in args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + timeout
+    fd = None
+    while fd is None:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # fails with ENXIO until a reader has it open
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                out, err = proc.communicate()
+                raise AssertionError(f"the script never opened {fifo}:\n{out[-2000:]}\n{err[-2000:]}") from None
+            time.sleep(0.02)
+    try:
+        os.write(fd, head)
+        time.sleep(0.5)  # it reads what there is and waits for more
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        os.close(fd)
+    return proc.returncode, out, err
 
 
 @pytest.fixture

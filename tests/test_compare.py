@@ -392,3 +392,104 @@ def test_reruns_of_one_seed_measure_no_noise(tmp_path):
                  finished_results(config, 1.3, 0.3))
     board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
     assert board.noise is None
+
+
+def _finished_run(root, folder, bpb, **changes):
+    config = variant(**changes)
+    make_run(root, folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
+
+
+def test_significance_threshold_is_two_sigma_of_noise_pooled_over_seed_groups(tmp_path):
+    """The reference has no seed group of its own, so the noise is pooled over the two groups there are:
+    A (1.0, 1.2: variance 0.02, 1 degree of freedom) and B (2.0, 2.1, 2.2: variance 0.01, 2 degrees of freedom),
+    by hand sqrt((1 * 0.02 + 2 * 0.01) / 3) = 0.115470. Two sigmas = 0.230940: a difference of 0.2250 (1.95
+    sigmas) is not distinguishable, one of 0.2370 (2.05 sigmas) is."""
+    root = str(tmp_path)
+    for seed, bpb in [(1, 1.0), (2, 1.2)]:
+        _finished_run(root, f"20260101_00000{seed}_A", bpb, model_name="A", num_layers=2, seed=seed)
+    for seed, bpb in [(1, 2.0), (2, 2.1), (3, 2.2)]:
+        _finished_run(root, f"20260102_00000{seed}_B", bpb, model_name="B", num_layers=3, seed=seed)
+    _finished_run(root, "20260103_000000_Ref", 0.9, model_name="Ref", num_layers=5)
+    _finished_run(root, "20260103_000001_Under", 0.9 + 0.2250, model_name="Under", num_layers=6)
+    _finished_run(root, "20260103_000002_Over", 0.9 + 0.2370, model_name="Over", num_layers=7)
+    _finished_run(root, "20260103_000003_Below", 0.9 - 0.2370, model_name="Below", num_layers=8)
+    board = cmp.compare([], experiments_dir=root, baseline="20260103_000000_Ref", no_plot=True,
+                        write=False)["board"]
+    assert board.noise.std == pytest.approx(math.sqrt(0.04 / 3), rel=1e-9)
+    assert board.noise.source == "std pooled over 2 seed group(s)"
+    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
+    assert verdict["20260103_000001_Under"] == "+0.2250 not distinguishable"
+    assert verdict["20260103_000002_Over"] == "+0.2370 worse"
+    assert verdict["20260103_000003_Below"] == "-0.2370 better"
+
+
+def test_significance_threshold_with_the_reference_in_its_own_seed_group(tmp_path):
+    """Noise from the reference's own group (0.0, +-0.01: std 0.01 by hand), two sigmas = 0.02."""
+    root = str(tmp_path)
+    for seed, bpb in [(1, 1.30), (2, 1.31), (3, 1.32)]:
+        _finished_run(root, f"20260101_00000{seed}_Base", bpb, model_name="Base", seed=seed)
+    _finished_run(root, "20260102_000000_Near", 1.30 + 0.0195, model_name="Near", num_layers=6)
+    _finished_run(root, "20260102_000001_Far", 1.30 + 0.0205, model_name="Far", num_layers=7)
+    board = cmp.compare([], experiments_dir=root, baseline="20260101_000001_Base", no_plot=True,
+                        write=False)["board"]
+    assert board.noise.std == pytest.approx(0.01) and "3 seeds of Base" in board.noise.source
+    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
+    assert verdict["20260102_000000_Near"] == "+0.0195 not distinguishable"
+    assert verdict["20260102_000001_Far"] == "+0.0205 worse"
+
+
+def test_ctrl_c_while_reading_runs_exits_130_without_a_traceback(tmp_path):
+    """Interrupted while reading a run's metrics.csv (a named pipe fed its header and kept open): status 130, one
+    'interrupted' line, no traceback, no LEADERBOARD.md."""
+    from conftest import interrupt_while_reading
+
+    root = str(tmp_path / "experiments")
+    os.makedirs(root)
+    config = variant()
+    make_run(root, "20260101_100000_Baseline", config, results=finished_results(config, 1.3, 0.3))
+    fifo = os.path.join(root, "20260101_100000_Baseline", METRICS_FILE)
+    code, _, err = interrupt_while_reading(["compare_experiments.py", "--experiments", root], fifo,
+                                           (",".join(METRICS_COLUMNS) + "\n").encode())
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
+    assert not os.path.exists(os.path.join(root, "LEADERBOARD.md"))
+
+
+def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
+    """What the PNG holds, read back from the figure: rows val bpb / train loss / HellaSwag acc_norm, columns
+    tokens / training time; each run's points are its metrics.csv values (worked out here from the fixture's
+    formulas: evals every 10 of 40 steps of 2048 tokens and 0.5 s, val bpb = final + 1.5 (1 - step/40)^2)."""
+    from gptlab.compare import plots
+
+    figures = []
+    real_draw = plots._draw_curves
+    monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
+    runs = [cmp.load_run(os.path.join(lab, name))
+            for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
+    cmp.plot_runs(runs, [os.path.join(lab, "p.png")], size=(1000, 800))
+    (fig,) = figures
+    axes = [fig.axes[i:i + 2] for i in (0, 2, 4)]
+    titles = [[ax.get_title() for ax in row] for row in axes]
+    assert titles[0][0].startswith("validation bits per byte") and titles[1][0].startswith("train loss")
+    assert titles[2][0].startswith("HellaSwag acc_norm")
+    assert [ax.get_xlabel() for ax in axes[0]] == ["tokens seen", "training wall time (s, evals excluded)"]
+    eval_steps = [0, 10, 20, 30, 40]
+    for i, final in enumerate([1.250, 1.255]):
+        bpb_line = axes[0][0].lines[i]
+        assert list(bpb_line.get_xdata()) == [s * 2048 for s in eval_steps]
+        assert list(bpb_line.get_ydata()) == pytest.approx([final + 1.5 * (1 - s / 40) ** 2 for s in eval_steps])
+        assert list(axes[0][1].lines[i].get_xdata()) == pytest.approx([s * 0.5 for s in eval_steps])
+        raw = axes[1][0].lines[2 * i]  # raw, then smoothed (40 points: no smoothing window)
+        assert list(raw.get_xdata()) == [s * 2048 for s in range(1, 41)]
+        assert list(raw.get_ydata()) == pytest.approx(
+            [final * 2.3 + 4.0 * math.exp(-5 * s / 40) + 0.15 * math.sin(s * 2.7) for s in range(1, 41)])
+        assert list(axes[1][0].lines[2 * i + 1].get_ydata()) == pytest.approx(list(raw.get_ydata()))
+    acc_final = [0.330, 0.325]
+    hs_lines = [ln for ln in axes[2][0].lines if len(ln.get_xdata()) == 5]
+    for line, final in zip(hs_lines, acc_final):
+        assert list(line.get_ydata()) == pytest.approx([final - 0.05 * (1 - s / 40) for s in eval_steps])
+    diamonds = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in axes[2][0].lines if ln.get_marker() == "D"]
+    assert diamonds == [([81920], [pytest.approx(0.330)]), ([81920], [pytest.approx(0.325)])]
+    chance = [ln for ln in axes[2][0].lines if list(ln.get_ydata()) == [0.25, 0.25]]
+    assert len(chance) == 1 and chance[0].get_linestyle() == "--"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.name for r in runs]

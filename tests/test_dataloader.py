@@ -126,3 +126,70 @@ def test_bad_data_is_named(tmp_path):
     bad.write_bytes(b"\0" * 2000)
     with pytest.raises(UserError, match="bad.bin"):
         expand_shard_files([paths[0], str(bad)])
+
+
+# ---------------------------------------------------------------------------------- the BOS contract, by hand
+BOS_CODED = 60000  # <|endoftext|> of the position-coded shards below (positions stay under it)
+
+
+def row_starts(loader, steps):
+    """Where each row of `steps` steps starts in the shard, read from position-coded tokens (token = position + 1,
+    BOS excepted): a row's first non-BOS token t at index j means the row starts at t - 1 - j."""
+    starts = []
+    for _ in range(steps):
+        for x, _ in loader.next_batch():
+            for row in x:
+                j = int(np.flatnonzero(row != BOS_CODED)[0])
+                starts.append(int(row[j]) - 1 - j)
+    return starts
+
+
+
+def coded_shard(tmp_path, doc_lengths, name="coded.bin"):
+    """One shard of documents <BOS> + tokens of the given lengths (BOS included), every non-BOS token being its
+    position + 1; returns (path, BOS positions)."""
+    tokens, bos = [], []
+    for length in doc_lengths:
+        bos.append(len(tokens))
+        tokens.append(BOS_CODED)
+        tokens.extend(range(len(tokens) + 1, len(tokens) + length))
+    path = str(tmp_path / name)
+    write_shard(path, np.array(tokens))
+    return path, bos
+
+
+def test_each_row_starts_at_the_first_bos_at_or_after_the_previous_row_end(tmp_path):
+    # documents at 0 (4 tokens), 4 (12: longer than a row of 8), 16 (3), 19 (6), 25 (9), 34 (2), 36 (30)
+    path, bos = coded_shard(tmp_path, [4, 12, 3, 6, 9, 2, 30])
+    assert bos == [0, 4, 16, 19, 25, 34, 36]
+    loader = BOSAlignedLoader([path], seq_len=8, batch_size=16, bos_id=BOS_CODED)
+    # worked out by hand: row r ends (exclusive of its extra target token) at start + 8; the next row starts at
+    # the first BOS at or after that end when one lies within 8 tokens, else right at the end (the long document
+    # continues):
+    #   0 → end 8: no BOS in [8, 16) → 8 → end 16: BOS 16 → 16 → end 24: BOS 25 → 25
+    #   → end 33: BOS 34 → 34    #   → end 42: no BOS in [42, 50) → 42 → end 50: no BOS in [50, 58) → 50
+    assert row_starts(loader, 3) == [0, 8, 16, 25, 34, 42]
+
+
+def test_every_document_start_is_in_some_row(tmp_path):
+    """Documents shorter than a row each begin a row or sit inside one: none is skipped over. Long documents
+    are read on (a row starts right where the previous one ended)."""
+    rng = np.random.default_rng(5)
+    lengths = [int(n) for n in rng.integers(1, 40, 300)] + [200, 3, 150, 1, 1, 1, 64]
+    path, bos = coded_shard(tmp_path, lengths)
+    seq_len = 32
+    n_tokens = sum(lengths)
+    loader = BOSAlignedLoader([path], seq_len=seq_len, batch_size=4 * seq_len, bos_id=BOS_CODED)
+    starts = row_starts(loader, int(0.7 * n_tokens / (4 * seq_len)))  # within the first pass over the shard
+    assert loader.epoch == 0
+    bos_set = set(bos)
+    end = 0
+    for start in starts:  # the contract, from the module docstring, checked row by row
+        following = [b for b in bos if end <= b < end + seq_len]
+        assert start == (following[0] if following else end), (start, end)
+        end = start + seq_len
+    covered = set()
+    for start in starts:
+        covered.update(p for p in range(start, start + seq_len) if p in bos_set)
+    assert [b for b in bos if b < end - seq_len] == sorted(b for b in covered if b < end - seq_len)
+    assert sum(start in bos_set for start in starts) > 0.8 * len(starts)  # most rows begin a document

@@ -112,6 +112,21 @@ def test_txt_input_and_invalid_utf8_is_counted(tmp_path, tokenizer_path):
     assert json.load(open(os.path.join(out_dir, "manifest.json")))["stats"]["replaced_utf8_docs"] == 1
 
 
+def test_parquet_input_reads_the_text_column_losslessly(tmp_path, tokenizer_path):
+    """A valid .parquet (column text, another column beside it, several row groups) gives the documents in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(FINEWEB_150) as f:
+        docs = [json.loads(line)["text"] for line in f]
+    table = pa.table({"id": list(range(len(docs))), "text": docs})
+    pq.write_table(table, tmp_path / "docs.parquet", row_group_size=40)
+    assert pq.ParquetFile(tmp_path / "docs.parquet").num_row_groups == 4
+    out_dir = run_main(["--input", tmp_path / "docs.parquet", "--tokenizer", tokenizer_path, "--out", tmp_path / "o",
+                        "--num_shards", 50, "--shard_size", 50_000, "--val_tokens", 10_000, "--shuffle_buffer", 0])
+    assert decode_documents(shard_paths(out_dir), tokenizer_path) == docs
+
+
 def test_large_vocab_uses_uint32_shards(tmp_path):
     path = str(tmp_path / "big_v256_n0.pkl")
     save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=[],
@@ -261,6 +276,30 @@ def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     assert rank_docs[0] == docs[0::2] and rank_docs[1] == docs[1::2]
 
 
+def test_split_jobs_with_rank_flags_and_no_torchrun(tmp_path, tokenizer_path):
+    """--rank/--world_size alone (as on two machines): each process writes its own part; the folder is complete
+    only once both have run, and the two parts hold every other document of the stream."""
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--out", tmp_path, "--num_shards", 40,
+              "--shard_size", 20_000, "--val_tokens", 10_000, "--shuffle_buffer", 0, "--world_size", 2]
+    out_dir = run_main(common + ["--rank", 1])
+    assert sorted(n for n in os.listdir(out_dir) if n.startswith("manifest")) == ["manifest.rank1.json"]
+    assert not shards.check_manifest(out_dir)["complete"]  # rank 0's part (and the validation shard) is missing
+    assert not os.path.exists(os.path.join(out_dir, "val_000000.bin"))
+    assert run_main(common + ["--rank", 0]) == out_dir
+    manifest = shards.check_manifest(out_dir)
+    assert manifest["complete"] and manifest["parts"] == ["manifest.rank0.json", "manifest.rank1.json"]
+    with open(FINEWEB_150) as f:
+        docs = [json.loads(line)["text"] for line in f]
+    for rank in (0, 1):
+        with open(os.path.join(out_dir, f"manifest.rank{rank}.json")) as f:
+            part = json.load(f)
+        names = [s["name"] for s in part["shards"]]
+        trains = sorted(int(n[6:12]) for n in names if n.startswith("train_"))
+        assert trains == list(range(rank + 1, 2 * len(trains) + 1, 2))  # r+1, r+1+W, ...
+        assert ("val_000000.bin" in names) == (rank == 0)
+        assert decode_documents([os.path.join(out_dir, n) for n in names], tokenizer_path) == docs[rank::2]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--version", "20B"], "--version '20B' is unknown"),
     (["--shard_size", 0], "--shard_size must be a positive"),
@@ -305,3 +344,20 @@ def test_offline_hub_names_input(tmp_path, tokenizer_path):
                env_extra={"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}, timeout=120)
     assert proc.returncode == 2 and "--input" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_ctrl_c_mid_stream_exits_130_and_leaves_no_partial_shard(tmp_path, tokenizer_path):
+    """Interrupted while documents are still arriving (a named pipe fed 20 documents and kept open): status 130,
+    one 'interrupted' line, no traceback, and no shard or temporary file under any name."""
+    from conftest import interrupt_while_reading
+
+    fifo = tmp_path / "stream.jsonl"
+    with open(FINEWEB_150, "rb") as f:
+        head = b"".join(f.readline() for _ in range(20))
+    code, _, err = interrupt_while_reading(
+        [os.path.join(REPO, "download_fineweb.py"), "--input", fifo, "--tokenizer", tokenizer_path, "--out",
+         tmp_path / "out", "--num_shards", 2, "--shard_size", 1_000_000, "--val_tokens", 1_000_000,
+         "--shuffle_buffer", 0], fifo, head)
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err[-2000:]
+    assert not [p.name for p in (tmp_path / "out").rglob("*") if ".bin" in p.name]

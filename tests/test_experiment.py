@@ -139,3 +139,50 @@ def test_environment_records():
     assert hw["cpu_model"] and hw["gpu_count"] == 0 and hw["gpu_name"] is None
     v = exp.versions()
     assert v["torch"] == torch.__version__ and v["python"]
+
+
+@pytest.mark.parametrize("device_name, tflops", [
+    # names as torch.cuda.get_device_name() prints them; dense bf16 figures (no sparsity) from NVIDIA datasheets
+    ("NVIDIA H100 80GB HBM3", 989.4),  # H100 SXM5
+    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 NVL", 835.0),  # per GPU
+    ("NVIDIA H200", 989.0),
+    ("NVIDIA H200 NVL", 835.5),  # 1,671 with sparsity
+    ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA A100-SXM4-40GB", 312.0),
+    ("NVIDIA A100 80GB PCIe", 312.0),
+    ("NVIDIA L40S", 362.05),
+    ("NVIDIA L40", 181.05),  # not the L4's 121 nor the L40S's 362
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA GeForce RTX 4090", 165.2),  # Ada whitepaper, FP32 accumulate
+])
+def test_gpu_peak_table_on_real_device_names(device_name, tflops):
+    assert exp.gpu_bf16_peak_tflops(device_name) == pytest.approx(tflops, rel=1e-3)
+
+
+@pytest.mark.parametrize("device_name", [None, "", "cpu", "NVIDIA RTX A6000", "NVIDIA GeForce RTX 4080"])
+def test_gpu_peak_is_unknown_rather_than_guessed(device_name):
+    assert exp.gpu_bf16_peak_tflops(device_name) is None
+
+
+class _RunsCodeWhenUnpickled:
+    """Unpickling this calls os.mkdir(marker): what a malicious checkpoint would do with a worse function."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_load_checkpoint_refuses_a_file_that_carries_code_and_never_runs_it(tmp_path):
+    marker = str(tmp_path / "code_ran")
+    path = str(tmp_path / "step_000001.pt")
+    payload = {"format": exp.CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
+               "args": {"payload": _RunsCodeWhenUnpickled(marker)}}
+    torch.save(payload, path)
+    with pytest.raises(UserError, match="cannot be read"):
+        exp.load_checkpoint(path)
+    assert not os.path.exists(marker)
+    torch.load(path, weights_only=False)  # the file really does run code when loaded without the guard
+    assert os.path.isdir(marker)

@@ -73,7 +73,11 @@ def _corrupt(path, how):
         header[2] += 5
     elif how == "negative":
         header[2] = -1
-    if how in ("magic", "version", "count", "negative"):
+    elif how == "appended":  # longer than the header says: one token too many
+        raw += b"\x07\x00"
+    elif how == "count_smaller":
+        header[2] -= 1
+    if how in ("magic", "version", "count", "negative", "count_smaller"):
         raw[:1024] = header.tobytes()
     with open(path, "wb") as f:
         f.write(raw)
@@ -82,13 +86,16 @@ def _corrupt(path, how):
 @pytest.mark.parametrize("how, message", [
     ("truncated", "truncated"), ("short_header", "shorter than"), ("magic", "magic"),
     ("version", "unsupported version 7"), ("count", "header says"), ("negative", "header says"),
+    # the size is checked both ways: a file longer than its header says is as broken as a shorter one
+    ("appended", "header says 1000 tokens (3024 bytes) but the file has 3026 bytes"),
+    ("count_smaller", "header says 999 tokens (3022 bytes) but the file has 3024 bytes"),
 ])
 def test_reader_names_broken_shards(tmp_path, how, message):
     path = shards.write_shard(str(tmp_path / "train_000001.bin"), np.arange(1000) % 500)
     _corrupt(path, how)
-    with pytest.raises(UserError, match=message) as err:
+    with pytest.raises(UserError) as err:
         shards.read_shard(path)
-    assert "train_000001.bin" in str(err.value)
+    assert message in str(err.value) and "train_000001.bin" in str(err.value)
 
 
 def test_reader_names_missing_shard(tmp_path):

@@ -176,3 +176,27 @@ def test_save_refuses_to_overwrite(trained):
         save_tokenizer(str(path), pat_str="x", pattern_name="x", merges=[], mergeable_ranks={}, special_tokens={},
                        metadata={}, script_content="")
     assert read_tokenizer_file(str(path))["vocabsize"] == 756
+
+
+@pytest.mark.parametrize("protocol", [3, pickle.HIGHEST_PROTOCOL])
+def test_loader_accepts_the_four_plain_containers(tmp_path, protocol):
+    """set, frozenset, bytearray and OrderedDict are plain values: a tokenizer whose metadata holds them loads (with
+    protocol 3 each is pickled as a global, so this reaches the allow-list; newer protocols have opcodes for some)."""
+    from collections import OrderedDict
+
+    metadata = {"a_set": {1, 2}, "a_frozenset": frozenset({b"x"}), "a_bytearray": bytearray(b"\x00\xff"),
+                "an_ordered_dict": OrderedDict([("b", 1), ("a", 2)])}
+    path = tmp_path / "containers.pkl"
+    path.write_bytes(pickle.dumps({"pat_str": PATTERNS["gpt2"], "mergeable_ranks": _byte_ranks(),
+                                   "special_tokens": {EOT: 256}, "metadata": metadata}, protocol=protocol))
+    data = read_tokenizer_file(str(path))
+    assert data["metadata"] == metadata
+    assert type(data["metadata"]["an_ordered_dict"]) is OrderedDict
+    assert type(data["metadata"]["a_bytearray"]) is bytearray
+    assert load_tokenizer(str(path)).eot_token == 256
+    # one more container, harmless as it is, is not on the list: refused
+    from collections import Counter
+    path.write_bytes(pickle.dumps({"pat_str": PATTERNS["gpt2"], "mergeable_ranks": _byte_ranks(),
+                                   "metadata": Counter("aab")}, protocol=protocol))
+    with pytest.raises(UserError, match="refusing to load global collections.Counter"):
+        read_tokenizer_file(str(path))

@@ -51,9 +51,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
 
 
 def test_engines_and_worker_counts_agree(tmp_path):
-    from gptlab.bpe import native
-
-    engines = ["python", "torch"] + (["native"] if native.available() else [])
+    engines = ["python", "torch", "native"]  # native needs a C compiler: tests/test_bpe.py says so if it is missing
     results = {}
     for i, engine in enumerate(engines):
         _, path = train(tmp_path / engine, "--engine", engine, "--workers", str(1 + i % 2), "--pattern", "gpt2",
@@ -103,9 +101,16 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
                        "--vocabsize", "300", "--samples", "20000", "--workers", "1", "--device", "cpu",
                        "--input", FINEWEB_150, "--out", str(tmp_path)],
                       timeout=240, env_extra={"GPTLAB_TEST_DIE_RANK": "1", "GPTLAB_DIST_TIMEOUT_S": "60"})
-    assert proc.returncode != 0
     assert time.time() - start < 200
-    assert not list(tmp_path.glob("*.pkl"))
+    # the failure is the planted one: rank 1 exits with status 1 after counting its documents, first, while rank 0
+    # is still waiting for it (torchrun then ends rank 0 with SIGTERM). A bad flag (status 2 on both ranks) or an
+    # import error (both ranks exit 1 at once, with a traceback) would read differently.
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    failures, root_cause = proc.stderr.split("Root Cause (first observed failure):")
+    assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 1 " in root_cause, proc.stderr[-3000:]
+    assert "rank      : 0 (local_rank: 0)" in failures and "(SIGTERM)" in failures, proc.stderr[-3000:]
+    assert "error:" not in proc.stderr and "Error:" not in failures.split("ChildFailedError")[0]
+    assert not list(tmp_path.iterdir())  # no tokenizer, no temporary file
 
 
 def test_in_process_api_matches_the_cli(tmp_path):
@@ -172,12 +177,13 @@ def test_character_budget_and_table_combining():
 
 
 # ---------------------------------------------------------------------------------------------- bad input
-def fails(tmp_path, *args, inputs=(FINEWEB_150,), match):
-    proc, path = train(tmp_path, *args, inputs=inputs, check=False)
+def fails(tmp_path, *args, inputs=(FINEWEB_150,), match, env=None):
+    proc, path = train(tmp_path, *args, inputs=inputs, check=False, env=env)
     assert proc.returncode == 2, proc.stderr
     assert match in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not list(tmp_path.glob("*.pkl*")) or path.exists()
+    # a failed run leaves no tokenizer, no .merges.txt and no temporary file behind, under any name
+    assert not [p.name for p in tmp_path.rglob("*") if ".pkl" in p.name or p.name.endswith(".merges.txt")]
     return proc
 
 
@@ -323,3 +329,81 @@ def test_an_output_folder_that_is_a_file_fails_before_training(tmp_path):
     a_file.write_text("keep me")
     proc = fails(tmp_path, "--out", str(a_file / "toks"), match="is a file, not a folder")
     assert a_file.read_text() == "keep me" and "merges" not in proc.stderr
+
+
+def test_without_a_c_compiler_the_trainer_says_so_and_falls_back_to_python(tmp_path):
+    """No compiler on PATH and nothing cached: a note names the reason, the pure-Python loop runs, and the merges
+    are those of the C loop; --engine native asked for explicitly is a clear error instead."""
+    no_compiler = {"PATH": str(tmp_path / "empty_bin"), "CC": "", "GPTLAB_CACHE": str(tmp_path / "cache")}
+    (tmp_path / "empty_bin").mkdir()
+    proc, path = train(tmp_path / "fallback", vocab=300, samples=20_000, env=no_compiler)
+    assert ("note: the C merge loop is unavailable (no C compiler (cc, gcc or clang) found); using the slower "
+            "pure-Python loop (identical results)") in proc.stderr
+    data = read_tokenizer_file(str(path))
+    assert data["metadata"]["engine"] == "python"
+    _, native_path = train(tmp_path / "native", "--engine", "native", vocab=300, samples=20_000)
+    assert data["merges"] == read_tokenizer_file(str(native_path))["merges"]
+    proc = fails(tmp_path / "refused", "--engine", "native", match="--engine native is unavailable (no C compiler",
+                 env=no_compiler)
+    assert "install a C compiler or use --engine python" in proc.stderr
+
+
+def test_demo_shows_the_sample_coloured_by_token_as_merges_are_learned(tmp_path):
+    """--demo prints the first document's first 400 characters, one background colour per token, before training
+    and after 1%, 10%, 50% and 100% of the 44 merges (after merge 1, 4, 22 and 44: int(44 f), at least 1)."""
+    import re
+
+    proc, path = train(tmp_path, "--demo", vocab=300, samples=20_000)
+    with open(FINEWEB_150) as f:
+        sample = json.loads(f.readline())["text"][:400]
+    blocks = re.split(r"^--- after (\d+) merges: (\d+) tokens for (\d+) bytes \([0-9.]+ bytes/token\) ---\n",
+                      proc.stdout, flags=re.M)[1:]
+    shown = [(int(blocks[i]), int(blocks[i + 1]), int(blocks[i + 2]), blocks[i + 3]) for i in range(0, len(blocks), 4)]
+    assert [merges for merges, _, _, _ in shown] == [0, 1, 4, 22, 44]
+    enc = load_tokenizer(str(path))
+    n_bytes = len(sample.encode("utf-8"))
+    assert shown[0][1:3] == (n_bytes, n_bytes)  # before any merge, one token per byte
+    assert shown[-1][1:3] == (len(enc.encode_ordinary(sample)), n_bytes)  # the saved tokenizer's count
+    counts = [tokens for _, tokens, _, _ in shown]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+    for _, tokens, _, text in shown:
+        segments = re.findall(r"\x1b\[48;5;\d+m\x1b\[30m(.*?)\x1b\[0m", text, flags=re.S)
+        assert "".join(segments).replace("\\n\n", "\n") == sample
+        # one coloured segment per token, except that the pieces of a multi-byte character share one
+        assert tokens - (n_bytes - len(sample)) <= len(segments) <= tokens
+
+
+def test_custom_pattern_regex_decides_the_pre_tokens(tmp_path):
+    """--pattern REGEX: letters-only words, every other character alone, so no learned token mixes a letter with
+    anything else; the merges are exact BPE over that regex's pieces (counted here with `regex` directly)."""
+    import regex
+    from collections import Counter
+
+    from gptlab.bpe.trainer import train_merges_python
+
+    pattern = r"[A-Za-z]+|[^A-Za-z]"
+    with open(TINY_SHAKESPEARE) as f:
+        text = f.read()[:20_000]
+    source = tmp_path / "one_doc.txt"
+    source.write_text(text)
+    proc, path = train(tmp_path, "--pattern", pattern, vocab=400, samples=20_000, inputs=[source])
+    data = read_tokenizer_file(str(path))
+    assert data["pat_str"] == pattern
+    learned = [token for token, rank in data["mergeable_ranks"].items() if rank >= 256]
+    assert len(learned) == 144 and all(token.isalpha() for token in learned)
+    table = Counter(piece.encode() for piece in regex.findall(pattern, text))
+    assert [tuple(m) for m in data["merges"]] == train_merges_python(dict(table), 144).merges
+    enc = load_tokenizer(str(path))
+    assert enc.decode(enc.encode_ordinary(text[:2000])) == text[:2000]
+
+
+def test_ranks_that_computed_different_merges_refuse_to_save(tmp_path):
+    """Every rank runs the merge loop; their results are compared by hash before rank 0 saves. Rank 1 is made to
+    differ by one merge (tests/helpers/disagreeing_rank_tokenizer.py): the job fails and writes nothing."""
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
+                       "tests/helpers/disagreeing_rank_tokenizer.py", "--vocabsize", "300", "--samples", "20000",
+                       "--workers", "1", "--device", "cpu", "--input", FINEWEB_150, "--out", str(tmp_path)],
+                      timeout=240)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("RuntimeError: ranks disagree on the merges") == 2, proc.stderr[-3000:]  # both ranks
+    assert not list(tmp_path.iterdir())
