@@ -1,7 +1,7 @@
 """Training speed on one GPU: modded-nanogpt record #26 (the anchor) against train_gpt.py --preset record26.
 
     python bench/bench_anchor.py                          # anchor 128 steps, ours 16 steps (the same tokens)
-    python bench/bench_anchor.py --steps 1750             # both whole runs: every attention window (~12 min)
+    python bench/bench_anchor.py --steps 1750             # both whole runs: every attention window (slower)
     python bench/bench_anchor.py --step_matched           # also ours at the anchor's 1-GPU step (49,152 tokens)
     python bench/bench_anchor.py --prepare_only --out DIR # shards, tokenizer and patched anchor only (any machine)
 
@@ -336,20 +336,34 @@ class GpuMemoryPoller:
         self._thread.join(timeout=30)
 
 
-def stop_group(proc, sig, grace_s=60):
-    """Send sig to the process group we started, then SIGKILL it if it has not exited after grace_s."""
+def group_alive(pgid):
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(pgid, 0)
+        return True
     except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(proc, sig, grace_s=60):
+    """Send sig to the process group we started (the program, torchrun's worker, compile workers), wait until every
+    member has gone, and SIGKILL the group if some are left after grace_s: the next program gets a free GPU."""
+    deadline = time.perf_counter() + grace_s
+    if sig is not None and group_alive(proc.pid):
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-        proc.wait()
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None and not group_alive(proc.pid):
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def tail(path, n=40):
@@ -383,9 +397,8 @@ def watch(cmd, cwd, output_path, done, timeout_s, stop_signal, name, env=None, p
                     raise UserError(f"{name} did not reach its steps within --timeout {timeout_s:g} s; the end of "
                                     f"its output ({output_path}):\n{tail(output_path)}")
                 time.sleep(poll_s)
-        finally:
-            if proc.poll() is None:
-                stop_group(proc, signal.SIGKILL, grace_s=30)
+        finally:  # stopped, exited, failed or interrupted: nothing of it outlives this call
+            stop_group(proc, signal.SIGKILL if proc.poll() is None else None, grace_s=30)
 
 
 def new_files(folder, before, suffix=""):
@@ -393,7 +406,8 @@ def new_files(folder, before, suffix=""):
         names = os.listdir(folder)
     except OSError:
         return []
-    return sorted(os.path.join(folder, n) for n in names if n.endswith(suffix) and os.path.join(folder, n) not in before)
+    paths = (os.path.join(folder, n) for n in names if n.endswith(suffix))
+    return sorted(p for p in paths if p not in before)
 
 
 def run_anchor(anchor_dir, steps, timeout_s, launcher=None):
@@ -459,8 +473,9 @@ def run_ours(label, flags, paths, tokenizer, exp_dir, train_steps, stop_at, batc
             wrong = {k: (cfg.get(k), want) for k, want in (("train_steps", train_steps), ("batch_size", batch_size),
                                                            ("world_size", 1)) if cfg.get(k) != want}
             if wrong:
-                raise UserError(f"ours ({label}) runs with {', '.join(f'{k} {v[0]} (not {v[1]})' for k, v in wrong.items())}"
-                                f": check --ours_flags / --ours_batch_size (flags after --preset must override it)")
+                described = ", ".join(f"{k} {got} (not {want})" for k, (got, want) in wrong.items())
+                raise UserError(f"ours ({label}) runs with {described}: check --ours_flags / --ours_batch_size "
+                                "(flags after --preset must override it)")
         metrics = os.path.join(state["dir"], "metrics.csv")
         if not os.path.exists(metrics):
             return False

@@ -118,7 +118,7 @@ def test_bench_anchor_prepare_only_writes_both_shard_layouts_a_valid_tokenizer_a
 
 ANCHOR_LOG = """\
 import os
-    print0(f"step:{step+1}/{train_steps} train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms/(step + 1):.2f}ms", console=True)
+    print0(f"step:{step+1}/{train_steps} train_time:{approx_training_time_ms:.0f}ms step_avg:{...:.2f}ms")
 ====================================================================================================
 step:0/1750 val_loss:10.8258 train_time:0ms step_avg:0.03ms
 step:1/1750 train_time:101ms step_avg:101.00ms
