@@ -5,10 +5,16 @@
 #   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), eager and compiled: MFU
 #   bash bench/gpu_session.sh tokenizer   # >= 1 GB corpus, vocab 65534: ours (C loop on CPU, torch loop on the GPU)
 #                                         # vs HuggingFace tokenizers on all cores, in one run
+#   bash bench/gpu_session.sh anchor      # bench_anchor.py: modded-nanogpt record #26 (8-GPU assert lifted in a
+#                                         # temporary copy) vs train_gpt.py --preset record26: tokens/s, MFU, ratio
 #
 # Results go to $OUT (default bench/out/, git-ignored). The tests read the shared data from $GPTLAB_SHARED_DATA
 # (default ../shared/data, else .device/shared_data: copy ../shared/data there when the machine gets only the repo).
 # MB (default 1200) sets the tokenizer corpus size; ROOTS the folders it is built from (see make_large_corpus.py).
+# anchor: ANCHOR is the anchor's train_gpt.py (default ../shared/anchors/modded-nanogpt-345b2fb9/, else
+# .device/anchors/modded-nanogpt-345b2fb9/: copy ../shared/anchors there when the machine gets only the repo); STEPS
+# the anchor's steps (default 128; 1750 for both whole runs); MATCHED=1 adds ours at the anchor's 49,152-token step;
+# ANCHOR_WORK the work folder for shards and runs (default /tmp/gptlab_bench_anchor; only reports go to $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
@@ -38,6 +44,14 @@ case "${1:-}" in
     fi
     "$PY" bench/bench_tokenizer.py --corpus "$corpus" --vocab 65534 --ours native:cpu torch:cuda 2>&1 \
       | tee "$OUT/bench_tokenizer.txt" ;;
+  anchor)
+    anchor=${ANCHOR:-../shared/anchors/modded-nanogpt-345b2fb9/train_gpt.py}
+    [ -f "$anchor" ] || anchor=.device/anchors/modded-nanogpt-345b2fb9/train_gpt.py
+    work=${ANCHOR_WORK:-/tmp/gptlab_bench_anchor}
+    # shellcheck disable=SC2046
+    "$PY" bench/bench_anchor.py --anchor "$anchor" --out "$work" --steps "${STEPS:-128}" \
+      $([ "${MATCHED:-0}" = 1 ] && echo --step_matched) 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_anchor.txt"
+    cp "$work/bench_anchor.json" "$OUT/bench_anchor.json" ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|train|tokenizer" >&2; exit 2 ;;
+    echo "usage: bash bench/gpu_session.sh tests|train|tokenizer|anchor" >&2; exit 2 ;;
 esac

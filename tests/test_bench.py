@@ -74,3 +74,142 @@ def test_bench_shards_runs_ours_against_raw_tiktoken(tmp_path):
     assert "ratio download_fineweb / raw tiktoken:" in proc.stdout and "median of 1 pairs" in proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == [  # its shards are gone
         "benchshards_v300_n1000000.merges.txt", "benchshards_v300_n1000000.pkl", "corpus3.jsonl"]
+
+
+# ------------------------------------------------------------------------------------------------ bench_anchor.py
+ANCHOR = os.path.join(os.path.dirname(SHARED_DATA), "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
+ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
+
+
+def _bench_anchor_module():
+    import importlib.util
+
+    from conftest import REPO
+    spec = importlib.util.spec_from_file_location("bench_anchor", os.path.join(REPO, "bench", "bench_anchor.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_anchor_prepare_only_writes_both_shard_layouts_a_valid_tokenizer_and_a_one_line_patch(tmp_path):
+    import difflib
+
+    import numpy as np
+
+    from gptlab.dataloader import select_run_shards
+    from gptlab.shards import read_shard
+    from gptlab.tokenizer import open_tokenizer
+
+    anchor = ANCHOR
+    if not os.path.isfile(anchor):  # without ../shared: a stand-in holding the line that must be lifted
+        anchor = tmp_path / "anchor_train_gpt.py"
+        anchor.write_text("import os\nworld_size = int(os.environ['WORLD_SIZE'])\n" + ANCHOR_ASSERT + "\nprint(1)\n")
+    out = tmp_path / "out"
+    proc = run_script(["bench/bench_anchor.py", "--prepare_only", "--steps", "2", "--out", str(out),
+                       "--val_tokens", "65536", "--anchor", str(anchor)], check=True)
+    assert "anchor copy:" in proc.stdout
+
+    # the anchor's llm.c shards, read with numpy alone: 256 int32 header, then uint16 ids below GPT-2's 50257
+    data = out / "anchor_run" / "data" / "fineweb10B"
+    assert sorted(p.name for p in data.iterdir()) == ["fineweb_train_000001.bin", "fineweb_val_000000.bin"]
+    anchor_tokens = {}
+    for split in ("train", "val"):
+        path = next(data.glob(f"fineweb_{split}_*.bin"))
+        header = np.fromfile(path, dtype="<i4", count=256)
+        assert header[0] == 20240520 and header[1] == 1 and not header[3:].any()
+        assert header[2] == (path.stat().st_size - 1024) // 2 and (path.stat().st_size - 1024) % 2 == 0
+        tokens = np.fromfile(path, dtype="<u2", offset=1024)
+        assert tokens.max() < 50257 and tokens[0] == 50256  # every document starts with <|endoftext|>
+        starts = np.flatnonzero(tokens == 50256)
+        assert 100 < tokens.size / starts.size < 10_000  # documents, not one 50K-token run
+        anchor_tokens[split] = tokens
+    assert anchor_tokens["train"].size >= 2 * 49152 and anchor_tokens["val"].size > 65536
+    assert not np.array_equal(anchor_tokens["train"][:1000], anchor_tokens["val"][:1000])
+
+    # ours: the same documents, readable by gptlab.shards and accepted by train_gpt.py's shard checks
+    ours_train, ours_val = out / "ours_data" / "train_000001.bin", out / "ours_data" / "val_000000.bin"
+    assert np.array_equal(read_shard(str(ours_train)), anchor_tokens["train"])
+    assert np.array_equal(read_shard(str(ours_val)), anchor_tokens["val"])
+    tok = open_tokenizer(str(out / "tokenizer" / "bench_anchor_bytepairs_v50256.pkl"))
+    shards = select_run_shards([str(ours_train)], [str(ours_val)], tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
+    assert shards.train_paths == [str(ours_train)] and shards.val_paths == [str(ours_val)]
+
+    # the synthetic tokenizer: GPT-2's id count, <|endoftext|> last, exact round trips
+    assert tok.encoding.n_vocab == 50257 and tok.eot == 50256 and tok.encoding.eot_token == 50256
+    text = "Hello, wörld! 🚀 tabs\tand\nnewlines \x00\xff ok"
+    ids = tok.encoding.encode_ordinary(text)
+    assert tok.encoding.decode(ids) == text and max(ids) < 50256
+    assert tok.encoding.encode_ordinary("ab") == [256 + 97 * 256 + 98]  # merge k joins byte pair k = 256a + b
+    assert tok.encoding.encode("<|endoftext|>", allowed_special="all") == [50256]
+
+    # the anchor copy differs from the original in exactly its world-size assert
+    original = open(anchor, encoding="utf-8").read().splitlines()
+    patched = (out / "anchor_run" / "train_gpt.py").read_text(encoding="utf-8").splitlines()
+    changed = [line for line in difflib.unified_diff(original, patched, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("---", "+++"))]
+    assert len(changed) == 2 and changed[0] == "-" + ANCHOR_ASSERT, changed
+    assert changed[1].startswith("+assert world_size >= 1") and len(original) == len(patched)
+
+    # without CUDA, running (not preparing) is one line and status 2
+    if not __import__("torch").cuda.is_available():
+        proc = run_script(["bench/bench_anchor.py", "--out", str(tmp_path / "never")])
+        assert proc.returncode == 2 and "CUDA" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "never").exists()
+
+
+ANCHOR_LOG = """\
+import os
+    print0(f"step:{step+1}/{train_steps} train_time:{approx_training_time_ms:.0f}ms step_avg:{...:.2f}ms")
+====================================================================================================
+step:0/1750 val_loss:10.8258 train_time:0ms step_avg:0.03ms
+step:1/1750 train_time:101ms step_avg:101.00ms
+step:8/1750 train_time:802ms step_avg:100.25ms
+step:124/1750 train_time:12246ms step_avg:98.76ms
+step:125/1750 train_time:12345ms step_avg:98.76ms
+step:125/1750 val_loss:4.6021 train_time:12350ms step_avg:98.80ms
+step:126/1750 train_time:12449ms step_avg:98.80ms
+peak memory allocated: 30123 MiB reserved: 31456 MiB
+"""
+
+
+def test_bench_anchor_reads_the_anchors_log_lines_and_window_schedule():
+    ba = _bench_anchor_module()
+    log = ba.parse_anchor_log(ANCHOR_LOG)
+    assert log["total_steps"] == 1750 and log["peak_mib"] == (30123, 31456)
+    assert log["train"] == {1: 101, 8: 802, 124: 12246, 125: 12345, 126: 12449}
+    assert log["val"] == {0: (10.8258, 0), 125: (4.6021, 12350)}
+    assert ba.anchor_speed(log, 8, 124) == (116, (12246 - 802) / 1000)
+    assert ba.anchor_speed(log, 8, 125) == (117, (12350 - 802) / 1000)  # the synchronised validation line
+    # its window: next multiple of 128 of 1728 * step / 1750 tokens (at least 128), short = half (at least 1 block)
+    assert ba.anchor_window_blocks(0) == (1, 1) and ba.anchor_window_blocks(129) == (1, 1)
+    assert ba.anchor_window_blocks(130) == (2, 1) and ba.anchor_window_blocks(1750) == (14, 7)
+    p = ba.plan(128, 393216, 1)
+    assert (p["ours_steps"], p["ours_train_steps"], p["anchor_warmup"]) == (16, 219, 8)
+    assert p["anchor_steps"] * 49152 == p["ours_steps"] * 393216
+
+
+FAKE_ANCHOR = """\
+import os, sys, time, uuid
+os.makedirs("logs", exist_ok=True)
+path = f"logs/{uuid.uuid4()}.txt"
+print(path, flush=True)
+with open(path, "a") as f:
+    print('print0(f"step:{step}/{n}")', file=f, flush=True)
+    for step in range(1, 1751):
+        print(f"step:{step}/1750 train_time:{100 * step}ms step_avg:100.00ms", file=f, flush=True)
+        time.sleep(0.005)
+time.sleep(600)  # never reached before the benchmark stops it
+"""
+
+
+def test_bench_anchor_stops_the_anchor_once_its_log_shows_the_step(tmp_path):
+    import sys
+    import time
+
+    ba = _bench_anchor_module()
+    (tmp_path / "train_gpt.py").write_text(FAKE_ANCHOR)
+    t0 = time.perf_counter()
+    run = ba.run_anchor(str(tmp_path), 40, timeout_s=60, launcher=[sys.executable])
+    assert run["stopped"] and time.perf_counter() - t0 < 30
+    assert 40 in run["log"]["train"] and ba.anchor_speed(run["log"], 8, 40) == (32, 3.2)
+    assert run["log_path"].startswith(str(tmp_path / "logs"))
