@@ -19,7 +19,7 @@ _real_lr_multiplier = train_gpt.lr_multiplier
 
 
 def _lr_multiplier(step, train_steps, cooldown_frac):
-    # called once per step on every rank, between the step's loss all-reduce and the optimizers' collectives
+    # called once per step on every rank, after the gradients' all-reduces and before the optimizers' waits
     if (os.environ.get("RANK") == os.environ["GPTLAB_TEST_HANG_RANK"]
             and step == int(os.environ["GPTLAB_TEST_HANG_STEP"])):
         time.sleep(60)
