@@ -34,11 +34,9 @@ else
 fi
 TRAIN_OUT=$(mktemp)
 trap 'rm -f "$TRAIN_OUT"' EXIT
-"${LAUNCH[@]}" train_gpt.py --model_name Quickstart --tokenizer "$TOKENIZER" --vocab_size 1001 \
-  --model_dim 128 --num_heads 4 --num_layers 6 --train_seq_len 256 --val_seq_len 256 \
-  --batch_size 4096 --device_batch_size 4096 --train_steps "$STEPS" --cooldown_frac 0.4 \
-  --val_loss_every 20 --val_steps 4 --val_batch_size 4096 --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" \
-  | tee "$TRAIN_OUT"
+# --preset quickstart: 6 layers of dim 128 (4 heads), rows of 256, 4096 tokens per step, validation every 20 steps
+"${LAUNCH[@]}" train_gpt.py --preset quickstart --model_name Quickstart --tokenizer "$TOKENIZER" \
+  --train_steps "$STEPS" --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" | tee "$TRAIN_OUT"
 
 echo "== 5/5 leaderboard and plot"
 RUN=$(sed -n 's/^run folder: //p' "$TRAIN_OUT" | head -n 1)  # the folder train_gpt.py just made

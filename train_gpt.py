@@ -19,6 +19,7 @@ EXPERIMENTING.md says which file to edit for which experiment.
 """
 import argparse
 import contextlib
+import json
 import math
 import os
 import random
@@ -32,7 +33,8 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from gptlab import distributed as dist_utils
 from gptlab import experiment as exp
 from gptlab.cli import HelpFormatter, require_non_negative, require_positive
-from gptlab.dataloader import BOSAlignedLoader, ValidationSet, select_run_shards, split_batch, to_device
+from gptlab.dataloader import (BOSAlignedLoader, ValidationSet, choose_micro_batch, micro_batch_candidates,
+                               select_run_shards, split_batch, to_device)
 from gptlab.errors import UserError, run_cli
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
@@ -50,8 +52,38 @@ LOSS_CHUNK_ELEMENTS = 2**26  # eager loss: logits of at most this many elements 
 
 
 # ============================================================================================== Flags
+# Named configurations by scale; flags given beside --preset win. Each runs on any number and size of GPUs: the
+# global batch is fixed and --device_batch_size auto picks the micro-batch (gradient accumulation fills the gap).
+PRESETS = {
+    # the quickstart's CPU-sized model (1.7M parameters, 0.5M tokens)
+    "quickstart": dict(model_dim=128, num_heads=4, num_layers=6, train_seq_len=256, val_seq_len=256, batch_size=4096,
+                       device_batch_size=4096, train_steps=120, cooldown_frac=0.4, val_loss_every=20, val_steps=4,
+                       val_batch_size=4096, hellaswag_limit=1000),
+    # GPT-2 small's shape (12 x 768, 6 heads of 128), ~2B tokens in 3,800 steps of 524,288
+    "gpt2-small": dict(num_layers=12, num_heads=6, model_dim=768, train_seq_len=2048, val_seq_len=2048,
+                       batch_size=524288, train_steps=3800, cooldown_frac=0.4, val_loss_every=250, val_steps=20,
+                       hellaswag_every=1000),
+    # GPT-2 medium's shape (24 x 1024, 8 heads of 128), ~4B tokens in 7,600 steps of 524,288
+    "gpt2-medium": dict(num_layers=24, num_heads=8, model_dim=1024, train_seq_len=2048, val_seq_len=2048,
+                        batch_size=524288, train_steps=7600, cooldown_frac=0.4, val_loss_every=250, val_steps=20,
+                        hellaswag_every=2000),
+    # modded-nanogpt record #26's recipe on this code: 12 x 768, 6 heads of 128, 3 value embeddings, 48K-token
+    # rows, 393,216 tokens per step, 1,750 steps, cooldown 0.45, windows up to 1,792 (its learning rates are the
+    # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows)
+    "record26": dict(num_layers=12, num_heads=6, model_dim=768, num_val_emb=3, train_seq_len=49152,
+                     val_seq_len=49152, batch_size=393216, train_steps=1750, cooldown_frac=0.45, window_size=1792,
+                     val_loss_every=125, val_steps=27, val_batch_size=393216),
+}
+
+
+def int_or_auto(text):
+    return text if text == "auto" else int(text)
+
+
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="a named configuration (see PRESETS in train_gpt.py); flags given beside it win")
     g = p.add_argument_group("data")
     g.add_argument("--train_files", nargs="+", default=None,
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
@@ -74,8 +106,9 @@ def build_parser():
     g = p.add_argument_group("optimization")
     g.add_argument("--train_steps", type=int, default=1000, help="optimizer steps")
     g.add_argument("--batch_size", type=int, default=65536, help="GLOBAL tokens per optimizer step")
-    g.add_argument("--device_batch_size", type=int, default=4096, help="tokens per rank per forward pass "
-                   "(ignored when --grad_acc_steps is given)")
+    g.add_argument("--device_batch_size", type=int_or_auto, default="auto", help="tokens per rank per forward "
+                   "pass, or auto: on CUDA the largest that fits the GPU (probed before the first step), on CPU "
+                   "about 4096 (ignored when --grad_acc_steps is given)")
     g.add_argument("--grad_acc_steps", type=int, default=None,
                    help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
     g.add_argument("--cooldown_frac", type=float, default=0.4, help="fraction of steps of linear LR decay at the end")
@@ -100,7 +133,8 @@ def build_parser():
                    help="torch.compile (default: on CUDA only)")
     g.add_argument("--attention", default="auto", choices=["auto", "flex", "sdpa"],
                    help="auto: FlexAttention on CUDA, dense SDPA with the same mask on CPU")
-    add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every
+    add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
+    #                   --dry_run
     return p
 
 
@@ -709,7 +743,9 @@ def resolve_config(args, world_size, device):
     and attention."""
     cfg = argparse.Namespace(**vars(args))
     require_positive(cfg, ("num_layers", "num_heads", "model_dim", "train_steps", "batch_size", "val_steps",
-                           "train_seq_len", "val_seq_len", "device_batch_size", "window_size"))
+                           "train_seq_len", "val_seq_len", "window_size"))
+    if cfg.device_batch_size != "auto":
+        require_positive(cfg, ("device_batch_size",))
     require_non_negative(cfg, ("val_loss_every", "hellaswag_every", "checkpoint_every", "num_val_emb",
                                "sample_tokens", "log_every"))
     if cfg.head_dim is None:
@@ -733,8 +769,15 @@ def resolve_config(args, world_size, device):
                             f"required on CPU too so configs stay portable); use {next_multiple(value, BLOCK_SIZE)}")
     if not 0 <= cfg.cooldown_frac <= 1:
         raise UserError(f"--cooldown_frac {cfg.cooldown_frac} must be between 0 and 1")
-    cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
-                                                            cfg.device_batch_size, cfg.grad_acc_steps)
+    if cfg.device_batch_size == "auto" and cfg.grad_acc_steps is None:
+        split_batch(cfg.batch_size, cfg.train_seq_len, world_size, cfg.train_seq_len)  # the batch divides at all
+        if device.type != "cuda":  # no memory to probe: micro-batches of about 4096 tokens, at least one row
+            cfg.device_batch_size = max(t for t in micro_batch_candidates(cfg.batch_size // world_size,
+                                                                          cfg.train_seq_len)
+                                        if t <= max(4096, cfg.train_seq_len))
+    if cfg.device_batch_size != "auto" or cfg.grad_acc_steps is not None:  # else train() probes the GPU first
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
+                                                                cfg.device_batch_size, cfg.grad_acc_steps)
     if cfg.val_batch_size is None:
         cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
     if cfg.val_batch_size % cfg.val_seq_len:
@@ -750,8 +793,6 @@ def resolve_config(args, world_size, device):
                         "--attention sdpa (the same mask, evaluated densely) or auto")
     if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
         raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
-    if not cfg.tokenizer:
-        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     return cfg
 
 
@@ -852,8 +893,52 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
     return train_step
 
 
+def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, autocast):
+    """--device_batch_size auto on CUDA: the largest micro-batch (tokens) whose forward+backward leaves 10% of the
+    GPU free, found by gptlab.dataloader.choose_micro_batch from one or two probes on random tokens (the compiled
+    shape of the chosen probe is the one training uses). Every rank probes its own GPU; they take the smallest."""
+    device = ctx.device
+    windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)  # the largest windows
+
+    def measure(tokens):
+        idx = torch.randint(0, model.vocab_size, (tokens // cfg.train_seq_len, cfg.train_seq_len + 1),
+                            generator=torch.Generator(device).manual_seed(0), device=device)  # training's RNG untouched
+        idx[:, 0] = eot
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            with autocast():
+                loss = model_fwd(idx[:, :-1], build_attention_masks(idx[:, :-1], eot, *windows, use_flex), idx[:, 1:])
+            loss.backward()
+            return torch.cuda.max_memory_allocated(device)
+        except torch.cuda.OutOfMemoryError:
+            raise MemoryError from None
+        finally:
+            loss = None
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    adam_bytes = sum(p.numel() * p.element_size() for g in optimizers[0].param_groups for p in g["params"])
+    # Adam's two moments; Muon's momentum and, across ranks, its stacked send/receive buffers
+    extra = 2 * adam_bytes + (param_bytes - adam_bytes) * (3 if ctx.world_size > 1 else 1)
+    free, _ = torch.cuda.mem_get_info(device)
+    tokens, tried = choose_micro_batch(micro_batch_candidates(cfg.batch_size // ctx.world_size, cfg.train_seq_len),
+                                       measure, free + torch.cuda.memory_allocated(device), fixed_bytes=2 * param_bytes,
+                                       extra_bytes=extra)
+    tokens = min(dist_utils.all_gather_objects(ctx, tokens))
+    if ctx.is_main:
+        print("--device_batch_size auto: probed " + ", ".join(
+            f"{t} tokens: {'out of memory' if peak is None else f'{peak / 2**30:.1f} GiB'}" for t, peak in tried)
+            + f"; using {tokens}", flush=True)
+    return tokens
+
+
 def main(argv=None):
-    args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME)
+    args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
+    if args.dry_run:  # the resolved configuration, before any process group, folder or data
+        cfg = resolve_config(args, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device))
+        print(json.dumps(vars(cfg), indent=2, default=str))
+        return vars(cfg)
     ctx = dist_utils.setup(args.device)
     try:
         return train(args, ctx, ckpt)
@@ -867,13 +952,15 @@ def train(args, ctx, ckpt=None):
     cfg = resolve_config(args, ctx.world_size, device)
 
     # ---- inputs: each checked by its owner in gptlab, before a run folder exists
+    if not cfg.tokenizer:
+        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     tok = open_tokenizer(cfg.tokenizer)
     cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
     shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
     hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
-                                    ctx.world_size, cfg.grad_acc_steps, seed=cfg.seed)
+                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
                             ctx.rank, ctx.world_size)
     model_config = model_config_of(cfg)
@@ -899,6 +986,11 @@ def train(args, ctx, ckpt=None):
     def autocast():
         return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
+    if cfg.device_batch_size == "auto":  # CUDA: the largest micro-batch that fits this GPU
+        cfg.device_batch_size = probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size,
+                                                                cfg.device_batch_size)
+        train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
     train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
                                  autocast, device)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)

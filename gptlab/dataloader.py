@@ -109,6 +109,53 @@ def split_batch(batch_size, seq_len, world_size, device_batch_size, grad_acc_ste
     return grad_acc_steps, micro_tokens
 
 
+def micro_batch_candidates(per_rank_tokens, seq_len):
+    """Micro-batch sizes (tokens) that cut a rank's share of the global batch into whole micro-batches of whole
+    rows, largest first."""
+    rows = per_rank_tokens // seq_len
+    return [rows // k * seq_len for k in range(1, rows + 1) if rows % k == 0]
+
+
+def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra_bytes=0, headroom=0.1):
+    """The largest micro-batch (tokens) whose forward+backward fits the device with headroom, for
+    --device_batch_size auto; the global batch stays fixed (gradient accumulation fills the gap), so the choice
+    never changes the loss curve.
+
+    measure(tokens) runs one forward+backward and returns its peak bytes, or raises MemoryError when it does not
+    fit; fixed_bytes is the part of a peak that does not grow with the batch (weights and their gradients),
+    extra_bytes what the peak lacks (optimizer states, made at the first step). One probe at the smallest size
+    gives the cost per token; the largest candidate predicted to fit is then measured itself and, if it does not
+    fit after all, the next smaller one. Returns (tokens, [(tokens, measured peak or None for out of memory)])."""
+    budget = capacity_bytes * (1 - headroom) - extra_bytes
+    candidates = sorted(set(candidates), reverse=True)
+    smallest = candidates[-1]
+    tried = []
+
+    def fits(tokens):
+        try:
+            peak = measure(tokens)
+        except MemoryError:
+            tried.append((tokens, None))
+            return None
+        tried.append((tokens, peak))
+        return peak if peak <= budget else None
+
+    base = fits(smallest)
+    if base is None:
+        raise UserError(f"even a micro-batch of {smallest} tokens does not fit the device's memory "
+                        f"({capacity_bytes / 2**30:.1f} GiB with {headroom:.0%} headroom); lower --train_seq_len or "
+                        "use a smaller model")
+    per_token = max(0, base - fixed_bytes) / smallest
+    for tokens in candidates:
+        if tokens == smallest:
+            return smallest, tried
+        if fixed_bytes + per_token * tokens > budget:
+            continue
+        if fits(tokens) is not None:
+            return tokens, tried
+    return smallest, tried
+
+
 def to_device(array, device):
     """A numpy batch as a tensor on `device`; on CUDA through pinned memory, so the copy is truly asynchronous."""
     import torch
@@ -174,12 +221,8 @@ class BOSAlignedLoader:
             raise UserError(f"--batch_size {batch_size} is not a multiple of --train_seq_len {seq_len}; "
                             f"use e.g. {max(1, batch_size // seq_len) * seq_len}")
         self.rows_per_step = batch_size // seq_len
-        n_micro = world_size * grad_acc_steps
-        if self.rows_per_step % n_micro:
-            raise UserError(f"--batch_size {batch_size} = {self.rows_per_step} rows of {seq_len} tokens cannot be "
-                            f"split into world_size {world_size} x grad_acc_steps {grad_acc_steps} equal "
-                            f"micro-batches; use a batch_size that is a multiple of "
-                            f"{n_micro * seq_len} tokens")
+        self.seq_len, self.world_size = seq_len, world_size
+        self.set_grad_acc_steps(grad_acc_steps)
         self.paths = list(paths)
         self.counts = shard_token_counts(self.paths)
         usable = [n for n in self.counts if n >= seq_len + 1]
@@ -189,16 +232,24 @@ class BOSAlignedLoader:
         if sum(usable) < batch_size + 1:
             raise UserError(f"the training shards hold {sum(usable)} tokens, fewer than one global batch of "
                             f"{batch_size} (+1); use a smaller --batch_size or more data")
-        self.seq_len = seq_len
         self.bos_id = int(bos_id)
         self.rank = rank
-        self.world_size = world_size
-        self.grad_acc_steps = grad_acc_steps
-        self.rows_per_micro = self.rows_per_step // n_micro
         self.seed = seed
         self.align_to_bos = align_to_bos
         self.epoch, self.order_pos, self.pos = 0, 0, 0
         self._cache = (None, None)  # (path, memmap) of the shard being read
+
+    def set_grad_acc_steps(self, grad_acc_steps):
+        """Cut each step's rows into world_size x grad_acc_steps micro-batches (the rows a step reads, and so the
+        loss curve, do not change)."""
+        n_micro = self.world_size * grad_acc_steps
+        if self.rows_per_step % n_micro:
+            raise UserError(f"--batch_size {self.rows_per_step * self.seq_len} = {self.rows_per_step} rows of "
+                            f"{self.seq_len} tokens cannot be split into world_size {self.world_size} x "
+                            f"grad_acc_steps {grad_acc_steps} equal micro-batches; use a batch_size that is a "
+                            f"multiple of {n_micro * self.seq_len} tokens")
+        self.grad_acc_steps = grad_acc_steps
+        self.rows_per_micro = self.rows_per_step // n_micro
 
     # --- position -----------------------------------------------------------------------------------------
     def state_dict(self):

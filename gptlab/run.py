@@ -35,11 +35,14 @@ def add_run_flags(parser):
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
-    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps")
+    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps (the loop reads its "
+                   "figures back from the GPU only then, at evaluations and at checkpoints)")
+    g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
+                   "run folder, no data read")
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every")
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run")
 
 
 def explicit_flags(build_parser, argv):
@@ -50,12 +53,16 @@ def explicit_flags(build_parser, argv):
     return set(vars(probe.parse_args(argv)))
 
 
-def parse_flags(build_parser, argv=None, fresh_on_resume=()):
-    """(args, checkpoint or None). With --resume PATH every flag not given again is taken from the checkpoint's
+def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
+    """(args, checkpoint or None). --preset NAME (when the parser has it) sets the defaults from presets[NAME], so
+    flags given beside it win. With --resume PATH every flag not given again is taken from the checkpoint's
     run, except `fresh_on_resume` (hardware-dependent flags, worked out afresh for the machine resuming);
     args.from_checkpoint lists the flags taken."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "preset", None):
+        parser.set_defaults(**presets[args.preset])
+        args = parser.parse_args(argv)
     args.from_checkpoint = []
     if not args.resume:
         return args, None

@@ -91,7 +91,8 @@ def test_the_chunked_eager_loss_equals_the_plain_cross_entropy_in_value_and_grad
 
 def test_the_eager_loss_peak_memory_does_not_scale_with_the_logits():
     """8192 tokens x 8192 vocab: one fp32 logits tensor is 256 MiB, and the plain path holds ~5 of them. Chunked,
-    the forward+backward's peak (process max RSS, in a fresh process) stays under one logits tensor."""
+    the forward+backward's peak (process max RSS, in a fresh process whose large blocks glibc maps and unmaps, so
+    RSS follows the live tensors) stays under one logits tensor."""
     script = textwrap.dedent("""
         import resource, sys, torch
         sys.path.insert(0, %r)
@@ -108,7 +109,7 @@ def test_the_eager_loss_peak_memory_does_not_scale_with_the_logits():
         print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
     """ % REPO)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          env=dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536"))
     assert proc.returncode == 0, proc.stderr
     peak_growth = int(proc.stdout.split()[-1])
     one_logits_tensor = 8192 * 8192 * 4
@@ -158,3 +159,75 @@ def test_our_adam_is_torch_adam_bit_for_bit_and_resumes_from_its_state():
     from_torch.step()
     reference.step()
     assert all(torch.equal(a, b) for a, b in zip(resumed, theirs))
+
+
+# ------------------------------------------------------------------------------------------------ micro-batch and presets
+def test_micro_batch_candidates_cut_a_ranks_share_into_whole_rows():
+    from gptlab.dataloader import micro_batch_candidates
+
+    assert micro_batch_candidates(12 * 128, 128) == [1536, 768, 512, 384, 256, 128]  # 12 rows: 1, 2, 3, 4, 6, 12 parts
+
+
+def test_auto_micro_batch_takes_the_largest_that_fits_from_a_probe_and_a_check():
+    from gptlab.dataloader import choose_micro_batch, micro_batch_candidates
+
+    GiB, MiB = 2**30, 2**20
+    candidates = micro_batch_candidates(524288, 2048)  # GPT-2 small's per-GPU share on one GPU: 256 rows of 2048
+    calls = []
+
+    def measure(tokens):  # 10 GiB of weights and gradients, 1 MiB of activations per token
+        calls.append(tokens)
+        return 10 * GiB + tokens * MiB
+
+    # budget: 80 GiB x 0.9 - 6 GiB of optimizer states = 66 GiB, so at most 56 GiB of activations: 57,344 tokens;
+    # 32,768 is the largest candidate below (65,536 would need 74 GiB)
+    tokens, tried = choose_micro_batch(candidates, measure, 80 * GiB, fixed_bytes=10 * GiB, extra_bytes=6 * GiB)
+    assert tokens == 32768 and calls == [2048, 32768]
+    assert tried == [(2048, 10 * GiB + 2048 * MiB), (32768, 42 * GiB)]
+
+    def measure_oom_above_16k(tokens):  # the prediction says 32,768 fits, the device says no: step down
+        calls.append(tokens)
+        if tokens > 16384:
+            raise MemoryError
+        return 10 * GiB + tokens * MiB
+
+    calls.clear()
+    tokens, tried = choose_micro_batch(candidates, measure_oom_above_16k, 80 * GiB, fixed_bytes=10 * GiB,
+                                       extra_bytes=6 * GiB)
+    assert tokens == 16384 and calls == [2048, 32768, 16384] and tried[1] == (32768, None)
+    with pytest.raises(Exception, match="even a micro-batch of 2048 tokens does not fit"):
+        choose_micro_batch(candidates, measure, 11 * GiB, fixed_bytes=10 * GiB)
+
+
+def test_the_loader_recut_into_more_micro_batches_reads_the_same_rows(tiny):
+    import glob
+
+    import numpy as np
+
+    from gptlab.dataloader import BOSAlignedLoader
+
+    paths = sorted(glob.glob(tiny["train"]))
+    direct = BOSAlignedLoader(paths, 128, 1024, tiny["eot"], grad_acc_steps=4)
+    recut = BOSAlignedLoader(paths, 128, 1024, tiny["eot"], grad_acc_steps=1)
+    recut.set_grad_acc_steps(4)
+    for _ in range(3):
+        a, b = direct.next_batch(), recut.next_batch()
+        assert len(a) == len(b) == 4 and all(np.array_equal(x, y) for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+
+
+def test_a_preset_with_a_flag_beside_it_resolves_without_a_folder_or_data(tmp_path):
+    proc = run_script(["train_gpt.py", "--preset", "record26", "--train_steps", "10", "--dry_run", "--device", "cpu",
+                       "--experiments_dir", str(tmp_path / "exps")], check=True)
+    cfg = json.loads(proc.stdout)
+    # record #26: 12 x 768 with 6 heads of 128, 3 value embeddings, 48K-token rows, 393,216 tokens per step,
+    # cooldown 0.45, windows up to 1,792; --train_steps given beside the preset wins over its 1,750
+    assert (cfg["num_layers"], cfg["model_dim"], cfg["head_dim"], cfg["num_val_emb"]) == (12, 768, 128, 3)
+    assert (cfg["train_seq_len"], cfg["batch_size"], cfg["cooldown_frac"], cfg["window_size"]) == (
+        49152, 393216, 0.45, 1792)
+    assert cfg["train_steps"] == 10 and cfg["preset"] == "record26"
+    # on CPU, auto cuts micro-batches of one 49,152-token row: 8 per step
+    assert (cfg["device_batch_size"], cfg["grad_acc_steps"]) == (49152, 8)
+    assert not (tmp_path / "exps").exists()
+    small = json.loads(run_script(["train_gpt.py", "--preset", "gpt2-small", "--dry_run", "--device", "cpu"],
+                                  check=True).stdout)
+    assert (small["batch_size"], small["device_batch_size"], small["grad_acc_steps"]) == (524288, 4096, 128)
