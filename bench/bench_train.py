@@ -1,30 +1,29 @@
-"""Training-step speed of train_gpt.py's model: tokens/s, MFU and peak memory, compiled and not.
+"""Training speed of train_gpt.py: tokens/s, TFLOP/s, MFU and peak memory of its very step function, and of the
+model alone.
 
-    python bench/bench_train.py                       # GPU: GPT-2 small (12L/768), compiled and eager
-    python bench/bench_train.py --device cpu          # CPU: a tiny config, so CI keeps this script working
-    torchrun is not needed: one device, one process (multiply tokens/s by the GPU count for a DDP estimate).
+    python bench/bench_train.py                              # GPU: --preset gpt2-small, compiled and eager
+    python bench/bench_train.py --preset record26 --compile on
+    torchrun --nproc_per_node=G bench/bench_train.py ...     # the same on G GPUs (gradient sync included)
+    python bench/bench_train.py --device cpu                 # CPU: a tiny config, so CI keeps this script working
 
-One measured step = `--grad_acc_steps` forward + backward passes of `--device_batch_size` tokens each, then the
-Adam/Muon update, exactly as in train_gpt.py (same model, masks, optimizers, autocast), after `--warmup` untimed
-steps. The optimizer's share is timed on its own too: Muon's Newton–Schulz costs the same however many tokens
-a step has, so a step of one small micro-batch understates what a real run (many micro-batches per update)
-reaches; the GPU default is 8 micro-batches of 16,384 tokens (131,072 tokens per update).
+The step figure times `train_gpt.make_train_step`'s function, the one train_gpt.py runs: the BOS-aligned loader
+reading shards of random documents, every micro-batch's masks, forward and backward, the gradient sync across
+ranks, and the Adam/Muon update, `--steps` times after `--warmup` untimed steps (compilation happens there),
+between two device synchronisations. The model-alone figure times forward+backward of one fixed micro-batch
+(no loader, no sync, no update): what a benchmark without the rest would flatter a run with.
 
-FLOPs per step (train_gpt.training_flops, the count train_gpt.py's log uses too):
-    matmul FLOPs  = 6 x tokens x N_matmul, N_matmul = parameters that are multiplied (q/k/v, attention output,
-                    MLP and lm_head weights; embeddings and value embeddings are look-ups and count 0)
-    attention     = 3 x 4 x head_dim x num_heads x sum over layers of P_layer
-                    (forward QK^T and AV are 2 x head_dim multiply-adds per allowed query-key pair each; the
-                    backward costs twice the forward), where P_layer is the number of query-key pairs the
-                    layer's document-causal sliding-window mask actually allows in the benchmark batch
-                    (train_gpt.attention_pairs counts them exactly, so masked-out work is not credited).
-    MFU = FLOPs per step / step time / peak. Peak: --peak_tflops, else a known GPU's dense bf16 peak (H100 SXM
-    989 TFLOP/s, ...), else n/a (CPU: n/a unless --peak_tflops is given).
+FLOPs (train_gpt.training_flops, the count train_gpt.py's log uses too): 6 x tokens x multiplied parameters
+(embeddings and value embeddings are look-ups and count 0), plus 12 x head_dim x heads per query-key pair that the
+step's document-causal sliding-window masks allow (train_gpt.attention_pairs counts them from the batches, so
+masked-out work is not credited). Steps run with the end-of-training windows (the largest). MFU = FLOPs per
+second per GPU / the GPU's dense bf16 peak (--peak_tflops, else a known GPU's; CPU: n/a).
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,29 +31,27 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from gptlab.errors import UserError, run_cli  # noqa: E402
-from gptlab.experiment import gpu_bf16_peak_tflops  # noqa: E402
 
-GPU_DEFAULT = dict(num_layers=12, model_dim=768, num_heads=12, vocab_size=50304, seq_len=1024, device_batch_size=16384,
-                   window_size=1792, steps=10, warmup=3, grad_acc_steps=8)
-CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, seq_len=256, device_batch_size=512,
-                   window_size=256, steps=3, warmup=1, grad_acc_steps=1)
+CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
+                   device_batch_size=512, window_size=256, num_val_emb=2)
 
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--preset", default=None, help="a train_gpt.py preset (GPU default: gpt2-small)")
     p.add_argument("--num_layers", type=int)
     p.add_argument("--model_dim", type=int)
     p.add_argument("--num_heads", type=int)
-    p.add_argument("--vocab_size", type=int)
-    p.add_argument("--num_val_emb", type=int, default=2)
+    p.add_argument("--vocab_size", type=int, help="default: 50304 on GPUs (GPT-2's, padded)")
+    p.add_argument("--num_val_emb", type=int)
     p.add_argument("--seq_len", type=int, help="tokens per row (multiple of 128)")
-    p.add_argument("--device_batch_size", type=int, help="tokens per micro-batch (multiple of seq_len)")
-    p.add_argument("--grad_acc_steps", type=int, help="micro-batches per optimizer step (GPU default 8, CPU 1)")
-    p.add_argument("--window_size", type=int, help="long sliding window in tokens (the end-of-training size)")
-    p.add_argument("--doc_len", type=int, default=600, help="mean document length of the synthetic batch")
-    p.add_argument("--steps", type=int, help="timed steps")
-    p.add_argument("--warmup", type=int, help="untimed steps first (compilation happens here)")
+    p.add_argument("--batch_size", type=int, help="GLOBAL tokens per optimizer step")
+    p.add_argument("--device_batch_size", default=None, help="tokens per micro-batch, or auto (train_gpt's probe)")
+    p.add_argument("--window_size", type=int, help="long sliding window in tokens")
+    p.add_argument("--doc_len", type=int, default=600, help="mean document length of the random documents")
+    p.add_argument("--steps", type=int, help="timed steps (GPU default 10, CPU 3)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (GPU default 3, CPU 1)")
     p.add_argument("--compile", choices=["both", "on", "off"], default=None, help="default: both on CUDA, off on CPU")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
@@ -62,94 +59,133 @@ def build_parser():
     return p
 
 
-def synthetic_batch(rows, seq_len, vocab, eot, doc_len, gen):
-    import torch
+def resolve(args, device, world_size):
+    """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace)."""
+    import train_gpt
 
-    x = torch.randint(0, vocab, (rows, seq_len + 1), generator=gen)
-    x[x == eot] = 0
-    starts = torch.rand(rows, seq_len + 1, generator=gen) < 1.0 / doc_len  # documents of mean length doc_len
-    starts[:, 0] = True
-    x[starts] = eot
-    return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+    if device.type == "cuda":
+        values = dict(train_gpt.build_parser().parse_args([]).__dict__)
+        values.update(train_gpt.PRESETS[args.preset or "gpt2-small"])
+        values["vocab_size"] = 50304
+    else:
+        values = dict(train_gpt.build_parser().parse_args([]).__dict__)
+        if args.preset:
+            values.update(train_gpt.PRESETS[args.preset])
+        else:
+            values.update(CPU_DEFAULT)
+    for key, flag in (("num_layers", "num_layers"), ("model_dim", "model_dim"), ("num_heads", "num_heads"),
+                      ("vocab_size", "vocab_size"), ("num_val_emb", "num_val_emb"), ("train_seq_len", "seq_len"),
+                      ("batch_size", "batch_size"), ("window_size", "window_size")):
+        if getattr(args, flag) is not None:
+            values[key] = getattr(args, flag)
+    if args.device_batch_size is not None:
+        values["device_batch_size"] = train_gpt.int_or_auto(args.device_batch_size)
+    values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
+                  attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None)
+    return train_gpt.resolve_config(argparse.Namespace(**values), world_size, device)
 
 
-def bench_one(cfg, device, compiled, amp_dtype):
-    import contextlib
+def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
+    """Shards of random documents (each starts with eot) for the loader: speed does not depend on the text."""
+    import numpy as np
 
+    from gptlab.shards import write_shard
+
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, eot, size=n_tokens, dtype=np.int64)
+    tokens[rng.random(n_tokens) < 1.0 / doc_len] = eot
+    tokens[0] = eot
+    path = os.path.join(folder, "train_000001.bin")
+    write_shard(path, tokens)
+    return [path]
+
+
+def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     import torch
 
     import train_gpt
+    from gptlab.dataloader import BOSAlignedLoader, split_batch
 
+    device = ctx.device
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    head_dim = cfg["model_dim"] // cfg["num_heads"]
-    model = train_gpt.GPT(vocab_size=cfg["vocab_size"], num_layers=cfg["num_layers"], num_heads=cfg["num_heads"],
-                          head_dim=head_dim, model_dim=cfg["model_dim"], num_val_emb=cfg["num_val_emb"],
-                          max_seq_len=cfg["seq_len"]).to(device)
-    optimizers = train_gpt.build_optimizers(model)
-    use_flex = device.type == "cuda"
+    model = train_gpt.GPT(**train_gpt.model_config_of(cfg)).to(device)
+    optimizers = train_gpt.build_optimizers(model, ctx.rank, ctx.world_size)
+    adam, muon = optimizers
+    grad_sync = train_gpt.GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon,
+                                       ctx.world_size)
+    use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
     train_gpt.use_compiled_flex_attention(use_flex and not compiled)
-    eot = cfg["vocab_size"] - 1
-    rows = cfg["device_batch_size"] // cfg["seq_len"]
-    x, y = synthetic_batch(rows, cfg["seq_len"], cfg["vocab_size"], eot, cfg["doc_len"],
-                           torch.Generator().manual_seed(0))
-    x, y = x.to(device), y.to(device)
-    windows = train_gpt.window_blocks(1, 1, cfg["window_size"])  # the final (largest) windows
-    pairs = {name: int(train_gpt.attention_pairs(x, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
-    matmul_flops, attn_flops = train_gpt.training_flops(model, x.numel(), pairs)
-    autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+    amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
 
-    tokens_per_step = x.numel() * cfg["grad_acc_steps"]
+    def autocast():
+        return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
-    def step(update=True):
-        for _ in range(cfg["grad_acc_steps"]):
-            masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
-            with autocast():
-                loss = model_fwd(x, masks, y) / tokens_per_step
-            loss.backward()
-        if update:
-            for opt in optimizers:
-                opt.step()
-            model.zero_grad(set_to_none=True)
-        return loss
+    eot = cfg.vocab_size - 1
+    if cfg.device_batch_size == "auto":
+        cfg.device_batch_size = train_gpt.probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex,
+                                                            autocast)
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size,
+                                                                cfg.device_batch_size)
+    loader = BOSAlignedLoader(shards, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
+                              cfg.grad_acc_steps)
+    train_step = train_gpt.make_train_step(cfg, model, model_fwd, optimizers, grad_sync, loader, eot, use_flex,
+                                           autocast, device)
+    last = cfg.train_steps - 1  # the end-of-training (largest) windows
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    from gptlab.distributed import all_reduce_sum
+
     t0 = time.perf_counter()
-    for _ in range(cfg["warmup"]):
-        step()
+    for _ in range(warmup):
+        train_step(last)
     sync()
     warmup_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in range(cfg["steps"]):
-        loss = step()
+    sums = [train_step(last)[0] for _ in range(steps)]
     sync()
-    step_s = (time.perf_counter() - t0) / cfg["steps"]
-    if not torch.isfinite(loss):
+    step_s = (time.perf_counter() - t0) / steps
+    totals = all_reduce_sum(ctx, torch.stack(sums)).tolist()
+    if not all(torch.isfinite(torch.tensor(loss)) for loss, _, _ in totals):
         raise RuntimeError("benchmark loss is not finite")
-    step(update=False)  # gradients for the optimizer-only timing (the update itself does not depend on them)
-    with torch.no_grad():
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(cfg["steps"]):
-            for opt in optimizers:
-                opt.step()
-        sync()
-    optimizer_s = (time.perf_counter() - t0) / cfg["steps"]
+    flops = [train_gpt.training_flops(model, cfg.batch_size, {"long": pl, "short": ps}) for _, pl, ps in totals]
+    matmul_flops = sum(f[0] for f in flops) / steps
+    attn_flops = sum(f[1] for f in flops) / steps
+    per_gpu = ctx.world_size
+
+    # the model alone: forward + backward of one fixed micro-batch
+    x_np, y_np = loader.next_batch()[0]
+    x, y = torch.from_numpy(x_np).to(device), torch.from_numpy(y_np).to(device)
+    windows = train_gpt.window_blocks(last, cfg.train_steps, cfg.window_size)
+    pairs = {name: int(train_gpt.attention_pairs(x, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
+    model_flops = sum(train_gpt.training_flops(model, x.numel(), pairs))
+    masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
+    for i in range(warmup + steps):
+        if i == warmup:
+            sync()
+            t0 = time.perf_counter()
+        with autocast():
+            loss = model_fwd(x, masks, y)
+        loss.backward()
+    sync()
+    model_s = (time.perf_counter() - t0) / steps
     model.zero_grad(set_to_none=True)
-    matmul_flops *= cfg["grad_acc_steps"]
-    attn_flops *= cfg["grad_acc_steps"]
     from gptlab.experiment import peak_memory
+
     mem = peak_memory(device)
-    return {"compiled": compiled, "step_time_s": step_s, "optimizer_time_s": optimizer_s,
-            "tokens_per_step": tokens_per_step, "tokens_per_s": tokens_per_step / step_s,
-            "flops_per_step": matmul_flops + attn_flops, "matmul_flops": matmul_flops, "attention_flops": attn_flops,
-            "achieved_tflops": (matmul_flops + attn_flops) / step_s / 1e12, "warmup_s": warmup_s,
+    return {"compiled": compiled, "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
+            "tokens_per_s": cfg.batch_size / step_s, "device_batch_size": cfg.device_batch_size,
+            "grad_acc_steps": cfg.grad_acc_steps, "flops_per_step": matmul_flops + attn_flops,
+            "matmul_flops": matmul_flops, "attention_flops": attn_flops,
+            "achieved_tflops": (matmul_flops + attn_flops) / step_s / per_gpu / 1e12, "warmup_s": warmup_s,
+            "model_only": {"tokens": x.numel(), "time_s": model_s, "tokens_per_s": x.numel() / model_s,
+                           "achieved_tflops": model_flops / model_s / 1e12},
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
             "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters())}
 
@@ -157,54 +193,58 @@ def bench_one(cfg, device, compiled, amp_dtype):
 def main(argv=None):
     import torch
 
-    from gptlab.distributed import resolve_device
+    from gptlab import distributed as dist_utils
+    from gptlab.experiment import gpu_bf16_peak_tflops
 
     args = build_parser().parse_args(argv)
-    device = resolve_device(args.device)
-    cfg = dict(GPU_DEFAULT if device.type == "cuda" else CPU_DEFAULT)
-    cfg["num_val_emb"] = args.num_val_emb
-    cfg["doc_len"] = args.doc_len
-    for key in ("num_layers", "model_dim", "num_heads", "vocab_size", "seq_len", "device_batch_size", "window_size",
-                "steps", "warmup", "grad_acc_steps"):
-        if getattr(args, key) is not None:
-            cfg[key] = getattr(args, key)
-    if cfg["model_dim"] % cfg["num_heads"] or (cfg["model_dim"] // cfg["num_heads"]) % 4:
-        raise UserError(f"--model_dim {cfg['model_dim']} / --num_heads {cfg['num_heads']} must give a head_dim that "
-                        "is a multiple of 4")
-    for key in ("seq_len", "window_size"):
-        if cfg[key] % 128:
-            raise UserError(f"--{key} {cfg[key]} must be a multiple of 128")
-    if cfg["device_batch_size"] % cfg["seq_len"]:
-        raise UserError(f"--device_batch_size {cfg['device_batch_size']} must be a multiple of "
-                        f"--seq_len {cfg['seq_len']}")
-    if cfg["steps"] < 1 or cfg["warmup"] < 0 or cfg["grad_acc_steps"] < 1:
-        raise UserError("--steps and --grad_acc_steps must be >= 1 and --warmup >= 0")
-    compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
-    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
-    amp_dtype = torch.bfloat16 if dtype == "bfloat16" else None
-    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = args.peak_tflops or (gpu_bf16_peak_tflops(gpu_name) if gpu_name else None)
-    print(f"device {device} ({gpu_name or 'CPU'}), dtype {dtype}, config {json.dumps(cfg)}", flush=True)
-    results = []
-    for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
-        try:
-            r = bench_one(cfg, device, compiled, amp_dtype)
-        except torch.cuda.OutOfMemoryError:
-            raise UserError("CUDA out of memory; lower --device_batch_size or --seq_len") from None
-        r["mfu"] = r["achieved_tflops"] / peak if peak else None
-        results.append(r)
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a (no peak known; pass --peak_tflops)"
-        print(f"compiled={compiled}: {r['tokens_per_s']:,.0f} tokens/s, step {1000 * r['step_time_s']:.1f} ms "
-              f"({r['tokens_per_step']:,} tokens; optimizer {1000 * r['optimizer_time_s']:.1f} ms of it), "
-              f"{r['achieved_tflops']:.3f} TFLOP/s achieved (attention "
-              f"{100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs), MFU {mfu}, peak memory {r['peak_mem_allocated_gb']:.2f} GB allocated / "
-              f"{r['peak_mem_reserved_gb']:.2f} GB reserved ({r['peak_mem_label']})", flush=True)
-    report = {"device": str(device), "gpu_name": gpu_name, "dtype": dtype, "peak_tflops": peak, "config": cfg,
-              "results": results, "torch": torch.__version__}
-    if args.out:
-        from gptlab.fileio import atomic_write_text
-        atomic_write_text(args.out, json.dumps(report, indent=2) + "\n", overwrite=True)
-    return report
+    ctx = dist_utils.setup(args.device)
+    try:
+        device = ctx.device
+        cfg = resolve(args, device, ctx.world_size)
+        steps = args.steps or (10 if device.type == "cuda" else 3)
+        warmup = args.warmup if args.warmup is not None else (3 if device.type == "cuda" else 1)
+        if steps < 1 or warmup < 0:
+            raise UserError("--steps must be >= 1 and --warmup >= 0")
+        compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
+        gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+        peak = args.peak_tflops or (gpu_bf16_peak_tflops(gpu_name) if gpu_name else None)
+        shown = {k: getattr(cfg, k) for k in ("num_layers", "model_dim", "num_heads", "head_dim", "vocab_size",
+                                               "train_seq_len", "batch_size", "device_batch_size", "window_size")}
+        if ctx.is_main:
+            print(f"device {device} ({gpu_name or 'CPU'}) x{ctx.world_size}, dtype {cfg.dtype}, config "
+                  f"{json.dumps(shown)}", flush=True)
+        with tempfile.TemporaryDirectory() as folder:
+            n_tokens = cfg.batch_size * (steps + warmup + 2) + cfg.train_seq_len + 1
+            shards = write_random_shards(folder, n_tokens, cfg.vocab_size, cfg.vocab_size - 1, args.doc_len)
+            results = []
+            for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
+                run_cfg = argparse.Namespace(**vars(cfg))
+                try:
+                    r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup)
+                except torch.cuda.OutOfMemoryError:
+                    raise UserError("CUDA out of memory; lower --device_batch_size or --seq_len") from None
+                r["mfu"] = r["achieved_tflops"] / peak if peak else None
+                r["model_only"]["mfu"] = r["model_only"]["achieved_tflops"] / peak if peak else None
+                results.append(r)
+                if ctx.is_main:
+                    mfu = lambda v: f"{100 * v:.1f}%" if v is not None else "n/a (no peak known)"  # noqa: E731
+                    m = r["model_only"]
+                    print(f"compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
+                          f"ms for {r['tokens_per_step']:,} tokens = {r['grad_acc_steps']} x "
+                          f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU "
+                          f"{mfu(r['mfu'])} (attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of "
+                          f"FLOPs); model alone {m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
+                          f"{r['peak_mem_allocated_gb']:.2f} GB allocated / {r['peak_mem_reserved_gb']:.2f} GB "
+                          f"reserved ({r['peak_mem_label']})", flush=True)
+        report = {"device": str(device), "gpu_name": gpu_name, "world_size": ctx.world_size, "dtype": cfg.dtype,
+                  "peak_tflops": peak, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
+                  "results": results, "torch": torch.__version__}
+        if args.out and ctx.is_main:
+            from gptlab.fileio import atomic_write_text
+            atomic_write_text(args.out, json.dumps(report, indent=2, default=str) + "\n", overwrite=True)
+        return report
+    finally:
+        dist_utils.cleanup(ctx)
 
 
 if __name__ == "__main__":
