@@ -4,7 +4,8 @@
 
 They check what the CPU tests cannot: the torch BPE engine on the GPU gives the CPU engines' merges, FlexAttention
 (compiled, with backward) computes what the dense SDPA path computes, and a whole train_gpt.py run with the GPU
-recipe (torch.compile, FlexAttention block masks, bfloat16 autocast, fused Adam) trains and records GPU memory.
+recipe (torch.compile, FlexAttention block masks, bfloat16 autocast, --device_batch_size auto) trains and records
+GPU memory.
 """
 import json
 import os
@@ -73,22 +74,24 @@ def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
 
 
 def test_train_gpt_gpu_recipe_trains(tmp_path):
-    """Default CUDA settings: compile, FlexAttention, bfloat16 autocast, fused Adam; one rank."""
+    """Default CUDA settings: compile, FlexAttention, bfloat16 autocast, the probed micro-batch; one rank."""
     from gptlab import experiment as exp
     from helpers.tiny_data import make_dataset
 
     tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
     args = ["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
             tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads", "4",
-            "--num_layers", "4", "--batch_size", "8192", "--device_batch_size", "4096", "--train_steps", "30",
+            "--num_layers", "4", "--batch_size", "8192", "--train_steps", "30",
             "--val_loss_every", "15", "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0",
             "--experiments_dir", str(tmp_path / "exp"), "--sample_tokens", "8", "--device", "cuda",
             "--model_name", "gpu"]
-    run_script(args, check=True, timeout=1200)
+    proc = run_script(args, check=True, timeout=1200)
+    assert "--device_batch_size auto: probed 256 tokens" in proc.stdout  # one row first
     (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
     with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["compile"] is True and config["attention"] == "flex" and config["dtype"] == "bfloat16"
+    assert config["device_batch_size"] == 8192 and config["grad_acc_steps"] == 1  # a tiny model fits whole
     with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "finished" and results["peak_mem_allocated_gb"] > 0
