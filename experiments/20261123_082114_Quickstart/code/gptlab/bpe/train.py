@@ -1,0 +1,346 @@
+"""A whole tokenizer training run in one call (train_tokenizer.py is its command line).
+
+    from gptlab.bpe.train import train_tokenizer
+    trained = train_tokenizer(inputs=["data/sample/fineweb_edu_150docs.jsonl"], samples=400_000, vocabsize=1000,
+                              out_path="tokenizers/t_v1000_n400000.pkl")
+
+Steps: check the settings → pick the engine and device → every rank pre-tokenizes its share of the documents → the
+ranks' (pre-token → count) tables are summed exactly → every rank runs the merge loop → the ranks' merges are compared → rank 0 saves the
+tokenizer with its metadata and the trainer's source. Under torchrun (RANK / WORLD_SIZE set) the ranks meet in a
+process group; a plain single-process CPU run never imports torch.
+
+Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
+used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
+W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own files of the
+dataset (text_sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
+`samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
+"""
+import glob
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+
+from gptlab.errors import UserError
+
+DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
+TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1) after counting its documents
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
+SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
+
+
+@dataclass
+class TrainedTokenizer:
+    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts, duplicates
+    metadata: dict  # what the pickle records under "metadata" (the same on every rank)
+    pattern_name: str
+    pat_str: str
+    vocabsize: int  # 256 + merges; <|endoftext|> gets this id
+    is_main: bool  # rank 0 (the rank that saves)
+    out_path: str = None  # where rank 0 wrote it, None when not saved
+
+
+def check_settings(samples, vocabsize, workers, pattern):
+    """Bad numbers or pattern → UserError naming the flag and the fix; returns (pattern name, pattern string)."""
+    from gptlab.tokenizer import MAX_VOCAB, resolve_pattern
+
+    if samples <= 0:
+        raise UserError(f"--samples must be a positive number of characters, got {samples}")
+    if vocabsize < 256:
+        raise UserError(f"--vocabsize {vocabsize} is below 256: the 256 byte tokens are always in the "
+                        "vocabulary; use --vocabsize 256 or more")
+    if vocabsize > MAX_VOCAB:
+        raise UserError(f"--vocabsize {vocabsize} is too large (at most {MAX_VOCAB})")
+    if vocabsize - 256 > samples:
+        raise UserError(f"--vocabsize {vocabsize} needs {vocabsize - 256} merges but --samples "
+                        f"{samples} characters cannot make that many; raise --samples or lower --vocabsize")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    return resolve_pattern(pattern)
+
+
+def gpu_possible():
+    """False when this machine has no GPU device node, so device "auto" can skip importing torch."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd")) or sys.platform == "win32"
+
+
+def choose_engine(device="auto", engine="auto"):
+    """(engine, device string) for the merge loop: the native and Python loops need no torch at all."""
+    from gptlab.bpe import native
+    from gptlab.distributed import check_device_flag, resolve_device
+
+    check_device_flag(device)
+    if device == "auto":
+        # The C loop on the CPU unless the torch loop is asked for (or there is no C compiler and maybe a GPU):
+        # at 921 MB / vocab 65534 the C loop took 8.5 s for 65,278 merges (0.13 ms each, 6% of the run), while the
+        # torch loop launches ~125 small kernels per merge, which alone costs more than that on a GPU.
+        wants_torch = engine == "torch" or (engine == "auto" and not native.available())
+        if not (wants_torch and gpu_possible()):
+            device = "cpu"
+    if device != "cpu":
+        device = str(resolve_device(device))
+    if engine == "auto" and device != "cpu":
+        engine = "torch"
+    elif engine in ("auto", "native"):
+        if native.available():
+            engine = "native"
+        elif engine == "native":
+            raise UserError(f"--engine native is unavailable ({native.unavailable_reason()}); install a C "
+                            "compiler or use --engine python")
+        else:
+            engine = "python"
+            print(f"note: the C merge loop is unavailable ({native.unavailable_reason()}); using the slower "
+                  "pure-Python loop (identical results)", file=sys.stderr, flush=True)
+    if engine in ("python", "native") and device != "cpu":
+        raise UserError(f"--engine {engine} runs on the CPU only; use --device cpu or --engine torch")
+    return engine, device
+
+
+def rank_budget(samples, rank, world_size):
+    """This rank's share of `samples` characters (the first `samples % world_size` ranks take one more)."""
+    return samples // world_size + (1 if rank < samples % world_size else 0)
+
+
+def limit_chars(docs, budget, sample_box):
+    """Documents until `budget` characters (the last one cut); the first non-blank one's start goes to sample_box.
+
+    Stops without reading the document after the budget, so read statistics count only the text used."""
+    used = 0
+    if budget <= 0:
+        return
+    for doc in docs:
+        if len(doc) > budget - used:
+            doc = doc[:budget - used]
+        if not sample_box and doc.strip():
+            sample_box.append(doc[:SAMPLE_CHARS])
+        used += len(doc)
+        yield doc
+        if used >= budget:
+            return
+
+
+def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box):
+    """(this rank's documents, already cut to the character budget; source description for the metadata).
+
+    Local files: the global budget is applied to the whole stream first (exactly the text one rank would use), then
+    the documents are dealt out round robin, so the text does not depend on the world size. The Hub: each rank
+    streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
+    from gptlab.text_sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
+
+    if inputs:
+        source = {"input": list(inputs)}
+        docs = take_every(limit_chars(iter_local_documents(inputs, stats), samples, sample_box), rank, world_size)
+    else:
+        repo_id = HUB_DATASETS[dataset]
+        source = {"dataset": repo_id, "config": DATASET_CONFIG, "seed": seed}
+        docs = limit_chars(iter_hub_documents(repo_id, DATASET_CONFIG, seed, rank, world_size, stats=stats),
+                           rank_budget(samples, rank, world_size), sample_box)
+    return docs, source
+
+
+def combine_tables(tables):
+    """{pre-token bytes: count} tables → one table with the counts summed (exact: Python ints)."""
+    table = {}
+    for part in tables:
+        for word, count in part.items():
+            table[word] = table.get(word, 0) + count
+    return table
+
+
+def merges_digest(result):
+    """A fingerprint of the merges and ranks, compared across ranks."""
+    from gptlab.tokenizer import ranks_sha256
+
+    return ranks_sha256(result.mergeable_ranks) + str(hash(tuple(result.merges)))
+
+
+def script_content():
+    """train_tokenizer.py and every gptlab/bpe/*.py and *.c source (the C merge loop is the default engine),
+    each under a `# ===== path =====` header."""
+    cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
+    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "bpe")
+    sources = sorted(glob.glob(os.path.join(bpe_dir, "*.py")) + glob.glob(os.path.join(bpe_dir, "*.c")))
+    paths = ([cli] if os.path.exists(cli) else []) + sources
+    parts = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            parts.append(f"# ===== {os.path.relpath(path, REPO_ROOT)} =====\n{f.read()}")
+    return "\n".join(parts)
+
+
+def library_versions(uses_torch):
+    import numpy
+    import regex
+    import tiktoken
+
+    versions = {"python": platform.python_version(), "regex": str(regex.__version__), "numpy": str(numpy.__version__),
+                "tiktoken": str(tiktoken.__version__)}
+    if uses_torch:
+        import torch
+
+        versions["torch"] = str(torch.__version__)  # TorchVersion is a str subclass the safe loader refuses
+    return versions
+
+
+def _bar(enabled, **kwargs):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
+
+
+def _read_rate_updater(bar, stats):
+    """progress(n_chars) for the pre-tokenize bar that also shows the read rate (MB/s of input, documents/s),
+    which for a Hub stream is the download's."""
+    t0 = time.perf_counter()
+
+    def update(n_chars):
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"{stats.bytes_read / elapsed / 1e6:.1f} MB/s, {stats.docs / elapsed:.0f} docs/s",
+                            refresh=False)
+        bar.update(n_chars)
+
+    return update
+
+
+def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
+    """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
+    from gptlab.bpe.native import train_merges_native
+    from gptlab.bpe.trainer import train_merges_python, train_merges_torch
+
+    on_merge = None
+    if demo_sample:
+        from gptlab.bpe.demo import render
+
+        shows = {max(0, int(num_merges * f) - 1) for f in (0.01, 0.1, 0.5, 1.0)} if num_merges else set()
+        print(render(demo_sample, pat_str, []), flush=True)
+
+        def show_sample(k, merges):
+            if k in shows:
+                print(render(demo_sample, pat_str, merges), flush=True)
+
+        on_merge = show_sample
+
+    bar = _bar(show_progress, total=num_merges, desc=f"merges ({engine}, {device})", unit="merge")
+    progress = bar.update if bar is not None else None
+    try:
+        if engine == "native":
+            return train_merges_native(table, num_merges, progress=progress, on_merge=on_merge)
+        if engine == "python":
+            return train_merges_python(table, num_merges, progress=progress, on_merge=on_merge)
+        return train_merges_torch(table, num_merges, device=device, progress=progress, on_merge=on_merge)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def save(trained, out_path, overwrite=False):
+    """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path."""
+    from gptlab.tokenizer import EOT, save_tokenizer
+
+    result = trained.result
+    save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
+                   mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: trained.vocabsize},
+                   metadata=trained.metadata, script_content=script_content(), overwrite=overwrite)
+    trained.out_path = out_path
+    return out_path
+
+
+def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", seed=0, pattern="gpt4",
+                    device="auto", engine="auto", workers=None, demo=False, progress=True, out_path=None,
+                    overwrite=False):
+    """Train on `samples` characters of `inputs` (local files/globs) or, without them, the Hub `dataset`.
+
+    With out_path, an existing file is refused before any work (unless overwrite) and rank 0 saves there.
+    Under torchrun every rank calls this; all return the same TrainedTokenizer. progress: tqdm bars on rank 0;
+    demo: rank 0 prints a sample coloured by token during training."""
+    from gptlab.bpe.pretokenize import pretokenize
+    from gptlab.distributed import default_workers
+    from gptlab.fileio import check_writable
+    from gptlab.text_sources import ReadStats
+
+    t0 = time.time()
+    pattern_name, pat_str = check_settings(samples, vocabsize, workers, pattern)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    is_main = rank == 0
+    if out_path is not None:
+        check_writable(out_path, overwrite)  # before any work
+    requested_device = device
+    engine, device = choose_engine(device, engine)
+    workers = workers or default_workers()
+    num_merges = vocabsize - 256
+
+    # ---- this rank's documents → deduplicated pre-token table
+    stats = ReadStats()
+    sample_box = []
+    docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
+    bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
+               unit="char")
+    try:
+        table, chars, n_docs = pretokenize(docs, pat_str, workers=workers,
+                                           progress=_read_rate_updater(bar, stats) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    # every rank reads all the local text, so its count of replaced documents is already the total: rank 0 reports it
+    replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
+    local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
+             "sample": sample_box[0] if sample_box else ""}
+    if os.environ.get(TEST_DIE_ENV) == str(rank):
+        os._exit(1)
+
+    ctx = None
+    try:
+        # ---- combine the ranks' tables exactly (sum of counts)
+        if world_size > 1:
+            from gptlab import distributed
+
+            ctx = distributed.setup("cpu" if device == "cpu" else requested_device)  # it resolves it again
+            parts = distributed.all_gather_objects(ctx, local)
+            table = combine_tables(p["table"] for p in parts)
+        else:
+            parts = [local]
+        total_chars = sum(p["chars"] for p in parts)
+        total_docs = sum(p["docs"] for p in parts)
+        replaced_docs = sum(p["replaced_docs"] for p in parts)
+        sample = next((p["sample"] for p in parts if p["sample"]), "")
+        if total_chars == 0:
+            raise UserError("the input holds no text (0 characters in "
+                            f"{total_docs} documents); check --input or the dataset")
+        if total_chars < samples and is_main:
+            print(f"note: --samples {samples} asked for more text than the input has; trained on all "
+                  f"{total_chars} characters ({total_docs} documents) and recorded that in the metadata",
+                  file=sys.stderr, flush=True)
+        if replaced_docs and is_main:
+            print(f"note: {replaced_docs} documents held invalid UTF-8; those bytes were replaced with U+FFFD",
+                  file=sys.stderr, flush=True)
+
+        # ---- the merge loop (every rank runs it; the results are compared below)
+        result = run_merges(table, num_merges, engine, device, show_progress=is_main and progress,
+                            demo_sample=sample if demo and is_main else "", pat_str=pat_str)
+        if ctx is not None:
+            digests = distributed.all_gather_objects(ctx, merges_digest(result))
+            if len(set(digests)) != 1:
+                raise RuntimeError(f"ranks disagree on the merges ({digests}); this is a bug, please report it")
+        metadata = {
+            "vocabsize": vocabsize, "samples_requested": samples, "chars_used": total_chars,
+            "docs": total_docs, "replaced_docs": replaced_docs, "source": source,
+            "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
+            "engine": engine, "world_size": world_size, "workers_per_rank": workers,
+            "versions": library_versions(engine == "torch" or world_size > 1),
+            "duplicates": result.duplicates, "merge_counts": result.counts,
+        }
+        trained = TrainedTokenizer(result=result, metadata=metadata, pattern_name=pattern_name, pat_str=pat_str,
+                                   vocabsize=vocabsize, is_main=is_main)
+        if out_path is not None and is_main:
+            save(trained, out_path, overwrite)
+        if ctx is not None:
+            distributed.barrier(ctx)  # the other ranks end only once rank 0 has saved
+    finally:
+        if ctx is not None:
+            distributed.cleanup(ctx)
+    return trained

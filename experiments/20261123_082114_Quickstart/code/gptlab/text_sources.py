@@ -1,0 +1,280 @@
+"""Where text comes from: local .txt / .jsonl / .parquet files, or FineWeb(-Edu) streamed from the Hub.
+
+Every reader yields documents (str) one at a time, so inputs larger than memory are never held whole.
+Bytes that are not valid UTF-8 are replaced (U+FFFD) and counted in `ReadStats`, never silently dropped.
+"""
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from gptlab.errors import UserError
+
+DOC_SEPARATOR = "<|endoftext|>"  # separates documents inside a .txt file
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+TXT_MAX_DOC_CHARS = 64 * 2**20  # a .txt "document" longer than this is yielded in pieces cut at line breaks
+HUB_DATASETS = {"fineweb": "HuggingFaceFW/fineweb", "fineweb-edu": "HuggingFaceFW/fineweb-edu"}
+
+
+@dataclass
+class ReadStats:
+    docs: int = 0
+    chars: int = 0
+    bytes_read: int = 0
+    files: list = field(default_factory=list)
+    replaced_docs: int = 0  # documents that held invalid UTF-8 (decoded with replacement)
+
+
+def expand_inputs(patterns):
+    """Paths and globs → sorted, de-duplicated existing files; anything missing or unsupported is a UserError."""
+    if not patterns:
+        raise UserError("no --input given")
+    paths = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise UserError(f"--input {pattern!r} matches no file; check the path or glob")
+        for path in matches:
+            if not os.path.exists(path):
+                raise UserError(f"--input {path!r} does not exist; check the path")
+            if os.path.isdir(path):
+                raise UserError(f"--input {path!r} is a directory; pass files or a glob such as {path}/*.jsonl")
+            if not path.endswith(LOCAL_SUFFIXES):
+                raise UserError(f"--input {path!r}: unsupported file type; use .txt, .jsonl (field 'text') "
+                                "or .parquet (column 'text')")
+            if not os.access(path, os.R_OK):
+                raise UserError(f"--input {path!r} is not readable; check its permissions")
+            if path not in paths:
+                paths.append(path)
+    return paths
+
+
+def _decode(raw, stats, where):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.replaced_docs += 1
+        if stats.replaced_docs <= 3:
+            print(f"warning: {where} is not valid UTF-8; invalid bytes were replaced with U+FFFD",
+                  file=sys.stderr, flush=True)
+        return raw.decode("utf-8", errors="replace")
+
+
+def _read_txt(path, stats, chunk_bytes=8 * 2**20):
+    sep = DOC_SEPARATOR.encode()
+    pending = b""
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(chunk_bytes)
+            stats.bytes_read += len(chunk)
+            pending += chunk
+            parts = pending.split(sep)
+            pending = parts.pop() if chunk else b""
+            if not chunk and not parts[-1]:  # an empty file, or a separator at the very end: no empty last document
+                parts.pop()
+            for part in parts:
+                yield _decode(part, stats, f"a document in {path}")
+            if not chunk:
+                return
+            while len(pending) > TXT_MAX_DOC_CHARS:  # one huge document: cut at a line break before a non-space
+                cut = pending.rfind(b"\n", 0, TXT_MAX_DOC_CHARS)
+                while cut > 0 and pending[cut + 1:cut + 2].isspace():
+                    cut = pending.rfind(b"\n", 0, cut)
+                if cut <= 0:
+                    break
+                yield _decode(pending[:cut + 1], stats, f"a document in {path}")
+                pending = pending[cut + 1:]
+
+
+def _read_jsonl(path, stats):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            stats.bytes_read += len(raw)
+            if not raw.strip():
+                continue
+            line = _decode(raw, stats, f"{path}:{lineno}")
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path}:{lineno} is not valid JSON ({err}); each line must be an object "
+                                "with a 'text' field") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise UserError(f"{path}:{lineno} has no string field 'text'; each line must look like "
+                                '{"text": "..."}')
+            yield record["text"]
+
+
+def _read_parquet(path, stats):
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as err:
+        raise UserError(f"{path} is not a readable parquet file ({err})") from None
+    if "text" not in pf.schema_arrow.names:
+        raise UserError(f"{path} has no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+    for batch in pf.iter_batches(columns=["text"], batch_size=1024):
+        for text in batch.column(0).to_pylist():
+            if text is not None:
+                stats.bytes_read += len(text.encode("utf-8", "surrogatepass"))
+                yield text
+
+
+def iter_local_documents(paths, stats=None):
+    """Documents from local files in order (.txt split on <|endoftext|>, .jsonl field text, .parquet column text)."""
+    stats = stats if stats is not None else ReadStats()
+    readers = {".txt": _read_txt, ".jsonl": _read_jsonl, ".parquet": _read_parquet}
+    for path in expand_inputs(paths):
+        stats.files.append(path)
+        reader = readers[os.path.splitext(path)[1]]
+        try:
+            for doc in reader(path, stats):
+                stats.docs += 1
+                stats.chars += len(doc)
+                yield doc
+        except OSError as err:
+            raise UserError(f"cannot read {path}: {err}") from None
+
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+PROXY_HINT = ("behind a proxy, set HTTPS_PROXY (HTTP_PROXY for an http:// endpoint); to use a mirror, set "
+              "HF_ENDPOINT")
+INPUT_HINT = "Pass local files with --input PATH [PATH ...] (.txt, .jsonl or .parquet)"
+
+
+def hub_offline():
+    """True when huggingface_hub or datasets is in offline mode. Their own reading of the environment decides
+    (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE, TRANSFORMERS_OFFLINE set to 1, true, yes or on, any case), so we stop
+    exactly when they would refuse to stream."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE or getattr(datasets.config, "HF_HUB_OFFLINE", False)
+                or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
+
+
+def check_hub_reachable(repo_id, timeout_s=5.0):
+    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached (offline machine).
+
+    One HEAD request for the dataset card, sent the way the libraries send theirs: huggingface_hub's own HTTP
+    session, so HF_ENDPOINT (read by huggingface_hub), HTTPS_PROXY / HTTP_PROXY / NO_PROXY and the port of an
+    http:// endpoint count as they do for the download itself. Any HTTP answer means reachable."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    endpoint = constants.ENDPOINT.rstrip("/")
+    try:
+        get_session().head(f"{endpoint}/datasets/{repo_id}/resolve/main/README.md", headers=build_hf_headers(),
+                           timeout=timeout_s)
+    except Exception as err:  # the HTTP client's connection, proxy and timeout errors (requests or httpx)
+        raise UserError(f"cannot reach the HuggingFace Hub at {endpoint} ({type(err).__name__}: "
+                        f"{str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
+
+
+@dataclass(frozen=True)
+class HubShare:
+    """Which part of a Hub stream of `num_files` files one rank reads: files [first_file, first_file +
+    file_count), and of their documents every `row_stride`-th from `row_offset` (stride 1: all of them)."""
+    first_file: int
+    file_count: int
+    row_offset: int
+    row_stride: int
+    groups: int  # how many disjoint file runs the ranks are split into (datasets' shard count)
+    group: int  # this rank's run
+
+
+def _even_run(total, parts, index):
+    """[start, stop) of part `index` when `total` items are cut into `parts` contiguous runs whose lengths differ
+    by at most one, the longer runs first (the rule of datasets' IterableDataset.shard(contiguous=True))."""
+    size, extra = divmod(total, parts)
+    start = size * index + min(index, extra)
+    return start, start + size + (1 if index < extra else 0)
+
+
+def hub_share(num_files, rank, world_size):
+    """This rank's HubShare. Deterministic and independent of the seed; together the ranks read every document
+    exactly once.
+
+    world_size <= num_files: each rank gets its own contiguous run of whole files (14 files over 8 ranks: 2, 2, 2,
+    2, 2, 2, 1, 1), so each file is downloaded by one rank only, on one node or many. Runs differ by at most one
+    file; the manifest of each rank records what it wrote, so uneven shares need no padding.
+    world_size > num_files: every rank still needs text, so the ranks are cut into num_files even groups, each
+    group reads one file and its ranks take every k-th document of it (k = the group's size). A file is then
+    downloaded once per rank of its group, never by all ranks."""
+    if world_size <= num_files:
+        start, stop = _even_run(num_files, world_size, rank)
+        return HubShare(start, stop - start, 0, 1, world_size, rank)
+    for group in range(num_files):
+        start, stop = _even_run(world_size, num_files, group)
+        if start <= rank < stop:
+            return HubShare(group, 1, rank - start, stop - start, num_files, group)
+    raise ValueError(f"rank {rank} is not below world size {world_size}")
+
+
+def open_hub_stream(repo_id, config):
+    """(datasets IterableDataset of the config's 'text' column, its data files in stream order).
+
+    Only the text column is read, with its type given, so no file is opened just to infer a schema: in W ranks
+    that would download the first file W more times."""
+    from datasets import Features, Value, load_dataset_builder
+
+    builder = load_dataset_builder(repo_id, name=config, columns=["text"], features=Features({"text": Value("string")}))
+    files = [str(f) for f in builder.config.data_files["train"]]
+    return builder.as_streaming_dataset(split="train"), files
+
+
+def iter_hub_documents(repo_id, config, seed, rank=0, world_size=1, shuffle_buffer=10_000, stats=None):
+    """Stream a Hub dataset's 'text' column with `datasets` (no full download): this rank's own files (hub_share),
+    their order and documents shuffled with `seed` through a buffer of `shuffle_buffer` documents (0: the
+    stream's order, file by file).
+
+    Offline mode and an unreachable Hub are one clear UserError pointing at --input, raised by this call itself,
+    before the caller starts any work; the documents are read lazily from the returned iterator.
+
+    The split comes before the shuffle, so the shuffle stays within the rank and cannot move a document from one
+    rank's share to another's; ranks that share a file (more ranks than files) see the same seeded order of it
+    and take disjoint strides. (datasets' split_dataset_by_node hands out whole files only when their count
+    divides by W; otherwise every rank streams everything and keeps one document in W: 8x the download for 8
+    ranks over FineWeb-Edu's 14 sample-10BT files.)"""
+    stats = stats if stats is not None else ReadStats()
+    if hub_offline():
+        set_vars = ", ".join(f"{name}={os.environ[name]}" for name in OFFLINE_VARIABLES if os.environ.get(name))
+        raise UserError(f"offline mode is on ({set_vars or 'HF_HUB_OFFLINE'}), so {repo_id} cannot be streamed "
+                        f"from the HuggingFace Hub. {INPUT_HINT}, or unset those variables")
+    check_hub_reachable(repo_id)
+    return _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats)
+
+
+def _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats):
+    try:
+        stream, files = open_hub_stream(repo_id, config)
+        share = hub_share(len(files), rank, world_size)
+        if rank == 0 and world_size > len(files):
+            print(f"note: {repo_id} ({config}) has {len(files)} files for {world_size} ranks: groups of ranks share "
+                  "a file, each rank reading every k-th document of it (downloaded once per rank of the group); "
+                  f"with at most {len(files)} ranks every file is downloaded once", file=sys.stderr, flush=True)
+        if share.groups > 1:
+            stream = stream.shard(num_shards=share.groups, index=share.group, contiguous=True)
+        if shuffle_buffer > 0:
+            stream = stream.shuffle(seed=seed, buffer_size=shuffle_buffer)
+        stats.files.extend(files[share.first_file:share.first_file + share.file_count])
+        for text in take_every((record["text"] for record in stream), share.row_offset, share.row_stride):
+            if text is None:
+                continue
+            stats.docs += 1
+            stats.chars += len(text)
+            stats.bytes_read += len(text.encode("utf-8", "surrogatepass"))
+            yield text
+    except UserError:
+        raise
+    except Exception as err:
+        raise UserError(f"could not stream {repo_id} ({config}) from the HuggingFace Hub "
+                        f"({type(err).__name__}: {str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
+
+
+def take_every(docs, rank, world_size):
+    """Rank's disjoint share of a document stream: documents rank, rank+W, rank+2W, ..."""
+    for i, doc in enumerate(docs):
+        if i % world_size == rank:
+            yield doc

@@ -1,0 +1,47 @@
+"""Download the HellaSwag validation set (10042 rows) and verify its sha256.
+
+    python download_hellaswag.py                                              # from github.com/rowanz/hellaswag
+    python download_hellaswag.py --source data/sample/hellaswag_val.jsonl.gz  # offline, from the bundled copy
+    GPTLAB_HELLASWAG_URL=http://mirror/hellaswag_val.jsonl python download_hellaswag.py   # from a mirror
+
+Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
+already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
+"""
+import argparse
+
+from gptlab.cli import HelpFormatter
+from gptlab.errors import UserError, run_cli
+from gptlab.hellaswag_data import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ,
+                                   URL_ENV, default_source, fetch_hellaswag)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--source", default=None,
+                        help=f"URL or local .jsonl / .jsonl.gz to copy from (default: ${URL_ENV} if set, a "
+                             f"mirror, else {HELLASWAG_URL}; offline: {SAMPLE_GZ})")
+    parser.add_argument("--out", default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out that fails the checksum (a verified file is always kept)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help=f"network timeout in seconds (default: {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        raise UserError(f"--timeout must be > 0, got {args.timeout}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out, status = fetch_hellaswag(args.source, args.out, overwrite=args.overwrite, timeout_s=args.timeout,
+                                  progress=not args.quiet)
+    if status == "present":
+        print(f"{out} is already there and verified (sha256 {HELLASWAG_SHA256[:16]}...); nothing to do")
+    else:
+        print(f"wrote {out} from {args.source or default_source()} (sha256 {HELLASWAG_SHA256[:16]}... verified)")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

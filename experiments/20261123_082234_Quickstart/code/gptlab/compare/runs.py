@@ -1,0 +1,252 @@
+"""Reading experiment run folders: one folder into a Run with its summary figures (load_run), and listing or
+resolving the run folders to compare."""
+import datetime
+import glob
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from gptlab.errors import UserError
+from gptlab.experiment import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
+                               is_run_folder, read_metrics, read_run_json)
+
+# How a figure a run folder does not have (yet) is shown.
+MISSING = "—"
+# A folder without results.json whose files changed this recently is taken to be a run still in progress.
+RUNNING_WINDOW_S = 600
+RUN_FOLDER_RE = re.compile(r"^(\d{8}_\d{6})_(.+)$")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading one run folder
+
+def _number(value):
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def ci_interval(acc, ci):
+    """(lo, hi) from a CI given as a half-width number or as a [lo, hi] pair; None when not usable."""
+    if acc is None or ci is None:
+        return None
+    if isinstance(ci, (list, tuple)):
+        if len(ci) != 2 or _number(ci[0]) is None or _number(ci[1]) is None:
+            return None
+        lo, hi = sorted((float(ci[0]), float(ci[1])))
+        return lo, hi
+    half = _number(ci)
+    return None if half is None else (acc - abs(half), acc + abs(half))
+
+
+@dataclass
+class Run:
+    path: str
+    config: dict
+    results: dict
+    metrics: Metrics
+    status: str
+    notes: list
+    # Summary figures: from results.json when the run finished, else the last measured values in metrics.csv.
+    model_name: str = None
+    started: str = None
+    n_params: float = None
+    tokens: float = None
+    tokenizer: str = None
+    tokenizer_id: str = None
+    val_loss: float = None
+    val_bpb: float = None
+    hs_acc_norm: float = None
+    hs_ci: tuple = None
+    hs_n: int = None
+    wall_time_s: float = None
+    gpu: str = None
+    peak_mem_gb: float = None
+    peak_mem_is_rss: bool = False
+    mfu: float = None  # model FLOPs utilisation (GPU runs whose bf16 peak the trainer knew)
+    seed: object = None
+    error: str = None
+
+    @property
+    def name(self):
+        return os.path.basename(os.path.normpath(self.path))
+
+    @property
+    def final(self):
+        """True when the summary figures are the run's final ones (not the last measured so far)."""
+        return self.status == "finished"
+
+
+def _folder_date(name, config, path):
+    match = RUN_FOLDER_RE.match(name)
+    if match:
+        try:
+            return datetime.datetime.strptime(match.group(1), "%Y%m%d_%H%M%S").strftime("%Y-%m-%d %H:%M")
+        except ValueError:
+            pass
+    for key in ("start_time", "started_at", "start_time_utc", "timestamp"):
+        if isinstance(config.get(key), str) and config[key]:
+            return config[key][:16].replace("T", " ")
+    return datetime.datetime.fromtimestamp(os.path.getmtime(path)).strftime("%Y-%m-%d %H:%M")
+
+
+def _newest_mtime(path):
+    times = [os.path.getmtime(os.path.join(path, name)) for name in (METRICS_FILE, LOG_FILE, CONFIG_FILE)
+             if os.path.exists(os.path.join(path, name))]
+    return max(times) if times else os.path.getmtime(path)
+
+
+def load_run(path, now=None, with_metrics=True):
+    """Read one run folder (config.json, metrics.csv, results.json) into a Run with its summary figures.
+
+    Read defensively (the tolerant readers of gptlab.experiment, which owns the folder layout): the trainer writes
+    these folders incrementally (and may be killed at any point), so a missing key shows as MISSING ("—"), a
+    half-written metrics.csv is parsed up to its last complete row, and a folder without results.json is classified
+    as running or crashed from how recently it was written to.
+
+    with_metrics=False skips metrics.csv (enough for finished runs' final figures, e.g. to measure noise)."""
+    now = time.time() if now is None else now
+    notes = []
+    metrics_path = os.path.join(path, METRICS_FILE)
+    config = read_run_json(path, CONFIG_FILE, notes) or {}
+    if not os.path.exists(os.path.join(path, CONFIG_FILE)):
+        notes.append("no config.json")
+    if config.get("resumed_from"):  # its metrics.csv starts where the checkpoint's run stopped
+        notes.append(f"resumed at step {config.get('resume_step')} from {config['resumed_from']}; steps before "
+                     "that are in the earlier run's folder")
+    results = read_run_json(path, RESULTS_FILE, notes)
+    metrics = read_metrics(metrics_path, strict=False) if with_metrics and os.path.exists(metrics_path) else Metrics()
+    notes.extend(metrics.notes)
+
+    if results is not None and results.get("status") in RESULT_STATUSES:
+        status = results["status"]
+    elif results is not None:
+        status = "finished"
+        notes.append(f"results.json has no valid status ({results.get('status')!r}); taken as finished")
+    elif not os.path.exists(metrics_path) or not metrics.rows:
+        status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "no metrics"
+    else:
+        status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "crashed"
+    if status == "crashed" and not metrics.truncated:
+        notes.append(f"no results.json and nothing written for over {RUNNING_WINDOW_S // 60} min: "
+                     "killed or crashed (see its training_log.txt)")
+
+    res = results or {}
+    run = Run(path=path, config=config, results=results, metrics=metrics, status=status, notes=notes)
+    folder_match = RUN_FOLDER_RE.match(run.name)
+    run.model_name = (res.get("model_name") or config.get("model_name")
+                      or (folder_match.group(2) if folder_match else run.name))
+    run.started = _folder_date(run.name, config, path)
+    run.n_params = _number(res.get("n_params")) or _number(config.get("n_params"))
+    tok = res.get("tokenizer") or config.get("tokenizer_name") or config.get("tokenizer")
+    run.tokenizer = os.path.splitext(os.path.basename(str(tok)))[0] if tok else None
+    # Same ranks = same tokenizer, whatever the file is called; the name is the fallback.
+    run.tokenizer_id = (config.get("tokenizer_ranks_sha256") or config.get("tokenizer_sha256")
+                        or run.tokenizer)
+    run.seed = res.get("seed", config.get("seed"))
+    run.error = res.get("error")
+
+    def final_or_last(result_key, metric_col):
+        value = _number(res.get(result_key))
+        return value if value is not None else metrics.last(metric_col)
+
+    run.tokens = final_or_last("tokens", "tokens")
+    run.val_loss = final_or_last("final_val_loss", "val_loss")
+    run.val_bpb = final_or_last("final_val_bpb", "val_bpb")
+    run.wall_time_s = final_or_last("wall_time_s", "elapsed_s")
+    # a finished run's MFU is results.json's, even when that is null (one step: only the warm-up was measured)
+    run.mfu = _number(res["mfu"]) if "mfu" in res else metrics.last("mfu")
+    hellaswag = res.get("hellaswag") if isinstance(res.get("hellaswag"), dict) else {}
+    run.hs_acc_norm = _number(hellaswag.get("acc_norm"))
+    run.hs_n = _number(hellaswag.get("n"))
+    run.hs_ci = ci_interval(run.hs_acc_norm, hellaswag.get("acc_norm_ci95"))
+    if run.hs_acc_norm is None:
+        run.hs_acc_norm = metrics.last("hellaswag_acc_norm")
+    if run.hs_ci is None and run.hs_acc_norm is not None and run.hs_n:
+        # Normal-approximation 95% interval when the trainer reported n but no interval.
+        half = 1.96 * math.sqrt(run.hs_acc_norm * (1 - run.hs_acc_norm) / run.hs_n)
+        run.hs_ci = (run.hs_acc_norm - half, run.hs_acc_norm + half)
+    run.peak_mem_gb = _number(res.get("peak_mem_allocated_gb"))
+    run.peak_mem_is_rss = str(res.get("peak_mem_label", "")).lower().startswith("cpu")
+    gpu_name = res.get("gpu_name") or config.get("gpu_name")
+    # Devices the run used (world size), not how many the machine had (gpu_count).
+    count = (_number(res.get("world_size")) or _number(config.get("world_size"))
+             or _number(config.get("gpu_count")))
+    device = str(config.get("device", ""))
+    if gpu_name:
+        run.gpu = f"{gpu_name} ×{int(count)}" if count else str(gpu_name)
+    elif device.startswith("cpu") or device == "":
+        run.gpu = (f"CPU ×{int(count)}" if count else "CPU") if (device or count) else None
+    else:
+        run.gpu = device
+    return run
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Finding run folders
+
+def list_run_folders(experiments_dir):
+    """(run folders, notes about skipped sub-folders); a missing or empty folder is a UserError saying what to do."""
+    how = ("start a run with `python train_gpt.py ...` (it writes experiments/{date}_{model_name}/), "
+           "or point --experiments at the folder that holds your runs")
+    if not os.path.isdir(experiments_dir):
+        raise UserError(f"experiments folder {experiments_dir!r} does not exist: {how}")
+    runs, notes = [], []
+    for name in sorted(os.listdir(experiments_dir)):
+        path = os.path.join(experiments_dir, name)
+        if not os.path.isdir(path) or name.startswith("."):
+            continue
+        if is_run_folder(path):
+            runs.append(path)
+        else:
+            notes.append(f"skipped {path}: not a run folder (no {CONFIG_FILE}, {METRICS_FILE} or {RESULTS_FILE})")
+    if not runs:
+        raise UserError(f"no runs in {experiments_dir!r}: {how}")
+    return runs, notes
+
+
+def resolve_run(spec, experiments_dir):
+    """A run folder from a path, a folder name inside experiments_dir, or a unique part of a folder name."""
+    candidates = [spec, os.path.join(experiments_dir, spec)]
+    for path in candidates:
+        if os.path.isdir(path):
+            if not is_run_folder(path):
+                raise UserError(f"{path} is not a run folder (it has no {CONFIG_FILE}, {METRICS_FILE} or "
+                                f"{RESULTS_FILE}); pass a folder that train_gpt.py wrote")
+            return os.path.normpath(path)
+    names = sorted(n for n in os.listdir(experiments_dir)
+                   if is_run_folder(os.path.join(experiments_dir, n))) if os.path.isdir(experiments_dir) else []
+    matches = [n for n in names if spec in n]
+    if len(matches) == 1:
+        return os.path.join(experiments_dir, matches[0])
+    if len(matches) > 1:
+        raise UserError(f"run {spec!r} is ambiguous, it matches {len(matches)} runs: {', '.join(matches[:8])}; "
+                        "pass the full folder name")
+    listing = f"; runs in {experiments_dir}: {', '.join(names[:8])}" + (" ..." if len(names) > 8 else "") \
+        if names else f"; {experiments_dir} holds no runs"
+    raise UserError(f"no run folder {spec!r}: give a path or a folder name from {experiments_dir}{listing}")
+
+
+def resolve_runs(specs, experiments_dir):
+    """Expand run arguments (paths, names, globs the shell left unexpanded) into unique run folders, in order."""
+    paths, seen = [], set()
+    for spec in specs:
+        if glob.has_magic(spec):
+            found = sorted(p for p in glob.glob(spec) + glob.glob(os.path.join(experiments_dir, spec))
+                           if is_run_folder(p))
+            if not found:
+                raise UserError(f"no run folder matches {spec!r}; list the runs with `python compare_experiments.py`")
+        else:
+            found = [resolve_run(spec, experiments_dir)]
+        for path in found:
+            key = os.path.realpath(path)
+            if key not in seen:
+                seen.add(key)
+                paths.append(path)
+    return paths

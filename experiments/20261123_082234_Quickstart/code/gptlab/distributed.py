@@ -1,0 +1,149 @@
+"""torchrun's environment → (rank, world size, device, backend), once, for every script.
+
+Works unchanged for `python script.py` (one process, no process group), `torchrun --nproc_per_node=G` and
+multi-node `torchrun --nnodes=N --rdzv_backend=c10d ...`. CPU runs use gloo, CUDA runs NCCL. Every collective
+has a timeout, so a rank that dies makes the others fail with an error instead of hanging forever (torchrun
+also tears the whole group down when one worker exits non-zero).
+"""
+import datetime
+import os
+from dataclasses import dataclass
+
+from gptlab.errors import UserError
+
+DEFAULT_TIMEOUT_S = int(os.environ.get("GPTLAB_DIST_TIMEOUT_S", "600"))
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: "torch.device"  # noqa: F821 (torch is imported lazily)
+    backend: str | None  # None when running as a single plain process
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    @property
+    def is_distributed(self):
+        return self.backend is not None
+
+
+def local_ranks():
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) from torchrun's environment; (0, 1) for a plain process."""
+    return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def check_device_flag(requested):
+    """A --device value is auto, cpu, cuda or cuda:N (checked without importing torch)."""
+    if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
+        raise UserError(f"--device {requested!r} is not one of auto, cpu, cuda")
+
+
+def resolve_device(requested="auto", local_rank=None, local_world_size=None):
+    """'auto' → cuda:LOCAL_RANK when a GPU is visible, else cpu. An unavailable 'cuda' is a clear error.
+    local_rank / local_world_size default to torchrun's environment."""
+    import torch
+
+    check_device_flag(requested)
+    env_rank, env_world = local_ranks()
+    local_rank = env_rank if local_rank is None else local_rank
+    local_world_size = env_world if local_world_size is None else local_world_size
+    if requested.startswith("cuda:") and local_world_size > 1:
+        raise UserError(f"--device {requested} would put all {local_world_size} ranks of this node on one GPU; "
+                        "pass --device cuda (each rank takes the GPU of its LOCAL_RANK) and choose the GPUs with "
+                        "CUDA_VISIBLE_DEVICES")
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+        if requested == "cuda":
+            requested = f"cuda:{local_rank % torch.cuda.device_count()}"
+    return torch.device(requested)
+
+
+def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
+    """Read torchrun's environment, pick the device, and start the process group when world size > 1."""
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank, _ = local_ranks()
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    backend = None
+    if world_size > 1:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+            dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return DistContext(rank, local_rank, world_size, dev, backend)
+
+
+def cleanup(ctx):
+    import torch.distributed as dist
+
+    if ctx.is_distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(ctx):
+    import torch.distributed as dist
+
+    if ctx.is_distributed:
+        dist.barrier()
+
+
+def broadcast_object(ctx, obj, src=0):
+    """Rank src's Python object on every rank (identity when not distributed)."""
+    import torch.distributed as dist
+
+    if not ctx.is_distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather_objects(ctx, obj):
+    """List of every rank's object, in rank order."""
+    import torch.distributed as dist
+
+    if not ctx.is_distributed:
+        return [obj]
+    out = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_parameters(ctx, model, src=0):
+    """Every rank gets rank src's parameters (in place; nothing to do when not distributed)."""
+    import torch.distributed as dist
+
+    if ctx.is_distributed:
+        for p in model.parameters():
+            dist.broadcast(p.data, src=src)
+
+
+def all_reduce_sum(ctx, tensor):
+    """In-place sum over ranks; returns the tensor for chaining."""
+    import torch.distributed as dist
+
+    if ctx.is_distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def default_workers():
+    """All cores of this rank: cpu count divided by the ranks sharing this machine."""
+    _, local_world = local_ranks()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, local_world))

@@ -1,0 +1,296 @@
+"""The tokenizer file: one owner for its format, its safe loading and its naming.
+
+A tokenizer is a pickle of plain Python values (str, bytes, int, float, bool, None, list, tuple, dict):
+
+    format="gptlab-tokenizer", format_version=1,
+    pat_str, pattern_name, mergeable_ranks {bytes: id}, special_tokens {str: id}, merges [[left_id, right_id], ...],
+    vocabsize (merges + 256, excluding special tokens), metadata {...}, script_content (the trainer's source)
+
+gpt-lab's older pickles ({pat_str, mergeable_ranks, script_content}, `<|endoftext|>` = len(mergeable_ranks)) load too.
+Loading never executes code: the unpickler refuses every global, so a pickle that carries anything but plain
+values (a class, a function, `os.system`, ...) is rejected.
+"""
+import glob
+import hashlib
+import io
+import os
+import pickle
+from collections import Counter
+from dataclasses import dataclass
+
+from gptlab.errors import UserError
+from gptlab.fileio import atomic_write
+
+TOKENIZER_DIR = "tokenizers"
+FORMAT_NAME = "gptlab-tokenizer"
+FORMAT_VERSION = 1
+EOT = "<|endoftext|>"
+
+# GPT-4 (cl100k) split pattern, as used by minbpe / nanochat / gpt-lab, and the GPT-2 pattern.
+PATTERNS = {
+    "gpt4": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""",
+    "gpt2": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+}
+
+MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
+
+
+def split_pattern_problem(pat):
+    """None when `pat` can split text (compiles with `regex`, never matches the empty string), else
+    ("invalid", error) or ("empty", None)."""
+    import regex
+
+    try:
+        compiled = regex.compile(pat)
+    except regex.error as err:
+        return "invalid", err
+    return ("empty", None) if compiled.fullmatch("") is not None else None
+
+
+def resolve_pattern(pattern):
+    """'gpt4' | 'gpt2' | a regex → (name, pattern string); a regex that does not compile is a UserError."""
+    name, pat = (pattern, PATTERNS[pattern]) if pattern in PATTERNS else ("custom", pattern)
+    problem = split_pattern_problem(pat)
+    if problem and problem[0] == "invalid":
+        raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({problem[1]})")
+    if problem:
+        raise UserError(f"--pattern {pattern!r} matches the empty string, so it cannot split text; fix the regex")
+    import tiktoken
+
+    try:  # the saved tokenizer (and the --demo) encode with tiktoken, whose regex engine knows less syntax
+        tiktoken.Encoding("pattern_check", pat_str=pat, mergeable_ranks={bytes([i]): i for i in range(256)},
+                          special_tokens={})
+    except ValueError as err:
+        raise UserError(f"--pattern {pattern!r} is a valid regex but tiktoken cannot use it ({err}); "
+                        "rewrite it without that syntax, or use gpt4 / gpt2") from None
+    return name, pat
+
+
+def tokenizer_filename(name, vocabsize, samples):
+    return f"{name}_v{vocabsize}_n{samples}.pkl"
+
+
+def ranks_sha256(mergeable_ranks):
+    """A hash of the vocabulary (bytes → id), independent of metadata: two files that encode alike agree."""
+    h = hashlib.sha256()
+    for token, rank in sorted(mergeable_ranks.items(), key=lambda kv: kv[1]):
+        h.update(rank.to_bytes(8, "little"))
+        h.update(len(token).to_bytes(4, "little"))
+        h.update(token)
+    return h.hexdigest()
+
+
+def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, special_tokens, metadata,
+                   script_content, overwrite=False):
+    """Write the tokenizer pickle and a readable `<stem>.merges.txt` next to it, both atomically."""
+    payload = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "pat_str": pat_str,
+        "pattern_name": pattern_name,
+        "mergeable_ranks": dict(mergeable_ranks),
+        "special_tokens": dict(special_tokens),
+        "merges": [[int(a), int(b)] for a, b in merges],
+        "vocabsize": 256 + len(merges),
+        "metadata": dict(metadata),
+        "script_content": script_content,
+    }
+    merges_path = merges_txt_path(path)
+    with atomic_write(path, "wb", overwrite=overwrite) as f:
+        pickle.dump(payload, f, protocol=4)
+    with atomic_write(merges_path, "w", overwrite=True) as f:
+        f.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
+    return path
+
+
+def merges_txt_path(pkl_path):
+    return os.path.splitext(pkl_path)[0] + ".merges.txt"
+
+
+def format_merges(merges, mergeable_ranks, counts=None):
+    """One line per merge: rank, left part, right part, new token, count (bytes shown as Python literals)."""
+    id_to_bytes = token_bytes_by_id(merges)
+    lines = ["# rank\tleft\tright\tnew_token\tcount"]
+    for k, (a, b) in enumerate(merges):
+        count = counts[k] if counts is not None else ""
+        lines.append(f"{256 + k}\t{id_to_bytes[a]!r}\t{id_to_bytes[b]!r}\t{id_to_bytes[256 + k]!r}\t{count}")
+    return "\n".join(lines) + "\n"
+
+
+def token_bytes_by_id(merges):
+    """List id → bytes for the 256 byte tokens and every merge (a merge's id is 256 + its index)."""
+    vocab = [bytes([i]) for i in range(256)]
+    for a, b in merges:
+        vocab.append(vocab[a] + vocab[b])
+    return vocab
+
+
+# ---------------------------------------------------------------------------------------------- safe loading
+_ALLOWED_GLOBALS = {("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
+                    ("collections", "OrderedDict")}
+
+
+class _RefusedGlobal(pickle.UnpicklingError):
+    """The pickle names a class or function: loading it could run code."""
+
+
+class _PlainValuesUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _ALLOWED_GLOBALS:
+            return super().find_class(module, name)
+        raise _RefusedGlobal(f"refusing to load global {module}.{name}: a tokenizer holds plain values only")
+
+
+def safe_unpickle(data, source="<bytes>"):
+    """Unpickle plain Python values only; anything that would import or call code is a UserError."""
+    try:
+        return _PlainValuesUnpickler(io.BytesIO(data)).load()
+    except Exception as err:
+        if not data.startswith(b"\x80"):  # pickles of protocol 2+ (all of ours, gpt-lab's) start with PROTO
+            raise UserError(f"{source} is not a tokenizer: not a pickle file at all; pass a .pkl written by "
+                            "train_tokenizer.py") from None
+        if isinstance(err, _RefusedGlobal):
+            raise UserError(f"{source} is not a safe tokenizer pickle ({str(err).rstrip('.')}); only load "
+                            "tokenizers you trust, or retrain it with train_tokenizer.py") from None
+        raise UserError(f"{source} is not a tokenizer pickle ({type(err).__name__}: {err}); "  # e.g. truncated
+                        "retrain it with train_tokenizer.py") from None
+
+
+def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
+    """A path, or a file name inside tokenizers/ (with or without .pkl)."""
+    candidates = [name_or_path, os.path.join(tokenizer_dir, name_or_path),
+                  os.path.join(tokenizer_dir, name_or_path + ".pkl")]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    have = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tokenizer_dir, "*.pkl")))
+    where = os.path.abspath(tokenizer_dir)  # relative to the current folder: say which one was searched
+    hint = f"available in {where}/: {', '.join(have)}" if have else f"{where}/ has no tokenizers yet"
+    raise UserError(f"tokenizer {name_or_path!r} not found ({hint}); train one with train_tokenizer.py")
+
+
+def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
+    """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults)."""
+    path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise UserError(f"tokenizer {path} is not readable ({err.strerror or err}); check its permissions "
+                        "(chmod a+r) or retrain it with train_tokenizer.py") from None
+    data = safe_unpickle(raw, path)
+    if not isinstance(data, dict) or "pat_str" not in data or "mergeable_ranks" not in data:
+        raise UserError(f"{path} is a pickle but not a tokenizer (it needs pat_str and mergeable_ranks); "
+                        "train one with train_tokenizer.py")
+    ranks = data["mergeable_ranks"]
+    if not isinstance(ranks, dict) or not all(isinstance(k, bytes) and isinstance(v, int) for k, v in ranks.items()):
+        raise UserError(f"{path}: mergeable_ranks must map bytes to int; the file is damaged, retrain it "
+                        "with train_tokenizer.py")
+    out = dict(data)
+    out.setdefault("format", "gpt-lab-legacy")
+    out.setdefault("pattern_name", "custom")
+    out.setdefault("special_tokens", {EOT: len(ranks)})
+    out.setdefault("vocabsize", len(ranks))
+    out.setdefault("metadata", {})
+    out.setdefault("script_content", "")
+    check_tokenizer_dict(out, path)
+    out["path"] = path
+    return out
+
+
+def _is_id(value):
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VOCAB
+
+
+def check_tokenizer_dict(data, source):
+    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source`), never a panic."""
+    def damaged(problem):
+        return UserError(f"{source} is damaged: {problem}; retrain it with train_tokenizer.py")
+
+    pat_str = data["pat_str"]
+    if not isinstance(pat_str, str):
+        raise damaged(f"pat_str is a {type(pat_str).__name__}, not a regex string")
+    problem = split_pattern_problem(pat_str)
+    if problem and problem[0] == "invalid":
+        raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({problem[1]})")
+    if problem:
+        raise damaged(f"pat_str {pat_str[:80]!r} matches the empty string, so it cannot split text")
+    ranks = data["mergeable_ranks"]
+    if not all(_is_id(v) for v in ranks.values()):
+        bad = next(v for v in ranks.values() if not _is_id(v))
+        raise damaged(f"mergeable_ranks holds the id {bad!r}; ids must be ints from 0 to {MAX_VOCAB}")
+    missing = [i for i in range(256) if bytes([i]) not in ranks]
+    if missing:
+        raise damaged(f"mergeable_ranks lacks {len(missing)} of the 256 single bytes (first: {bytes(missing[:1])!r}), "
+                      "so some text could not be encoded")
+    rank_ids = set(ranks.values())
+    if len(rank_ids) != len(ranks):
+        dup = Counter(ranks.values()).most_common(1)[0][0]
+        raise damaged(f"mergeable_ranks gives the id {dup} to more than one token")
+    special = data["special_tokens"]
+    if not isinstance(special, dict) or not all(isinstance(k, str) and _is_id(v) for k, v in special.items()):
+        raise damaged(f"special_tokens must map str to int ids from 0 to {MAX_VOCAB}, got {str(special)[:120]}")
+    special_counts = Counter(special.values())
+    clashes = sorted(tok for tok, v in special.items() if v in rank_ids or special_counts[v] > 1)
+    if clashes:
+        raise damaged(f"the id of special token {', '.join(clashes)} collides with another token's id")
+
+
+def encoding_from_dict(data, name=None):
+    """A tiktoken.Encoding from a tokenizer dict (fast encode_ordinary / decode / eot_token / n_vocab).
+
+    What tiktoken still refuses (a regex its engine cannot parse, a Rust panic) is a UserError naming the file."""
+    import tiktoken
+
+    source = data.get("path", "the tokenizer")
+    name = name or os.path.splitext(os.path.basename(data.get("path", "gptlab")))[0]
+    try:
+        return tiktoken.Encoding(name=name, pat_str=data["pat_str"], mergeable_ranks=data["mergeable_ranks"],
+                                 special_tokens=data["special_tokens"])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # ValueError, or pyo3_runtime.PanicException (a BaseException) from the Rust core
+        raise UserError(f"{source}: tiktoken cannot build an encoder from it ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0][:200] if str(err) else ''}); retrain it with train_tokenizer.py"
+                        ) from None
+
+
+def load_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
+    """The project's one loader: name or path → tiktoken.Encoding."""
+    return encoding_from_dict(read_tokenizer_file(name_or_path, tokenizer_dir))
+
+
+def eot_id(data):
+    """The `<|endoftext|>` id of a tokenizer dict."""
+    if EOT not in data["special_tokens"]:
+        raise UserError(f"{data.get('path', 'tokenizer')} has no {EOT} special token, which documents need")
+    return data["special_tokens"][EOT]
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A tokenizer file, loaded and checked: its Encoding and what a training run records about it."""
+    encoding: "tiktoken.Encoding"  # noqa: F821 (tiktoken is imported lazily)
+    eot: int  # the <|endoftext|> id: documents start with it
+    name: str  # the file's stem, e.g. quickstart_v1000_n400000: the shard folders' suffix
+    path: str
+    ranks_sha256: str  # identifies the merges, whatever the file is called
+    train_script: str  # the trainer's source, kept in the pickle
+
+    def model_vocab_size(self, requested=None):
+        """Embedding rows for a model of this tokenizer: `requested`, checked, or the tokenizer's n_vocab."""
+        n_vocab = self.encoding.n_vocab
+        if requested is None:
+            return n_vocab
+        if requested < n_vocab:
+            raise UserError(f"--vocab_size {requested} is smaller than the tokenizer's vocabulary: {self.name} has "
+                            f"{n_vocab} ids including special tokens; pass --vocab_size {n_vocab}")
+        return requested
+
+
+def open_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
+    """A name (in tokenizers/) or path → LoadedTokenizer; every problem with the file is one UserError."""
+    data = read_tokenizer_file(name_or_path, tokenizer_dir)
+    return LoadedTokenizer(encoding=encoding_from_dict(data), eot=eot_id(data),
+                           name=os.path.splitext(os.path.basename(data["path"]))[0], path=data["path"],
+                           ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=data["script_content"])

@@ -1,0 +1,1483 @@
+# ===== train_tokenizer.py =====
+"""Train an exact byte-level BPE tokenizer → tokenizers/{name}_v{vocabsize}_n{samples}.pkl (+ .merges.txt).
+
+    python   train_tokenizer.py --samples 100000 --vocabsize 1000 --name readmetokenizer --demo
+    python   train_tokenizer.py --input data/sample/fineweb_edu_150docs.jsonl --samples 500000 --vocabsize 2048
+    torchrun --nproc_per_node=G train_tokenizer.py --samples 1000000000 --vocabsize 65534 --name gpt4regex
+
+--samples counts characters of text: with --input, the first --samples characters of the files, whatever the
+world size; streamed from the Hub, --samples / world_size per rank. --vocabsize counts the 256 bytes plus the
+merges (the one special token, <|endoftext|>, gets id vocabsize). Every rank pre-tokenizes its own share of the
+documents with --workers processes, the deduplicated (pre-token → count) tables are combined exactly, and the
+merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
+The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.
+"""
+import argparse
+import os
+import time
+
+from gptlab.bpe.train import DATASET_CONFIG
+from gptlab.cli import HelpFormatter
+from gptlab.errors import UserError, run_cli
+
+
+def parse_args(argv=None):
+    from gptlab.text_sources import HUB_DATASETS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
+    ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
+    ap.add_argument("--name", default="tokenizer", help="file name prefix")
+    ap.add_argument("--input", nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
+                    "without it FineWeb(-Edu) is streamed from the HuggingFace Hub")
+    ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb",
+                    help=f"Hub dataset when no --input is given (config {DATASET_CONFIG})")
+    ap.add_argument("--seed", type=int, default=0, help="shuffle seed of the streamed dataset")
+    ap.add_argument("--pattern", default="gpt4", help="pre-tokenization regex: gpt4, gpt2 or a regex")
+    ap.add_argument("--device", default="auto",
+                    help="where the merge loop runs: auto (the CPU's C loop, which beats a GPU at this job; a GPU "
+                         "only with --engine torch or without a C compiler), cpu, cuda or cuda:N")
+    ap.add_argument("--engine", choices=["auto", "native", "python", "torch"], default="auto",
+                    help="merge loop: auto = native (C, built on first use) or else python on CPU, torch on "
+                         "CUDA; all give identical merges")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="pre-tokenization processes per rank (default: this rank's share of the cores)")
+    ap.add_argument("--out", default="tokenizers", help="output folder")
+    ap.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
+    ap.add_argument("--demo", action="store_true", help="print a sample coloured by token during training")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    from gptlab.bpe.train import train_tokenizer
+    from gptlab.tokenizer import EOT, tokenizer_filename
+
+    t0 = time.time()
+    args = parse_args(argv)
+    if "/" in args.name or not args.name.strip():
+        raise UserError(f"--name {args.name!r} must be a plain file name prefix (no '/')")
+    out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
+    trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
+                              vocabsize=args.vocabsize, pattern=args.pattern, device=args.device, engine=args.engine,
+                              workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite)
+    if trained.is_main:
+        meta = trained.metadata
+        dup = f", {meta['duplicates']} duplicate byte strings" if meta["duplicates"] else ""
+        print(f"wrote {out_path} ({args.vocabsize} tokens + {EOT}, {meta['chars_used']:,} characters, "
+              f"{meta['docs']:,} documents{dup}) in {time.time() - t0:.1f}s", flush=True)
+    return out_path
+
+
+if __name__ == "__main__":
+    run_cli(main)
+
+# ===== gptlab/bpe/__init__.py =====
+"""Exact byte-level BPE training (issue 2).
+
+pretokenize.py  documents → deduplicated {pre-token bytes: count}, in parallel worker processes
+trainer.py      the exact merge rule; `train_merges_python` (reference-grade, no torch) and `train_merges_torch`
+                (vectorised, any device: the --device cuda path)
+native.py       the same loop in C (merge_loop.c, compiled on first use): the default CPU engine
+demo.py         --demo rendering of a sample coloured by token
+train.py        a whole run in one call, `train_tokenizer(...)`: settings, engine/device choice, character budget,
+                pre-tokenization, exact combining across ranks, merge loop, cross-rank check, metadata, save
+Every engine gives identical merges; train_tokenizer.py is the command line over train.py.
+"""
+
+# ===== gptlab/bpe/demo.py =====
+"""--demo: show a sample text coloured by token (ANSI background colours) while the merges are learned."""
+
+# 256-colour background codes that keep black text readable
+_COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
+
+
+def encode_with_merges(text, pattern, merges):
+    """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
+    a tiktoken Encoding of their ranks (the earliest id wins for duplicate byte strings, as in the trainer)."""
+    from gptlab.bpe.trainer import finish_result
+    from gptlab.tokenizer import encoding_from_dict
+
+    ranks = finish_result(merges, counts=[]).mergeable_ranks
+    encoding = encoding_from_dict({"pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": {}},
+                                  name=f"demo_{len(merges)}")
+    return [encoding.decode_single_token_bytes(token) for token in encoding.encode_ordinary(text)]
+
+
+def render(text, pattern, merges):
+    """The sample with each token on its own background colour, plus a token count line."""
+    tokens = encode_with_merges(text, pattern, merges)
+    parts, pending, colour = [], b"", 0
+    for token in tokens:
+        pending += token
+        try:  # a token may end inside a UTF-8 character: colour it together with the next one(s)
+            shown = pending.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(pending) < 4:
+                continue
+            shown = pending.decode("utf-8", errors="replace")
+        pending = b""
+        shown = shown.replace("\n", "\\n\n")
+        parts.append(f"\x1b[48;5;{_COLOURS[colour % len(_COLOURS)]}m\x1b[30m{shown}\x1b[0m")
+        colour += 1
+    if pending:
+        parts.append(pending.decode("utf-8", errors="replace"))
+    n_bytes = len(text.encode("utf-8"))
+    ratio = n_bytes / max(1, len(tokens))
+    return (f"--- after {len(merges)} merges: {len(tokens)} tokens for {n_bytes} bytes "
+            f"({ratio:.2f} bytes/token) ---\n" + "".join(parts) + "\n")
+
+# ===== gptlab/bpe/merge_loop.c =====
+/* The exact BPE merge loop of gptlab/bpe/trainer.py (train_merges_python), in C for speed.
+ *
+ * Same rule, same data structures, same results (tests compare them on every corpus):
+ *   words      flat int32 ids, word w at [start[w], start[w] + len[w]), rewritten in place (merges only shrink)
+ *   pairs      open-addressing hash table (key = left << 32 | right) → slot: 64-bit count + list of words that
+ *              held the pair (appended lazily; stale or repeated entries are skipped when the pair is merged)
+ *   heap       lazy max-heap of (count, slot): counts of existing pairs only decrease, so a stale top entry is
+ *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)), then smallest ids.
+ * Built at run time by gptlab/bpe/native.py (cc -O2 -shared); without a C compiler the Python loop is used.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { int64_t key; int64_t count; int32_t *words; int32_t n_words, cap_words, last_step; } Slot;
+typedef struct { int64_t count; int32_t slot; } Entry;
+
+static Slot *slots; static int64_t n_slots, cap_slots;       /* slot storage (never deleted)          */
+static int32_t *table; static int64_t table_mask;           /* hash → slot index + 1 (0 = empty)      */
+static Entry *heap; static int64_t heap_len, heap_cap;
+static uint8_t *tok_bytes; static int64_t tok_bytes_len, tok_bytes_cap;
+static int64_t *tok_off; static int32_t *tok_len;           /* token id → its bytes                   */
+
+static uint64_t hash64(uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return x; }
+
+static int grow_table(void) {
+    int64_t new_size = (table_mask + 1) * 2;
+    int32_t *t = calloc(new_size, sizeof(int32_t));
+    if (!t) return -1;
+    for (int64_t s = 0; s < n_slots; s++) {
+        uint64_t h = hash64(slots[s].key) & (new_size - 1);
+        while (t[h]) h = (h + 1) & (new_size - 1);
+        t[h] = (int32_t)(s + 1);
+    }
+    free(table); table = t; table_mask = new_size - 1;
+    return 0;
+}
+
+/* slot of pair (a, b), created with count 0 when absent; -1 on out of memory */
+static int64_t slot_of(int32_t a, int32_t b) {
+    int64_t key = ((int64_t)a << 32) | (uint32_t)b;
+    uint64_t h = hash64(key) & table_mask;
+    while (table[h]) {
+        if (slots[table[h] - 1].key == key) return table[h] - 1;
+        h = (h + 1) & table_mask;
+    }
+    if (n_slots == cap_slots) {
+        int64_t cap = cap_slots * 2;
+        Slot *s = realloc(slots, cap * sizeof(Slot));
+        if (!s) return -1;
+        slots = s; cap_slots = cap;
+    }
+    Slot *s = &slots[n_slots];
+    s->key = key; s->count = 0; s->words = NULL; s->n_words = 0; s->cap_words = 0; s->last_step = -1;
+    table[h] = (int32_t)(n_slots + 1);
+    n_slots++;
+    if (n_slots * 2 > table_mask + 1 && grow_table()) return -1;
+    return n_slots - 1;
+}
+
+static int add_word(Slot *s, int32_t w) {
+    if (s->n_words && s->words[s->n_words - 1] == w) return 0;
+    if (s->n_words == s->cap_words) {
+        int32_t cap = s->cap_words ? s->cap_words * 2 : 2;
+        int32_t *p = realloc(s->words, (size_t)cap * sizeof(int32_t));
+        if (!p) return -1;
+        s->words = p; s->cap_words = cap;
+    }
+    s->words[s->n_words++] = w;
+    return 0;
+}
+
+/* >0 when pair slot x ranks above y: larger count, then greater (bytes(left), bytes(right)), then smaller ids */
+static int cmp_tokens(int32_t x, int32_t y) {
+    int32_t lx = tok_len[x], ly = tok_len[y];
+    int c = memcmp(tok_bytes + tok_off[x], tok_bytes + tok_off[y], lx < ly ? lx : ly);
+    if (c) return c;
+    return (lx > ly) - (lx < ly);
+}
+static int above(Entry x, Entry y) {
+    if (x.count != y.count) return x.count > y.count;
+    int64_t kx = slots[x.slot].key, ky = slots[y.slot].key;
+    int32_t ax = (int32_t)(kx >> 32), bx = (int32_t)(kx & 0xffffffff);
+    int32_t ay = (int32_t)(ky >> 32), by = (int32_t)(ky & 0xffffffff);
+    int c = cmp_tokens(ax, ay);
+    if (!c) c = cmp_tokens(bx, by);
+    if (c) return c > 0;
+    return kx < ky;
+}
+
+static int heap_push(int64_t count, int32_t slot) {
+    if (heap_len == heap_cap) {
+        int64_t cap = heap_cap * 2;
+        Entry *h = realloc(heap, cap * sizeof(Entry));
+        if (!h) return -1;
+        heap = h; heap_cap = cap;
+    }
+    Entry e = {count, slot};
+    int64_t i = heap_len++;
+    while (i > 0) {
+        int64_t parent = (i - 1) / 2;
+        if (!above(e, heap[parent])) break;
+        heap[i] = heap[parent]; i = parent;
+    }
+    heap[i] = e;
+    return 0;
+}
+
+static void heap_sift_down(int64_t i) {
+    Entry e = heap[i];
+    for (;;) {
+        int64_t child = 2 * i + 1;
+        if (child >= heap_len) break;
+        if (child + 1 < heap_len && above(heap[child + 1], heap[child])) child++;
+        if (!above(heap[child], e)) break;
+        heap[i] = heap[child]; i = child;
+    }
+    heap[i] = e;
+}
+
+static void heap_pop(void) {
+    heap[0] = heap[--heap_len];
+    if (heap_len) heap_sift_down(0);
+}
+
+static void free_all(void) {
+    for (int64_t s = 0; s < n_slots; s++) free(slots[s].words);
+    free(slots); free(table); free(heap); free(tok_bytes); free(tok_off); free(tok_len);
+    slots = NULL; table = NULL; heap = NULL; tok_bytes = NULL; tok_off = NULL; tok_len = NULL;
+}
+
+typedef int (*progress_fn)(int32_t merges_done);
+
+/* Returns merges done (< num_merges when pairs ran out), -1 on out of memory, -2 when progress asked to stop.
+ * ids: flat word ids (modified), start/len: per word, weight: per word count.
+ * out_pairs[2k], out_pairs[2k+1]: merge k; out_counts[k]: its count. progress(k) every `report_every` merges. */
+int64_t bpe_train(int32_t *ids, const int64_t *start, int32_t *len, const int64_t *weight, int64_t n_words,
+                  int32_t num_merges, int32_t *out_pairs, int64_t *out_counts, progress_fn progress,
+                  int32_t report_every) {
+    int64_t result = -1, done = 0;
+    int32_t *touched = NULL; int64_t n_touched = 0, cap_touched = 1024;
+    n_slots = 0; cap_slots = 1 << 16; heap_len = 0; heap_cap = 1 << 16;
+    table_mask = (1 << 17) - 1;
+    slots = malloc(cap_slots * sizeof(Slot)); table = calloc(table_mask + 1, sizeof(int32_t));
+    heap = malloc(heap_cap * sizeof(Entry)); touched = malloc(cap_touched * sizeof(int32_t));
+    int32_t n_tokens = 256 + num_merges;
+    tok_off = malloc(n_tokens * sizeof(int64_t)); tok_len = malloc(n_tokens * sizeof(int32_t));
+    tok_bytes_cap = 1 << 16; tok_bytes = malloc(tok_bytes_cap);
+    if (!slots || !table || !heap || !touched || !tok_off || !tok_len || !tok_bytes) goto out;
+    for (int i = 0; i < 256; i++) { tok_bytes[i] = (uint8_t)i; tok_off[i] = i; tok_len[i] = 1; }
+    tok_bytes_len = 256;
+
+    for (int64_t w = 0; w < n_words; w++) {
+        int32_t *word = ids + start[w];
+        for (int32_t i = 0; i + 1 < len[w]; i++) {
+            int64_t s = slot_of(word[i], word[i + 1]);
+            if (s < 0 || add_word(&slots[s], (int32_t)w)) goto out;
+            slots[s].count += weight[w];
+        }
+    }
+    for (int64_t s = 0; s < n_slots; s++)
+        if (heap_push(slots[s].count, (int32_t)s)) goto out;
+
+    for (done = 0; done < num_merges; done++) {
+        /* lazy max: re-push stale entries until the top holds a current count */
+        while (heap_len) {
+            Entry top = heap[0];
+            int64_t current = slots[top.slot].count;
+            if (current == top.count) break;
+            if (current > 0) { heap[0].count = current; heap_sift_down(0); }
+            else heap_pop();
+        }
+        if (!heap_len) break;
+        Entry best = heap[0];
+        heap_pop();
+        int32_t best_slot = best.slot;
+        int32_t a = (int32_t)(slots[best_slot].key >> 32), b = (int32_t)(slots[best_slot].key & 0xffffffff);
+        int32_t new_id = 256 + (int32_t)done;
+        out_pairs[2 * done] = a; out_pairs[2 * done + 1] = b; out_counts[done] = best.count;
+        /* the new token's bytes */
+        int32_t nl = tok_len[a] + tok_len[b];
+        if (tok_bytes_len + nl > tok_bytes_cap) {
+            int64_t cap = (tok_bytes_len + nl) * 2;
+            uint8_t *p = realloc(tok_bytes, cap);
+            if (!p) goto out;
+            tok_bytes = p; tok_bytes_cap = cap;
+        }
+        memcpy(tok_bytes + tok_bytes_len, tok_bytes + tok_off[a], tok_len[a]);
+        memcpy(tok_bytes + tok_bytes_len + tok_len[a], tok_bytes + tok_off[b], tok_len[b]);
+        tok_off[new_id] = tok_bytes_len; tok_len[new_id] = nl; tok_bytes_len += nl;
+
+        int32_t *word_list = slots[best_slot].words; int32_t n_list = slots[best_slot].n_words;
+        slots[best_slot].words = NULL; slots[best_slot].n_words = slots[best_slot].cap_words = 0;
+        n_touched = 0;
+        for (int32_t li = 0; li < n_list; li++) {
+            int32_t w = word_list[li];
+            int32_t *word = ids + start[w];
+            int32_t n = len[w], out_n = 0, i = 0;
+            int64_t wt = weight[w];
+            int changed = 0;
+            while (i < n) {
+                if (i + 1 < n && word[i] == a && word[i + 1] == b) {
+                    changed = 1;
+                    if (out_n) { /* left neighbour: (prev, a) → (prev, new_id) */
+                        int32_t prev = word[out_n - 1];
+                        int64_t s = slot_of(prev, a);
+                        if (s < 0) goto out;
+                        slots[s].count -= wt;
+                        s = slot_of(prev, new_id);
+                        if (s < 0) goto out;
+                        slots[s].count += wt;
+                    }
+                    if (i + 2 < n) { /* right neighbour: (b, next) → (new_id, next) */
+                        int32_t next = word[i + 2];
+                        int64_t s = slot_of(b, next);
+                        if (s < 0) goto out;
+                        slots[s].count -= wt;
+                        s = slot_of(new_id, next);
+                        if (s < 0) goto out;
+                        slots[s].count += wt;
+                    }
+                    word[out_n++] = new_id;
+                    i += 2;
+                } else {
+                    word[out_n++] = word[i++];
+                }
+            }
+            if (!changed) continue;
+            len[w] = out_n;
+            for (int32_t j = 0; j + 1 < out_n; j++) {
+                if (word[j] != new_id && word[j + 1] != new_id) continue;
+                int64_t s = slot_of(word[j], word[j + 1]);
+                if (s < 0 || add_word(&slots[s], w)) goto out;
+                if (slots[s].last_step != (int32_t)done) {
+                    slots[s].last_step = (int32_t)done;
+                    if (n_touched == cap_touched) {
+                        int32_t *p = realloc(touched, 2 * cap_touched * sizeof(int32_t));
+                        if (!p) goto out;
+                        touched = p; cap_touched *= 2;
+                    }
+                    touched[n_touched++] = (int32_t)s;
+                }
+            }
+        }
+        free(word_list);
+        slots[best_slot].count = 0;
+        for (int64_t t = 0; t < n_touched; t++)  /* brand-new pairs enter the heap with their final count */
+            if (slots[touched[t]].count > 0 && heap_push(slots[touched[t]].count, touched[t])) goto out;
+        if (progress && (done + 1) % report_every == 0 && progress((int32_t)(done + 1))) { result = -2; goto out; }
+    }
+    result = done;
+out:
+    free(touched);
+    free_all();
+    return result;
+}
+
+# ===== gptlab/bpe/native.py =====
+"""The C merge loop (merge_loop.c): compiled on first use with the system C compiler, loaded with ctypes.
+
+It implements exactly `trainer.train_merges_python` (tests compare the two on every corpus) and is the default
+CPU engine when a compiler is available; otherwise `available()` is False and the Python loop runs instead.
+The shared library is cached per source hash in $GPTLAB_CACHE (default ~/.cache/gptlab).
+"""
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from gptlab.errors import UserError
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "merge_loop.c")
+_lib = None
+_error = None
+_PROGRESS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32)
+
+
+def _cache_dir():
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "gptlab")
+    return os.environ.get("GPTLAB_CACHE", default)
+
+
+def _build():
+    with open(_SOURCE, "rb") as f:
+        source = f.read()
+    digest = hashlib.sha256(source + sys.version.encode()).hexdigest()[:16]
+    path = os.path.join(_cache_dir(), f"bpe_merge_loop_{digest}.so")
+    if not os.path.exists(path):
+        compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if compiler is None:
+            raise OSError("no C compiler (cc, gcc or clang) found")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+        os.close(fd)
+        try:
+            proc = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", tmp, _SOURCE],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise OSError(f"{compiler} failed: {proc.stderr.strip()[:500]}")
+            os.replace(tmp, path)  # atomic: concurrent ranks may build at the same time
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    lib = ctypes.CDLL(path)
+    lib.bpe_train.restype = ctypes.c_int64
+    lib.bpe_train.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                              ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, _PROGRESS, ctypes.c_int32]
+    return lib
+
+
+def available():
+    """True when the C loop could be built and loaded (the reason is kept for `unavailable_reason`)."""
+    global _lib, _error
+    if _lib is None and _error is None:
+        try:
+            _lib = _build()
+        except OSError as err:
+            _error = str(err)
+    return _lib is not None
+
+
+def unavailable_reason():
+    available()
+    return _error
+
+
+class _MergesView:
+    """Read-only sequence of the first `n` merges in the output buffer (what on_merge callbacks receive)."""
+
+    def __init__(self, pairs, n):
+        self.pairs, self.n = pairs, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, k):
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        return int(self.pairs[2 * k]), int(self.pairs[2 * k + 1])
+
+    def __iter__(self):
+        return iter([tuple(p) for p in self.pairs[:2 * self.n].reshape(-1, 2).tolist()])
+
+
+def train_merges_native(word_counts, num_merges, progress=None, on_merge=None):
+    """Exact BPE with the C loop → trainer.MergeResult (same contract as train_merges_python)."""
+    import numpy as np
+
+    from gptlab.bpe.trainer import _out_of_pairs, finish_result
+
+    if not available():
+        raise RuntimeError(f"the C merge loop is unavailable: {_error}")
+    words = [w for w in word_counts if len(w) >= 2]
+    lengths = np.fromiter((len(w) for w in words), dtype=np.int32, count=len(words))
+    starts = np.zeros(len(words), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    ids = np.frombuffer(b"".join(words), dtype=np.uint8).astype(np.int32)
+    weights = np.fromiter((word_counts[w] for w in words), dtype=np.int64, count=len(words))
+    if len(weights) and int(weights.max()) >= 2**62:
+        raise UserError("a pre-token occurs more than 2**62 times; the C loop counts in 64 bits, use --engine python")
+    out_pairs = np.zeros(2 * max(num_merges, 1), dtype=np.int32)
+    out_counts = np.zeros(max(num_merges, 1), dtype=np.int64)
+    state = {"reported": 0}
+
+    def report(done):
+        if progress is not None:
+            progress(done - state["reported"])
+            state["reported"] = done
+        if on_merge is not None:  # a view, not a copy: this runs after every merge
+            on_merge(done - 1, _MergesView(out_pairs, done))
+        return 0
+
+    callback = _PROGRESS(report)
+    every = 1 if on_merge is not None else 256
+    done = _lib.bpe_train(ids.ctypes.data, starts.ctypes.data, lengths.ctypes.data, weights.ctypes.data,
+                          len(words), num_merges, out_pairs.ctypes.data, out_counts.ctypes.data, callback, every)
+    if done == -1:
+        raise MemoryError("the C merge loop ran out of memory")
+    if progress is not None and done > state["reported"]:
+        progress(done - state["reported"])
+    if done < num_merges:
+        _out_of_pairs(done, num_merges)
+    merges = [tuple(p) for p in out_pairs[:2 * done].reshape(-1, 2).tolist()]
+    return finish_result(merges, out_counts[:done].tolist())
+
+# ===== gptlab/bpe/pretokenize.py =====
+"""Pre-tokenization: a stream of documents → deduplicated {pre-token bytes: count}, in parallel, in bounded memory.
+
+Each document is split on its own with the regex (so nothing spans two documents), and only the table of distinct
+pre-tokens with 64-bit (Python int) counts is kept; raw text is never held whole. The parent process reads
+documents and hands chunks of about `chunk_chars` characters to `workers` processes through a bounded queue; each
+worker keeps its own table (`Counter.update` over `regex.findall`, both in C) and returns it once at the end, so
+the parent merges only `workers` tables.
+
+Lone surrogates (possible in JSON text) are replaced with U+FFFD before splitting, as tiktoken does when
+encoding, so the trainer sees the same text the tokenizer will later encode.
+"""
+import itertools
+import multiprocessing as mp
+import sys
+from collections import Counter
+
+from gptlab.errors import UserError
+
+DEFAULT_CHUNK_CHARS = 1 << 20
+
+
+def clean_document(doc):
+    """Text as tiktoken encodes it: lone surrogates become U+FFFD."""
+    try:
+        doc.encode("utf-8")
+        return doc
+    except UnicodeEncodeError:
+        return doc.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def count_documents(docs, pattern):
+    """Single-process reference path: {pre-token str: count} of an iterable of documents."""
+    import regex
+
+    findall = regex.compile(pattern).findall
+    counter = Counter()
+    for doc in docs:
+        counter.update(findall(clean_document(doc)))
+    return counter
+
+
+def _worker(pattern, tasks, results):
+    import signal
+
+    import regex
+
+    # Ctrl-C reaches the whole process group: the parent handles it (and terminates us), so no traceback here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    findall = regex.compile(pattern).findall
+    counter = Counter()
+    while True:
+        docs = tasks.get()
+        if docs is None:
+            break
+        counter.update(itertools.chain.from_iterable(map(findall, docs)))
+    results.put(dict(counter))
+
+
+def to_bytes_table(str_counts):
+    """{str: count} → {UTF-8 bytes: count} (distinct strings give distinct bytes, so no counts collide)."""
+    return {word.encode("utf-8"): count for word, count in str_counts.items()}
+
+
+def _check_clean(docs):
+    """Replace lone surrogates in place; cheap check on the joined chunk first."""
+    try:
+        "".join(docs).encode("utf-8")
+    except UnicodeEncodeError:
+        docs[:] = [clean_document(d) for d in docs]
+    return docs
+
+
+def pretokenize(docs, pattern, workers=1, chunk_chars=DEFAULT_CHUNK_CHARS, progress=None):
+    """Iterable of documents → ({pre-token bytes: count}, characters, documents).
+
+    `progress(n_chars)` is called as text is handed out. `workers` <= 1 counts in this process (no start-up cost).
+    """
+    import regex
+
+    chars = 0
+    n_docs = 0
+
+    def chunks():
+        nonlocal chars, n_docs
+        batch, size = [], 0
+        for doc in docs:
+            batch.append(doc)
+            size += len(doc)
+            n_docs += 1
+            if size >= chunk_chars:
+                chars += size
+                yield _check_clean(batch)
+                if progress is not None:
+                    progress(size)
+                batch, size = [], 0
+        if batch:
+            chars += size
+            yield _check_clean(batch)
+            if progress is not None:
+                progress(size)
+
+    if workers <= 1:
+        findall = regex.compile(pattern).findall
+        counter = Counter()
+        for batch in chunks():
+            counter.update(itertools.chain.from_iterable(map(findall, batch)))
+        return to_bytes_table(counter), chars, n_docs
+
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    tasks = ctx.Queue(maxsize=2 * workers)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(pattern, tasks, results), daemon=True) for _ in range(workers)]
+    for proc in procs:
+        proc.start()
+    try:
+        for batch in chunks():
+            _put(tasks, batch, procs)
+        for _ in procs:
+            _put(tasks, None, procs)
+        tables = [_get(results, procs) for _ in procs]
+    except BaseException:
+        # Ctrl-C or a dead worker: stop the workers and do not let the queues' feeder threads wait at exit for
+        # pipes nobody reads any more (that would hang the process forever)
+        for queue in (tasks, results):
+            queue.cancel_join_thread()
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        raise
+    for proc in procs:
+        proc.join()
+    tables.sort(key=len, reverse=True)
+    total = Counter(tables[0])
+    for table in tables[1:]:
+        total.update(table)
+    return to_bytes_table(total), chars, n_docs
+
+
+def _alive_or_raise(procs):
+    dead = [p for p in procs if p.exitcode not in (None, 0)]
+    if dead:
+        raise UserError(f"a pre-tokenization worker died (exit code {dead[0].exitcode}: killed, often for lack "
+                        "of memory); try fewer --workers or a smaller --samples")
+
+
+def _put(queue, item, procs):
+    import queue as queue_mod
+
+    while True:
+        try:
+            queue.put(item, timeout=1.0)
+            return
+        except queue_mod.Full:
+            _alive_or_raise(procs)
+
+
+def _get(queue, procs):
+    import queue as queue_mod
+
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except queue_mod.Empty:
+            _alive_or_raise(procs)
+
+# ===== gptlab/bpe/train.py =====
+"""A whole tokenizer training run in one call (train_tokenizer.py is its command line).
+
+    from gptlab.bpe.train import train_tokenizer
+    trained = train_tokenizer(inputs=["data/sample/fineweb_edu_150docs.jsonl"], samples=400_000, vocabsize=1000,
+                              out_path="tokenizers/t_v1000_n400000.pkl")
+
+Steps: check the settings → pick the engine and device → every rank pre-tokenizes its share of the documents → the
+ranks' (pre-token → count) tables are summed exactly → every rank runs the merge loop → the ranks' merges are compared → rank 0 saves the
+tokenizer with its metadata and the trainer's source. Under torchrun (RANK / WORLD_SIZE set) the ranks meet in a
+process group; a plain single-process CPU run never imports torch.
+
+Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
+used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
+W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own files of the
+dataset (text_sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
+`samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
+"""
+import glob
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+
+from gptlab.errors import UserError
+
+DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
+TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1) after counting its documents
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
+SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
+
+
+@dataclass
+class TrainedTokenizer:
+    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts, duplicates
+    metadata: dict  # what the pickle records under "metadata" (the same on every rank)
+    pattern_name: str
+    pat_str: str
+    vocabsize: int  # 256 + merges; <|endoftext|> gets this id
+    is_main: bool  # rank 0 (the rank that saves)
+    out_path: str = None  # where rank 0 wrote it, None when not saved
+
+
+def check_settings(samples, vocabsize, workers, pattern):
+    """Bad numbers or pattern → UserError naming the flag and the fix; returns (pattern name, pattern string)."""
+    from gptlab.tokenizer import MAX_VOCAB, resolve_pattern
+
+    if samples <= 0:
+        raise UserError(f"--samples must be a positive number of characters, got {samples}")
+    if vocabsize < 256:
+        raise UserError(f"--vocabsize {vocabsize} is below 256: the 256 byte tokens are always in the "
+                        "vocabulary; use --vocabsize 256 or more")
+    if vocabsize > MAX_VOCAB:
+        raise UserError(f"--vocabsize {vocabsize} is too large (at most {MAX_VOCAB})")
+    if vocabsize - 256 > samples:
+        raise UserError(f"--vocabsize {vocabsize} needs {vocabsize - 256} merges but --samples "
+                        f"{samples} characters cannot make that many; raise --samples or lower --vocabsize")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    return resolve_pattern(pattern)
+
+
+def gpu_possible():
+    """False when this machine has no GPU device node, so device "auto" can skip importing torch."""
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd")) or sys.platform == "win32"
+
+
+def choose_engine(device="auto", engine="auto"):
+    """(engine, device string) for the merge loop: the native and Python loops need no torch at all."""
+    from gptlab.bpe import native
+    from gptlab.distributed import check_device_flag, resolve_device
+
+    check_device_flag(device)
+    if device == "auto":
+        # The C loop on the CPU unless the torch loop is asked for (or there is no C compiler and maybe a GPU):
+        # at 921 MB / vocab 65534 the C loop took 8.5 s for 65,278 merges (0.13 ms each, 6% of the run), while the
+        # torch loop launches ~125 small kernels per merge, which alone costs more than that on a GPU.
+        wants_torch = engine == "torch" or (engine == "auto" and not native.available())
+        if not (wants_torch and gpu_possible()):
+            device = "cpu"
+    if device != "cpu":
+        device = str(resolve_device(device))
+    if engine == "auto" and device != "cpu":
+        engine = "torch"
+    elif engine in ("auto", "native"):
+        if native.available():
+            engine = "native"
+        elif engine == "native":
+            raise UserError(f"--engine native is unavailable ({native.unavailable_reason()}); install a C "
+                            "compiler or use --engine python")
+        else:
+            engine = "python"
+            print(f"note: the C merge loop is unavailable ({native.unavailable_reason()}); using the slower "
+                  "pure-Python loop (identical results)", file=sys.stderr, flush=True)
+    if engine in ("python", "native") and device != "cpu":
+        raise UserError(f"--engine {engine} runs on the CPU only; use --device cpu or --engine torch")
+    return engine, device
+
+
+def rank_budget(samples, rank, world_size):
+    """This rank's share of `samples` characters (the first `samples % world_size` ranks take one more)."""
+    return samples // world_size + (1 if rank < samples % world_size else 0)
+
+
+def limit_chars(docs, budget, sample_box):
+    """Documents until `budget` characters (the last one cut); the first non-blank one's start goes to sample_box.
+
+    Stops without reading the document after the budget, so read statistics count only the text used."""
+    used = 0
+    if budget <= 0:
+        return
+    for doc in docs:
+        if len(doc) > budget - used:
+            doc = doc[:budget - used]
+        if not sample_box and doc.strip():
+            sample_box.append(doc[:SAMPLE_CHARS])
+        used += len(doc)
+        yield doc
+        if used >= budget:
+            return
+
+
+def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box):
+    """(this rank's documents, already cut to the character budget; source description for the metadata).
+
+    Local files: the global budget is applied to the whole stream first (exactly the text one rank would use), then
+    the documents are dealt out round robin, so the text does not depend on the world size. The Hub: each rank
+    streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
+    from gptlab.text_sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
+
+    if inputs:
+        source = {"input": list(inputs)}
+        docs = take_every(limit_chars(iter_local_documents(inputs, stats), samples, sample_box), rank, world_size)
+    else:
+        repo_id = HUB_DATASETS[dataset]
+        source = {"dataset": repo_id, "config": DATASET_CONFIG, "seed": seed}
+        docs = limit_chars(iter_hub_documents(repo_id, DATASET_CONFIG, seed, rank, world_size, stats=stats),
+                           rank_budget(samples, rank, world_size), sample_box)
+    return docs, source
+
+
+def combine_tables(tables):
+    """{pre-token bytes: count} tables → one table with the counts summed (exact: Python ints)."""
+    table = {}
+    for part in tables:
+        for word, count in part.items():
+            table[word] = table.get(word, 0) + count
+    return table
+
+
+def merges_digest(result):
+    """A fingerprint of the merges and ranks, compared across ranks."""
+    from gptlab.tokenizer import ranks_sha256
+
+    return ranks_sha256(result.mergeable_ranks) + str(hash(tuple(result.merges)))
+
+
+def script_content():
+    """train_tokenizer.py and every gptlab/bpe/*.py and *.c source (the C merge loop is the default engine),
+    each under a `# ===== path =====` header."""
+    cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
+    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "bpe")
+    sources = sorted(glob.glob(os.path.join(bpe_dir, "*.py")) + glob.glob(os.path.join(bpe_dir, "*.c")))
+    paths = ([cli] if os.path.exists(cli) else []) + sources
+    parts = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            parts.append(f"# ===== {os.path.relpath(path, REPO_ROOT)} =====\n{f.read()}")
+    return "\n".join(parts)
+
+
+def library_versions(uses_torch):
+    import numpy
+    import regex
+    import tiktoken
+
+    versions = {"python": platform.python_version(), "regex": str(regex.__version__), "numpy": str(numpy.__version__),
+                "tiktoken": str(tiktoken.__version__)}
+    if uses_torch:
+        import torch
+
+        versions["torch"] = str(torch.__version__)  # TorchVersion is a str subclass the safe loader refuses
+    return versions
+
+
+def _bar(enabled, **kwargs):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
+
+
+def _read_rate_updater(bar, stats):
+    """progress(n_chars) for the pre-tokenize bar that also shows the read rate (MB/s of input, documents/s),
+    which for a Hub stream is the download's."""
+    t0 = time.perf_counter()
+
+    def update(n_chars):
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"{stats.bytes_read / elapsed / 1e6:.1f} MB/s, {stats.docs / elapsed:.0f} docs/s",
+                            refresh=False)
+        bar.update(n_chars)
+
+    return update
+
+
+def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
+    """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
+    from gptlab.bpe.native import train_merges_native
+    from gptlab.bpe.trainer import train_merges_python, train_merges_torch
+
+    on_merge = None
+    if demo_sample:
+        from gptlab.bpe.demo import render
+
+        shows = {max(0, int(num_merges * f) - 1) for f in (0.01, 0.1, 0.5, 1.0)} if num_merges else set()
+        print(render(demo_sample, pat_str, []), flush=True)
+
+        def show_sample(k, merges):
+            if k in shows:
+                print(render(demo_sample, pat_str, merges), flush=True)
+
+        on_merge = show_sample
+
+    bar = _bar(show_progress, total=num_merges, desc=f"merges ({engine}, {device})", unit="merge")
+    progress = bar.update if bar is not None else None
+    try:
+        if engine == "native":
+            return train_merges_native(table, num_merges, progress=progress, on_merge=on_merge)
+        if engine == "python":
+            return train_merges_python(table, num_merges, progress=progress, on_merge=on_merge)
+        return train_merges_torch(table, num_merges, device=device, progress=progress, on_merge=on_merge)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def save(trained, out_path, overwrite=False):
+    """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path."""
+    from gptlab.tokenizer import EOT, save_tokenizer
+
+    result = trained.result
+    save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
+                   mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: trained.vocabsize},
+                   metadata=trained.metadata, script_content=script_content(), overwrite=overwrite)
+    trained.out_path = out_path
+    return out_path
+
+
+def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", seed=0, pattern="gpt4",
+                    device="auto", engine="auto", workers=None, demo=False, progress=True, out_path=None,
+                    overwrite=False):
+    """Train on `samples` characters of `inputs` (local files/globs) or, without them, the Hub `dataset`.
+
+    With out_path, an existing file is refused before any work (unless overwrite) and rank 0 saves there.
+    Under torchrun every rank calls this; all return the same TrainedTokenizer. progress: tqdm bars on rank 0;
+    demo: rank 0 prints a sample coloured by token during training."""
+    from gptlab.bpe.pretokenize import pretokenize
+    from gptlab.distributed import default_workers
+    from gptlab.fileio import check_writable
+    from gptlab.text_sources import ReadStats
+
+    t0 = time.time()
+    pattern_name, pat_str = check_settings(samples, vocabsize, workers, pattern)
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    is_main = rank == 0
+    if out_path is not None:
+        check_writable(out_path, overwrite)  # before any work
+    requested_device = device
+    engine, device = choose_engine(device, engine)
+    workers = workers or default_workers()
+    num_merges = vocabsize - 256
+
+    # ---- this rank's documents → deduplicated pre-token table
+    stats = ReadStats()
+    sample_box = []
+    docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
+    bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
+               unit="char")
+    try:
+        table, chars, n_docs = pretokenize(docs, pat_str, workers=workers,
+                                           progress=_read_rate_updater(bar, stats) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    # every rank reads all the local text, so its count of replaced documents is already the total: rank 0 reports it
+    replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
+    local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
+             "sample": sample_box[0] if sample_box else ""}
+    if os.environ.get(TEST_DIE_ENV) == str(rank):
+        os._exit(1)
+
+    ctx = None
+    try:
+        # ---- combine the ranks' tables exactly (sum of counts)
+        if world_size > 1:
+            from gptlab import distributed
+
+            ctx = distributed.setup("cpu" if device == "cpu" else requested_device)  # it resolves it again
+            parts = distributed.all_gather_objects(ctx, local)
+            table = combine_tables(p["table"] for p in parts)
+        else:
+            parts = [local]
+        total_chars = sum(p["chars"] for p in parts)
+        total_docs = sum(p["docs"] for p in parts)
+        replaced_docs = sum(p["replaced_docs"] for p in parts)
+        sample = next((p["sample"] for p in parts if p["sample"]), "")
+        if total_chars == 0:
+            raise UserError("the input holds no text (0 characters in "
+                            f"{total_docs} documents); check --input or the dataset")
+        if total_chars < samples and is_main:
+            print(f"note: --samples {samples} asked for more text than the input has; trained on all "
+                  f"{total_chars} characters ({total_docs} documents) and recorded that in the metadata",
+                  file=sys.stderr, flush=True)
+        if replaced_docs and is_main:
+            print(f"note: {replaced_docs} documents held invalid UTF-8; those bytes were replaced with U+FFFD",
+                  file=sys.stderr, flush=True)
+
+        # ---- the merge loop (every rank runs it; the results are compared below)
+        result = run_merges(table, num_merges, engine, device, show_progress=is_main and progress,
+                            demo_sample=sample if demo and is_main else "", pat_str=pat_str)
+        if ctx is not None:
+            digests = distributed.all_gather_objects(ctx, merges_digest(result))
+            if len(set(digests)) != 1:
+                raise RuntimeError(f"ranks disagree on the merges ({digests}); this is a bug, please report it")
+        metadata = {
+            "vocabsize": vocabsize, "samples_requested": samples, "chars_used": total_chars,
+            "docs": total_docs, "replaced_docs": replaced_docs, "source": source,
+            "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
+            "engine": engine, "world_size": world_size, "workers_per_rank": workers,
+            "versions": library_versions(engine == "torch" or world_size > 1),
+            "duplicates": result.duplicates, "merge_counts": result.counts,
+        }
+        trained = TrainedTokenizer(result=result, metadata=metadata, pattern_name=pattern_name, pat_str=pat_str,
+                                   vocabsize=vocabsize, is_main=is_main)
+        if out_path is not None and is_main:
+            save(trained, out_path, overwrite)
+        if ctx is not None:
+            distributed.barrier(ctx)  # the other ranks end only once rank 0 has saved
+    finally:
+        if ctx is not None:
+            distributed.cleanup(ctx)
+    return trained
+
+# ===== gptlab/bpe/trainer.py =====
+"""Exact byte-level BPE merge loop: deduplicated (pre-token bytes → count) table in, ordered merges out.
+
+The rule (the same on every backend, rank count and device):
+
+* A word is one pre-token's UTF-8 bytes (ids 0-255); nothing merges across words. The count of a pair is the
+  number of adjacent positions holding it, summed over words and weighted by how often each word occurs
+  (`aaa` holds (a, a) twice).
+* Each step merges the pair with the highest count. Ties go to the lexicographically greatest
+  `(bytes(left), bytes(right))` (Python tuple-of-bytes order); if two distinct pairs still tie (possible only when
+  two ids spell the same bytes, see below) the smaller `(left_id, right_id)` wins.
+* Replacement inside a word is left to right and non-overlapping (`a a a` → `aa a`). Merge k gets id 256 + k.
+* Duplicate byte strings: a later merge may spell bytes an earlier one already produced ((ab, c) then (a, bc)).
+  The merge is kept (ids stay 256 + k) but `mergeable_ranks` keeps the EARLIEST id for those bytes, because
+  tiktoken needs bytes → id to be a function; `duplicates` counts such merges.
+
+Three implementations of that rule, which must give identical merges (tests check them against a slow reference
+and against each other): the two below, and `native.train_merges_native`, the Python loop's algorithm in C
+(merge_loop.c, compiled on first use; the default CPU engine, ~10x faster than the Python loop).
+
+`train_merges_python` (CPU, no torch): words as lists of ids with a weight each; `pair_counts` (pair → 64-bit
+Python int) and `pair_words` (pair → indices of words that held it, appended lazily, may hold stale or repeated
+indices) are updated incrementally: a merge only rewrites the words listed for its pair and adjusts the counts of
+the pairs around each replaced position. The argmax is a lazy max-heap of (-count, tie_key, left, right): counts
+of existing pairs only ever decrease (new adjacencies always involve the new id), so an entry whose stored count
+is stale is re-pushed with its current count when it reaches the top, and the first entry whose count is current
+is the exact maximum. `tie_key` is a string that sorts ascending exactly when `(bytes(left), bytes(right))` sorts
+descending (each byte x becomes chr(256 - x), each token ends with chr(257), so a prefix sorts after its
+extensions).
+
+`train_merges_torch` (any torch device; the `--device cuda` path, also run on CPU by the tests). Built so that a
+merge is one small device->host copy and otherwise fixed-shape kernels whose sizes the host already knows:
+* Positions: all words in one flat id tensor `ids` [N + 1]; each word is a linked list (`nxt`/`prv`), so a merge
+  unlinks a position instead of compacting the tensor; `pk[i]` is the key (left * S + right, S = 256 +
+  num_merges, < 2**62) of the pair starting at i (-1 if none) and `wt[i]` its word's count. Index N is a sink:
+  "no neighbour" points there, it weighs 0 and holds no pair, so padded entries need no masks.
+* Pair table rows: a main part sorted by key (found by searchsorted) and K dense blocks, one per upcoming new id
+  (a pair is born in the merge that makes its larger id, so its row follows from its key: no insertion or re-sort
+  per merge). Each row holds the weighted count and the number of positions. Every K merges the non-zero rows are
+  folded into the main part (one sort, one sync).
+* Occurrence index: positions sorted by pair key when built, plus a log of positions whose pair changed since.
+One merge:
+  1. argmax: max count, the first 64 rows holding it (nonzero_static), among them the greatest
+     (rank[left], rank[right]) (rank: place of a token's bytes among all token byte strings, kept by bisect on the
+     host and shifted on the device), then the smallest key. One `.tolist()` brings count, key, the number n of
+     positions holding the pair, its range in the occurrence index, the inactive-position count and the number of
+     tied rows (more than 64: a second sync decides among all of them; rare on real text).
+  2. occurrences: the pair's index range + the log, checked against `pk` and de-duplicated; or, when those
+     candidates are many, a scan `pk == key`; either way nonzero_static(size=n). For a == b, chains of
+     overlapping occurrences keep offsets 0, 2, 4, ... (cummax), i.e. left-to-right non-overlapping.
+  3. rewrite: j takes the new id, r = nxt[j] dies, links skip r; the pairs at l = prv[j] and r go, pairs at j and
+     its new left neighbour come, each position counted once (`mark` stamps the replaced j's).
+  4. counts: one index_add (weights and position counts) into the rows of the touched pairs; (a, b) is zeroed.
+  5. housekeeping, decided on the host: when an eighth of the positions hold no pair (dead, or their word is one
+     token) they are dropped and the index is rebuilt; the index is also rebuilt when the log grows (a sort).
+Per merge the work is O(occurrences + log) plus a few passes over the pair table; a pass over all N positions
+only when the candidates outnumber N / 8 (the first merges). Syncs: step 1, and the occasional fold, compaction
+or rebuild.
+"""
+import heapq
+from dataclasses import dataclass, field
+
+from gptlab.errors import UserError
+
+_INV_BYTE = [chr(256 - x) for x in range(256)]
+_TOKEN_END = chr(257)
+
+
+def tie_key(token_bytes):
+    """A string whose ascending order is the descending order of `token_bytes` (see module docstring)."""
+    return "".join([_INV_BYTE[x] for x in token_bytes]) + _TOKEN_END
+
+
+@dataclass
+class MergeResult:
+    merges: list  # [(left_id, right_id)], merge k made id 256 + k
+    counts: list  # the pair's count when it was merged
+    mergeable_ranks: dict = field(default_factory=dict)  # bytes → earliest id spelling them
+    duplicates: int = 0  # merges whose bytes an earlier id already spelled
+
+
+def finish_result(merges, counts):
+    """MergeResult with mergeable_ranks (earliest id wins for duplicate bytes) and the duplicate count."""
+    vocab = [bytes([i]) for i in range(256)]
+    ranks = {b: i for i, b in enumerate(vocab)}
+    duplicates = 0
+    for a, b in merges:
+        token = vocab[a] + vocab[b]
+        vocab.append(token)
+        if token in ranks:
+            duplicates += 1
+        else:
+            ranks[token] = len(vocab) - 1
+    return MergeResult(list(merges), list(counts), ranks, duplicates)
+
+
+def _out_of_pairs(done, wanted):
+    raise UserError(f"the text only allows {done} merges (vocabulary {256 + done}) but --vocabsize asks for "
+                    f"{256 + wanted}: every pre-token is already a single token. Use more text (--samples / "
+                    f"--input) or a --vocabsize of at most {256 + done}")
+
+
+def check_words(word_counts):
+    for word, count in word_counts.items():
+        if not isinstance(word, bytes) or not isinstance(count, int) or count <= 0:
+            raise ValueError("word_counts must map bytes to positive int counts")
+
+
+# ---------------------------------------------------------------------------------------------- pure Python
+def train_merges_python(word_counts, num_merges, progress=None, on_merge=None):
+    """Exact BPE on {word bytes: count} → MergeResult. `progress(n)` is called with merges done since last call;
+    `on_merge(k, merges)` after merge k (for demos)."""
+    words = [list(w) for w, c in word_counts.items() if len(w) >= 2]
+    weights = [c for w, c in word_counts.items() if len(w) >= 2]
+    pair_counts = {}
+    pair_words = {}
+    for idx, word in enumerate(words):
+        weight = weights[idx]
+        for pair in zip(word, word[1:]):
+            pair_counts[pair] = pair_counts.get(pair, 0) + weight
+            lst = pair_words.get(pair)
+            if lst is None:
+                pair_words[pair] = [idx]
+            elif lst[-1] != idx:
+                lst.append(idx)
+    keys = [tie_key(bytes([i])) for i in range(256)]
+    heap = [(-c, keys[a] + keys[b], a, b) for (a, b), c in pair_counts.items()]
+    heapq.heapify(heap)
+    merges, counts = [], []
+    last_report = 0
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    for k in range(num_merges):
+        # lazy max: re-push stale entries with their current (smaller) count until the top is current
+        while heap:
+            negc, key, a, b = heap[0]
+            current = pair_counts.get((a, b), 0)
+            if current == -negc:
+                break
+            if current > 0:
+                heapreplace(heap, (-current, key, a, b))
+            else:
+                heappop(heap)
+        if not heap:
+            _out_of_pairs(k, num_merges)
+        negc, key, a, b = heappop(heap)
+        new_id = 256 + k
+        merges.append((a, b))
+        counts.append(-negc)
+        keys.append(keys[a][:-1] + keys[b])  # tie_key(bytes(a) + bytes(b))
+        del pair_counts[(a, b)]
+        delta = {}  # pair → count change from this merge (old neighbour pairs down, pairs with new_id up)
+        for idx in pair_words.pop((a, b)):
+            word = words[idx]
+            n = len(word)
+            if n < 2 or a not in word:
+                continue
+            weight = weights[idx]
+            out = []
+            i = 0
+            changed = False
+            while i < n:
+                if i + 1 < n and word[i] == a and word[i + 1] == b:
+                    changed = True
+                    if out:  # left neighbour: (prev, a) becomes (prev, new_id); prev may be this merge's new_id
+                        prev = out[-1]
+                        p = (prev, a)
+                        delta[p] = delta.get(p, 0) - weight
+                        p = (prev, new_id)
+                        delta[p] = delta.get(p, 0) + weight
+                    if i + 2 < n:  # right neighbour: (b, next) becomes (new_id, next)
+                        nxt = word[i + 2]
+                        p = (b, nxt)
+                        delta[p] = delta.get(p, 0) - weight
+                        p = (new_id, nxt)
+                        delta[p] = delta.get(p, 0) + weight
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            if changed:
+                words[idx] = out
+                for p in zip(out, out[1:]):
+                    if p[0] == new_id or p[1] == new_id:
+                        lst = pair_words.get(p)
+                        if lst is None:
+                            pair_words[p] = [idx]
+                        elif lst[-1] != idx:
+                            lst.append(idx)
+        for p, d in delta.items():
+            if d == 0 or p == (a, b):
+                continue
+            total = pair_counts.get(p, 0) + d
+            if total:
+                pair_counts[p] = total
+                if p[0] == new_id or p[1] == new_id:  # a brand-new pair: its count is final for now
+                    heappush(heap, (-total, keys[p[0]] + keys[p[1]], p[0], p[1]))
+            else:
+                del pair_counts[p]
+        if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):
+            progress(k + 1 - last_report)
+            last_report = k + 1
+        if on_merge is not None:
+            on_merge(k, merges)
+    return finish_result(merges, counts)
+
+
+# ---------------------------------------------------------------------------------------------- torch (any device)
+_NONZERO_STATIC_WORKS = {}  # device type → whether torch.nonzero_static runs there
+
+
+def nonzero_static(mask, size, fill_value):
+    """Indices (size, 1) of the first `size` True entries of a 1-D mask, padded with fill_value, without a host
+    sync. Where this torch build has no nonzero_static for the device, the same result via nonzero (one sync)."""
+    import torch
+
+    kind = mask.device.type
+    if _NONZERO_STATIC_WORKS.get(kind, True):
+        try:
+            out = torch.nonzero_static(mask, size=size, fill_value=fill_value)
+            _NONZERO_STATIC_WORKS[kind] = True
+            return out
+        except torch.OutOfMemoryError:
+            raise  # not a missing kernel: do not fall back to the syncing path for good
+        except (NotImplementedError, RuntimeError):
+            _NONZERO_STATIC_WORKS[kind] = False
+    found = mask.nonzero()[:size]
+    pad = torch.full((size - len(found), 1), fill_value, dtype=found.dtype, device=found.device)
+    return torch.cat([found, pad])
+
+
+def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_merge=None):
+    """The same exact BPE as `train_merges_python`, vectorised with torch on `device` (see module docstring)."""
+    import bisect
+
+    import torch
+
+    device = torch.device(device)
+    i64 = dict(dtype=torch.int64, device=device)
+    items = [(w, c) for w, c in word_counts.items() if len(w) >= 2]
+    vocab_bytes = [bytes([i]) for i in range(256)]
+    S = 256 + num_merges  # every id is < S; pair key = left * S + right (< 2**62 for any supported vocab)
+    DEAD = NO_PAIR = -1
+    BIG = torch.iinfo(torch.int64).max
+    TIES = 64  # rows holding the max count that the tie-break looks at without a second sync
+
+    # ---- positions: all words in one flat tensor, each word a linked list; index N is the sink (see docstring)
+    if items:
+        flat = bytearray(b"".join(w for w, _ in items))
+        ids = torch.frombuffer(flat, dtype=torch.uint8).to(**i64)
+        lengths = torch.tensor([len(w) for w, _ in items], **i64)
+        wt = torch.repeat_interleave(torch.tensor([c for _, c in items], **i64), lengths)
+    else:
+        ids = wt = lengths = torch.zeros(0, **i64)
+    N = len(ids)
+    pos = torch.arange(N, **i64)
+    ends = torch.cumsum(lengths, 0)
+    is_last = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - 1, True)
+    is_first = torch.zeros(N, dtype=torch.bool, device=device).index_fill_(0, ends - lengths, True)
+    # the sink's entry; a fill: torch.tensor([v], device=cuda) would be a blocking host copy
+    one = lambda v: torch.full((1,), v, **i64)  # noqa: E731
+    ids = torch.cat([ids, one(DEAD)])
+    wt = torch.cat([wt, one(0)])  # word count per position; the sink weighs 0
+    nxt = torch.cat([torch.where(is_last, N, pos + 1), one(N)])  # next live position of the word, N if none
+    prv = torch.cat([torch.where(is_first, N, pos - 1), one(N)])  # previous live position of the word, N if none
+    pk = torch.where(nxt != N, ids * S + ids[nxt], NO_PAIR)  # key of the pair starting at each position
+    mark = torch.full((N + 1,), -1, **i64)  # mark[j] == k: merge k replaced a pair starting at j
+    inactive = torch.zeros((), **i64)  # positions dead or alone in their word, since the last compaction
+    stamp = torch.zeros(N + 1, **i64)  # scratch for de-duplicating candidate positions
+
+    # ---- occurrence index: positions sorted by pair key when it was built, plus a log of the positions whose
+    #      pair changed since then; a pair's positions are among its sorted range and the log
+    def build_index():
+        live = (pk[:N] >= 0).nonzero().squeeze(1)
+        keys_sorted, order = torch.sort(pk[live])
+        return live[order], keys_sorted
+
+    index_pos, index_keys = build_index()
+    log = torch.zeros(max(1024, N // 4), **i64)
+    log_len = 0
+
+    # ---- initial pairs are byte pairs: dense 256 x 256 sums (weighted count, number of positions), non-zero rows
+    valid = pk[:N] >= 0
+    dense_at = torch.where(valid, ids[:N] * 256 + ids[nxt[:N]], 0)
+    dense = torch.zeros(2, 256 * 256, **i64)
+    dense[0].index_add_(0, dense_at, torch.where(valid, wt[:N], 0))
+    dense[1].index_add_(0, dense_at, valid.long())
+    nz = dense[0].nonzero().squeeze(1)
+    main = ((nz // 256) * S + nz % 256, dense[0, nz], dense[1, nz])  # keys ascending, counts, positions
+
+    # ---- tie-break ranks: rank[i] = place of bytes(i) among the distinct token byte strings, sorted
+    rank = torch.zeros(S, **i64)
+    rank[:256] = torch.arange(256, **i64)
+    sorted_tokens = list(vocab_bytes)
+
+    def build_table(keys, counts, npos, base):
+        """Pair table rows = [main: `keys` ascending, P rows | K dense blocks for ids base .. base+K-1 | dump].
+        The block of id m has width 2h (h = base + K > every id it can meet): row x holds (x, m), row h + y
+        holds (m, y). A pair is born in the merge that makes its larger id, so its row follows from its key."""
+        P = len(keys)
+        K = max(1, min(64, num_merges - (base - 256), max(8, P // (4 * base))))  # blocks ≈ P/2 rows
+        h = base + K
+        row = torch.arange(2 * h, **i64)
+        m = torch.arange(base, base + K, **i64).unsqueeze(1)
+        left = torch.cat([keys // S, torch.where(row < h, row, m).reshape(-1), one(0)])
+        right = torch.cat([keys % S, torch.where(row < h, m, row - h).reshape(-1), one(0)])
+        cnt = torch.zeros(2, P + 2 * h * K + 1, **i64)  # [0]: weighted count, [1]: number of positions
+        cnt[0, :P], cnt[1, :P] = counts, npos
+        return dict(cnt=cnt, left=left, right=right, keys=left * S + right, P=P, K=K, h=h, base=base)
+
+    def pick(tab, best, rows):
+        """The winning row (1-element tensor) among table `rows` (padded rows hold another count)."""
+        tie = rank[tab["left"][rows]] * S + rank[tab["right"][rows]]
+        tie = torch.where(tab["cnt"][0, rows] == best, tie, -1)
+        best_row = torch.where(tie == tie.max(), tab["keys"][rows], BIG).argmin().view(1)  # 1-D: no .item()
+        return rows[best_row]
+
+    def fetch(tab, at, best, inactive, n_tied):
+        """One device->host copy: count, key, positions holding it, its index range, inactive, n_tied."""
+        key_t = tab["keys"][at]
+        span = [torch.searchsorted(index_keys, key_t, right=side) for side in (False, True)]
+        return torch.cat([best.view(1), key_t, tab["cnt"][1, at], *span, inactive.view(1), n_tied.view(1)]).tolist()
+
+    tab = build_table(*main, 256)
+    merges, counts = [], []
+    last_report = 0
+    for k in range(num_merges):
+        new_id = 256 + k
+        if new_id == tab["base"] + tab["K"]:  # blocks full: fold their non-zero rows into the main part (1 sync)
+            live = tab["cnt"][0, :-1].nonzero().squeeze(1)
+            keys, (cnt, npos) = tab["keys"][live], tab["cnt"][:, live]
+            order = torch.argsort(keys)
+            tab = build_table(keys[order], cnt[order], npos[order], new_id)
+        cnt, P, h, base = tab["cnt"], tab["P"], tab["h"], tab["base"]
+        dump = cnt.shape[1] - 1  # rows for "no pair" land here and are zeroed again
+
+        # 1. argmax with exact ties, fixed-shape: the rows holding the highest count (the first TIES of them);
+        #    among those the greatest (rank[left], rank[right]) = greatest (bytes(left), bytes(right)); then the
+        #    smallest key. The merge's one device->host copy: count, key, number of positions holding the pair,
+        #    its range in the occurrence index, inactive positions, number of tied rows.
+        best = cnt[0].max()
+        is_best = cnt[0] == best
+        at = pick(tab, best, nonzero_static(is_best, TIES, dump).squeeze(1))
+        count, key, n_occ, lo, hi, n_inactive, n_tied = fetch(tab, at, best, inactive, is_best.sum())
+        if n_tied > TIES:  # rare: more ties than candidates, decide among all of them (a second sync)
+            at = pick(tab, best, is_best.nonzero().squeeze(1))
+            count, key, n_occ, lo, hi, n_inactive, n_tied = fetch(tab, at, best, inactive, is_best.sum())
+        if count <= 0:
+            _out_of_pairs(k, num_merges)
+        a, b = divmod(key, S)
+        merges.append((a, b))
+        counts.append(count)
+        token = vocab_bytes[a] + vocab_bytes[b]
+        vocab_bytes.append(token)
+
+        # 2. occurrences: the n_occ positions whose pair is (a, b), ascending; sizes known on the host, so no sync.
+        #    Candidates are the pair's range of the index and the log (may be stale or repeated: checked against pk
+        #    and de-duplicated with `stamp`); when they are many, a plain scan of pk is cheaper
+        n_cand = hi - lo + log_len
+        if n_cand * 8 < N:
+            cand = torch.cat([index_pos[lo:hi], log[:log_len]])
+            order = torch.arange(n_cand, **i64)
+            stamp.scatter_(0, cand, order)  # one of the copies of each position wins
+            found = (pk[cand] == key) & (stamp[cand] == order)
+            j = cand[nonzero_static(found, n_occ, 0).squeeze(1)].sort().values
+        else:
+            j = nonzero_static(pk[:N] == key, n_occ, N).squeeze(1)
+        if a == b:  # chains j -> nxt[j] of overlapping occurrences: keep offsets 0, 2, 4, ... of each chain
+            idx = torch.arange(n_occ, **i64)
+            chained = torch.zeros(n_occ, dtype=torch.bool, device=device)
+            chained[1:] = nxt[j[:-1]] == j[1:]
+            offset = idx - torch.cummax(torch.where(chained, -1, idx), 0).values
+            j = torch.where(offset % 2 == 0, j, N)  # dropped ones become the sink (they are some kept j's r)
+        keep = j != N
+
+        # 3. rewrite x a b y -> x new y: j takes new_id, r = nxt[j] dies, the links skip it
+        r, l, w = nxt[j], prv[j], wt[j]  # noqa: E741
+        rr = nxt[r]
+        mark.index_fill_(0, j, k)
+        mark[N:].fill_(-1)  # the sink is never a replaced position (slice fills: t[N] = v would sync on CUDA)
+        l = torch.where(mark[prv[l]] == k, N, l)  # noqa: E741  l is the previous j's r (a b a b): counted there
+        old_left = ids[l]  # pairs that go: (ids[l], a) at l, (a, b) at j (zeroed below), (b, ids[rr]) at r
+        old_right = ids[rr]
+        ids.index_fill_(0, j, new_id)
+        ids.index_fill_(0, r, DEAD)
+        ids[N:].fill_(DEAD)
+        nxt.scatter_(0, j, rr)
+        prv.scatter_(0, rr, j)
+        for t in (nxt, prv):
+            t.index_fill_(0, r, N)
+            t[N:].fill_(N)  # rr == N wrote into the sink
+        pk.index_fill_(0, r, NO_PAIR)
+        # pairs that come: (new, ids[rr]) at j, (ids[lp], new) at lp = the new left neighbour of j, unless lp is
+        # itself a replaced j (then that pair is (new, new), already counted at lp)
+        lp = prv[j]
+        lp_ok = (lp != N) & (mark[lp] != k)
+        new_right = ids[rr]
+        new_left = ids[lp]
+        pk.scatter_(0, j, torch.where(rr != N, new_id * S + new_right, NO_PAIR))
+        pk.scatter_(0, torch.where(lp_ok, lp, N), torch.where(lp_ok, new_left * S + new_id, NO_PAIR))
+        inactive += keep.sum() + (keep & (lp == N) & (rr == N)).sum()  # dead r's, words now a single token
+        if log_len + 2 * n_occ > len(log):
+            log = torch.cat([log[:log_len], torch.zeros(max(len(log), 2 * n_occ), **i64)])
+        log[log_len:log_len + 2 * n_occ] = torch.cat([j, lp])  # the positions whose pk may have changed
+        log_len += 2 * n_occ
+
+        # 4. counts: index_add into the rows of the touched pairs; a pair's row is in its larger id's block,
+        #    else found by searchsorted in the main part
+        x = torch.cat([old_left, torch.full_like(r, b), torch.full_like(j, new_id), new_left])
+        y = torch.cat([torch.full_like(l, a), old_right, new_right, torch.full_like(lp, new_id)])
+        ok = torch.cat([l != N, rr != N, rr != N, lp_ok])
+        sign = torch.cat([-w, -w, w, w])
+        m = torch.maximum(x, y)
+        in_block = P + (m - base) * (2 * h) + torch.where(y == m, x, h + y)
+        in_main = torch.searchsorted(tab["keys"][:P], x * S + y)
+        row = torch.where(ok, torch.where(m >= base, in_block, in_main), dump)
+        cnt.index_add_(1, row, torch.stack([sign, sign.sign()]))
+        cnt[:, dump] = 0
+        cnt.index_fill_(1, at, 0)  # (a, b) is gone: every occurrence was replaced or was the r of one (a == b)
+
+        # 5. housekeeping, host-side decisions only: drop positions that hold no pair when an eighth of them are
+        #    (dead or alone in their word; 1 sync), rebuild the index when the log is long (1 sync)
+        if n_inactive * 8 >= N:
+            keep_pos = ((pk[:N] >= 0) | (prv[:N] != N)).nonzero().squeeze(1)
+            N = len(keep_pos)
+            remap = torch.full((len(ids),), N, **i64)
+            remap[keep_pos] = torch.arange(N, **i64)
+            ids, wt, pk = (torch.cat([t[keep_pos], t[-1:]]) for t in (ids, wt, pk))
+            nxt, prv = (torch.cat([remap[t[keep_pos]], one(N)]) for t in (nxt, prv))
+            mark = torch.full((N + 1,), -1, **i64)
+            stamp = torch.zeros(N + 1, **i64)
+            inactive = torch.zeros((), **i64)
+            log_len = N  # forces the rebuild below
+        if log_len * 16 > N:
+            index_pos, index_keys = build_index()
+            log_len = 0
+
+        # 6. ranks: insert the new token's bytes (equal bytes share a rank)
+        place = bisect.bisect_left(sorted_tokens, token)
+        if place == len(sorted_tokens) or sorted_tokens[place] != token:
+            sorted_tokens.insert(place, token)
+            rank += rank >= place
+        rank[new_id:new_id + 1].fill_(place)
+
+        if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):
+            progress(k + 1 - last_report)
+            last_report = k + 1
+        if on_merge is not None:
+            on_merge(k, merges)
+    return finish_result(merges, counts)

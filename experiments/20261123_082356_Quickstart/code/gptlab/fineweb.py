@@ -1,0 +1,439 @@
+"""FineWeb (or local text) → token shards: the pipeline behind download_fineweb.py.
+
+Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.shards format) and a
+manifest. <dataset> is fineweb10B / fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>`
+for --input files.
+
+Document order, Hub: each rank streams its own files of the dataset (text_sources.hub_share: a contiguous run of
+whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
+order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in sorted
+order go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
+
+Token layout: every document is <|endoftext|> followed by its `encode_ordinary` tokens. The validation shard
+(rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
+holds at least --val_tokens tokens; a document is never split between val and train. Train shards hold exactly
+--shard_size tokens (the last one may be shorter when the stream ends); a document may continue from one train
+shard into the next, as in llm.c / modded-nanogpt. Rank r writes train shards r+1, r+1+W, r+1+2W, ... up to
+--num_shards (a total over all ranks), and its own manifest part.
+
+Resuming: every shard is written to a temporary name and renamed when complete; the manifest part is rewritten
+after each shard with the stream position (document index, token offset) where the shard starts and ends. A
+re-run with the same settings checks the finished shards, skips past them in the stream (re-reading, not
+re-tokenizing, the documents before that point) and continues with the same document order, so the result is
+byte-identical to an uninterrupted run. A larger --num_shards extends a finished folder the same way.
+--input files count as the same when their names and sizes match in order (not their folder), so a moved
+or re-cloned checkout resumes too.
+"""
+import collections
+import contextlib
+import glob
+import itertools
+import os
+import random
+import re
+import sys
+import time
+
+import numpy as np
+
+from gptlab import shards as shard_format
+from gptlab.errors import UserError
+from gptlab.fileio import check_folder_creatable
+from gptlab.text_sources import HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents, \
+    take_every
+
+VERSIONS = {  # --version → (Hub repo, config)
+    "10B": (HUB_DATASETS["fineweb"], "sample-10BT"),
+    "100B": (HUB_DATASETS["fineweb"], "sample-100BT"),
+    "350B": (HUB_DATASETS["fineweb"], "sample-350BT"),
+    "10Bedu": (HUB_DATASETS["fineweb-edu"], "sample-10BT"),
+    "100Bedu": (HUB_DATASETS["fineweb-edu"], "sample-100BT"),
+    "350Bedu": (HUB_DATASETS["fineweb-edu"], "sample-350BT"),
+}
+CHUNK_CHARS = 256 * 1024  # text per tokenizer task: small enough that the threads finish together at the end
+TEST_DIE_ENV = "GPTLAB_TEST_DIE_AFTER_SHARDS"  # tests only: os._exit(1) after this many shards (a crash)
+
+
+def hub_dataset_name(version):
+    if version not in VERSIONS:
+        raise UserError(f"--version {version!r} is unknown; choose one of {', '.join(VERSIONS)}")
+    return f"fineweb{version}"
+
+
+def local_dataset_name(paths):
+    """local_<stem of the first input> (characters other than letters, digits, '-', '_' and '.' become '_')."""
+    stem = os.path.splitext(os.path.basename(paths[0]))[0]
+    return "local_" + re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+
+
+def buffered_shuffle(docs, seed, buffer_size):
+    """A deterministic streaming shuffle: a buffer of `buffer_size` documents, a random one out per one in."""
+    if buffer_size <= 1:
+        yield from docs
+        return
+    rng = random.Random(seed)
+    buffer = []
+    for doc in docs:
+        if len(buffer) < buffer_size:
+            buffer.append(doc)
+            continue
+        i = rng.randrange(buffer_size)
+        yield buffer[i]
+        buffer[i] = doc
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def encode_document(enc, text):
+    """`enc.encode_ordinary(text)` as a uint32 array, without building a Python list (same ids: no special token
+    is recognised). Lone surrogates (possible from JSON escapes) are replaced like encode_ordinary does."""
+    try:
+        return enc.encode_to_numpy(text, disallowed_special=())
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return enc.encode_to_numpy(text, disallowed_special=())
+
+
+def encode_chunk(enc, docs, eot, dtype=np.uint32):
+    """(tokens [sum(counts)] as `dtype` (the shard's: 2 bytes a token while they wait in memory), counts int64
+    [len(docs)], utf-8 bytes): <|endoftext|> + tokens for each document."""
+    eot_array = np.array([eot], dtype=np.uint32)
+    pieces, counts, nbytes = [], np.empty(len(docs), dtype=np.int64), 0
+    for i, doc in enumerate(docs):
+        tokens = encode_document(enc, doc)
+        pieces += (eot_array, tokens)
+        counts[i] = tokens.size + 1
+        nbytes += len(doc.encode("utf-8", "surrogatepass"))
+    return np.concatenate(pieces).astype(dtype, copy=False), counts, nbytes
+
+
+def iter_encoded_chunks(enc, docs, eot, workers, dtype=np.uint32, chunk_chars=CHUNK_CHARS):
+    """Tokenize a document stream on `workers` threads (tiktoken releases the GIL), yielding encode_chunk results
+    in stream order; the calling thread reads the next documents meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    docs = iter(docs)
+    max_in_flight = 2 * workers + 1
+    with ThreadPoolExecutor(workers, thread_name_prefix="tokenize") as pool:
+        in_flight = collections.deque()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(in_flight) < max_in_flight:
+                    chunk, chars = [], 0
+                    for doc in docs:
+                        chunk.append(doc)
+                        chars += len(doc)
+                        if chars >= chunk_chars:
+                            break
+                    if not chunk:
+                        exhausted = True
+                        break
+                    in_flight.append(pool.submit(encode_chunk, enc, chunk, eot, dtype))
+                if not in_flight:
+                    return
+                yield in_flight.popleft().result()
+        finally:  # the consumer stopped early (enough shards) or failed: drop the queued work
+            for future in in_flight:
+                future.cancel()
+
+
+class ShardWriter:
+    """Turns tokenized chunks into this rank's val shard and train shards, recording stream positions."""
+
+    def __init__(self, out_dir, manifest, plan, start, eot, dtype, shard_size, val_tokens, progress):
+        self.out_dir, self.manifest, self.eot, self.dtype = out_dir, manifest, eot, dtype
+        self.plan = collections.deque(plan)  # (split, index) of the shards still to write, in order
+        self.shard_size, self.val_tokens, self.progress = shard_size, val_tokens, progress
+        self.doc, self.offset = start  # stream position of the next token: document index, token offset in it
+        self.skip = start[1]  # tokens of the first document already in a finished shard
+        self.shard_start = start
+        self.pieces, self.filled = [], 0
+        self.die_after = int(os.environ.get(TEST_DIE_ENV, "0") or 0)
+        self.written = 0
+        self.docs_seen = 0
+
+    @property
+    def done(self):
+        return not self.plan
+
+    def consume(self, tokens, counts):
+        """Add one chunk (tokens of whole documents, except a resumed first one); returns True when all
+        planned shards are written."""
+        if self.skip:  # resume mid-document: drop the part already written
+            tokens, counts = tokens[self.skip:], counts.copy()
+            counts[0] -= self.skip
+            self.skip = 0
+        ends = np.cumsum(counts)
+        first_offset = self.offset
+        base_doc = self.doc
+        self.docs_seen += len(counts)
+        used = 0
+        while used < tokens.size and self.plan:
+            split, _ = self.plan[0]
+            if split == "val":  # whole documents until val_tokens is reached
+                need = self.val_tokens - self.filled
+                k = int(np.searchsorted(ends, used + need, side="left"))  # document that reaches it
+                take = int(ends[min(k, len(ends) - 1)]) - used
+            else:
+                take = min(self.shard_size - self.filled, tokens.size - used)
+            self.pieces.append(tokens[used:used + take])
+            self.filled += take
+            used += take
+            self.doc, self.offset = self._position(used, ends, counts, base_doc, first_offset)
+            if self.filled >= (self.val_tokens if split == "val" else self.shard_size):
+                self.flush()
+        if self.progress is not None:
+            self.progress.update(used)
+        return self.done
+
+    @staticmethod
+    def _position(x, ends, counts, base_doc, first_offset):
+        """Stream position of chunk-local token index x."""
+        if x >= ends[-1]:
+            return base_doc + len(ends), 0
+        i = int(np.searchsorted(ends, x, side="right"))
+        offset = x - int(ends[i] - counts[i])
+        return base_doc + i, offset + (first_offset if i == 0 else 0)
+
+    def flush(self):
+        """Write the shard being filled (also a short last one) and record it in the manifest."""
+        if not self.filled:
+            return
+        split, index = self.plan.popleft()
+        name = shard_format.shard_filename(split, index)
+        path = os.path.join(self.out_dir, name)
+        tokens = np.concatenate(self.pieces).astype(self.dtype, copy=False)
+        try:  # our own shard name: a stale or half-written file there is replaced by the same content
+            shard_format.write_shard(path, tokens, self.manifest["shard_version"], overwrite=True)
+        except OSError as err:
+            raise UserError(f"could not write shard {path}: {err.strerror or err}. Nothing half-written was "
+                            "left; the finished shards are kept. Free space (or fix the folder) and re-run the "
+                            "same command to continue") from None
+        self.manifest["shards"].append({
+            "name": name, "split": split, "tokens": int(tokens.size), "bytes": os.path.getsize(path),
+            "docs": int(np.count_nonzero(tokens == self.eot)),  # documents that start in this shard
+            "start": list(self.shard_start), "end": [self.doc, self.offset],
+        })
+        save_manifest(self.out_dir, self.manifest)
+        self.shard_start = (self.doc, self.offset)
+        self.pieces, self.filled = [], 0
+        self.written += 1
+        if self.die_after and self.written >= self.die_after:
+            os._exit(1)  # tests: simulate a crash right after a finished shard
+
+
+def save_manifest(out_dir, manifest):
+    try:
+        shard_format.write_manifest(out_dir, manifest)
+    except OSError as err:
+        raise UserError(f"could not write the manifest in {out_dir}: {err.strerror or err}. Free space and "
+                        "re-run the same command to continue") from None
+
+
+def owned_plan(rank, world_size, num_shards, val_tokens):
+    """(split, index) of every shard this rank writes, in writing order."""
+    plan = [("val", 0)] if rank == 0 and val_tokens > 0 else []
+    return plan + [("train", n) for n in range(rank + 1, num_shards + 1, world_size)]
+
+
+def owns(name, rank, world_size):
+    m = re.fullmatch(r"(val|train)_(\d{6})\.bin", name)
+    if not m:
+        return False
+    return rank == 0 if m.group(1) == "val" else (int(m.group(2)) - 1) % world_size == rank
+
+
+def remove_owned_files(out_dir, rank, world_size):
+    """--overwrite: remove this rank's shards (of any earlier run) and manifest part. Rank 0 also removes the
+    manifests no rank of this run would rewrite (another world size's), so the folder holds one run only."""
+    for path in glob.glob(os.path.join(out_dir, "*.bin")) + glob.glob(os.path.join(out_dir, "*.bin.tmp.*")):
+        if owns(os.path.basename(path).split(".tmp.")[0], rank, world_size):
+            os.remove(path)
+    this_run = {shard_format.manifest_filename(r, world_size) for r in range(world_size)}
+    for path in glob.glob(os.path.join(out_dir, shard_format.MANIFEST_GLOB)):
+        name = os.path.basename(path)
+        if name == shard_format.manifest_filename(rank, world_size) or (rank == 0 and name not in this_run):
+            os.remove(path)
+
+
+def finished_prefix(out_dir, manifest):
+    """The manifest's shards whose files are intact, up to the first missing or broken one (rewritten after)."""
+    good = []
+    for shard in manifest["shards"]:
+        path = os.path.join(out_dir, shard["name"])
+        try:
+            version, ntok = shard_format.read_header(path)
+        except UserError as err:
+            print(f"warning: {err}; rewriting it and the shards after it", file=sys.stderr, flush=True)
+            break
+        if version != manifest["shard_version"] or ntok != shard["tokens"]:
+            print(f"warning: {path} does not match the manifest; rewriting it and the shards after it",
+                  file=sys.stderr, flush=True)
+            break
+        good.append(shard)
+    return good
+
+
+def check_args(args):
+    if args.num_shards <= 0:
+        raise UserError(f"--num_shards must be at least 1 (got {args.num_shards})")
+    if args.shard_size <= 0:
+        raise UserError(f"--shard_size must be a positive number of tokens (got {args.shard_size})")
+    if args.val_tokens < 0:
+        raise UserError(f"--val_tokens must be 0 (no validation shard) or more (got {args.val_tokens})")
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1 (got {args.workers})")
+    if args.shuffle_buffer < 0:
+        raise UserError(f"--shuffle_buffer must be 0 (keep order) or more (got {args.shuffle_buffer})")
+    if args.world_size < 1 or not 0 <= args.rank < args.world_size:
+        raise UserError(f"--rank {args.rank} / --world_size {args.world_size}: need 0 <= rank < world_size")
+    if args.input is None:
+        hub_dataset_name(args.version)
+
+
+def make_shards(args):
+    """Run the whole download/tokenize/write job for this rank; returns the manifest part."""
+    from gptlab.tokenizer import eot_id, encoding_from_dict, ranks_sha256, read_tokenizer_file
+
+    check_args(args)
+    tokenizer = read_tokenizer_file(args.tokenizer)
+    enc = encoding_from_dict(tokenizer)
+    eot = eot_id(tokenizer)
+    shard_version = shard_format.version_for_vocab(enc.n_vocab)
+    dtype = shard_format.VERSION_DTYPES[shard_version]
+    stats = ReadStats()
+    if args.input is not None:
+        paths = expand_inputs(args.input)
+        dataset = local_dataset_name(paths)
+        source = {"kind": "local", "inputs": [{"path": os.path.abspath(p), "bytes": os.path.getsize(p)}
+                                              for p in paths]}
+    else:
+        dataset = hub_dataset_name(args.version)
+        repo_id, config = VERSIONS[args.version]
+        source = {"kind": "hub", "repo_id": repo_id, "config": config}
+    tokenizer_stem = os.path.splitext(os.path.basename(tokenizer["path"]))[0]
+    out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
+    check_folder_creatable(out_dir)
+    manifest = {
+        "format": shard_format.MANIFEST_FORMAT, "format_version": 1,
+        "dataset": dataset, "version": args.version if args.input is None else None, "source": source,
+        "seed": args.seed, "shuffle_buffer": args.shuffle_buffer,
+        "tokenizer": {"name": tokenizer_stem, "ranks_sha256": ranks_sha256(tokenizer["mergeable_ranks"]),
+                      "n_vocab": enc.n_vocab, "eot_id": eot},
+        "shard_version": shard_version, "dtype": dtype.name, "shard_size": args.shard_size,
+        "val_tokens": args.val_tokens, "rank": args.rank, "world_size": args.world_size,
+        "num_shards": args.num_shards, "shards": [], "complete": False, "exhausted": False,
+        "stats": {},
+    }
+    rank, world_size = args.rank, args.world_size
+    previous, old_part = resume_state(out_dir, manifest, rank, world_size, args.overwrite)
+    done_names = {s["name"] for s in previous}
+    plan = [p for p in owned_plan(rank, world_size, args.num_shards, args.val_tokens)
+            if shard_format.shard_filename(*p) not in done_names]
+    start = tuple(previous[-1]["end"]) if previous else (0, 0)
+    manifest["shards"] = previous
+    manifest["stats"] = dict(old_part.get("stats", {})) if previous else {}
+    # the stream already ended after the last intact shard: nothing more can be written
+    exhausted_before = bool(previous) and bool(old_part.get("exhausted")) and len(previous) == len(old_part["shards"])
+    own_manifest = shard_format.manifest_filename(rank, world_size)
+    for path in glob.glob(os.path.join(out_dir, "*.tmp.*")):  # half-written files of a killed run of this rank
+        name = os.path.basename(path).split(".tmp.")[0]
+        if owns(name, rank, world_size) or name == own_manifest:
+            os.remove(path)
+    if not plan or exhausted_before:
+        manifest["complete"], manifest["exhausted"] = True, exhausted_before
+        save_manifest(out_dir, manifest)
+        print(f"{'rank %d: ' % rank if world_size > 1 else ''}nothing to do: {len(previous)} shard(s) already in "
+              f"{out_dir}", file=sys.stderr, flush=True)
+        return manifest, out_dir
+
+    if args.input is not None:
+        docs = iter_local_documents(args.input, stats)
+        docs = take_every(buffered_shuffle(docs, args.seed, args.shuffle_buffer), rank, world_size)
+    else:
+        docs = iter_hub_documents(repo_id, config, args.seed, rank, world_size, shuffle_buffer=args.shuffle_buffer,
+                                  stats=stats)
+    docs = itertools.islice(docs, start[0], None)  # resume: re-read, but do not re-tokenize, what is done
+    # open the stream before creating anything: an unreachable Hub or an empty input fails with nothing written
+    first = next(docs, None)
+    if first is None and not previous:
+        raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
+                        "pass files that hold text")
+    docs = itertools.chain([first] if first is not None else [], docs)
+    if args.input is None:
+        manifest["hub_files"] = list(stats.files)  # this rank's own files of the stream (not compared on resume)
+    os.makedirs(out_dir, exist_ok=True)
+
+    target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)
+    progress = None
+    if rank == 0 and not args.quiet:
+        from tqdm import tqdm
+        progress = tqdm(total=target, unit="tok", unit_scale=True, desc=f"shards → {out_dir}", file=sys.stderr,
+                        smoothing=0.1)
+    writer = ShardWriter(out_dir, manifest, plan, start, eot, dtype, args.shard_size, args.val_tokens, progress)
+    t0, text_bytes = time.perf_counter(), 0
+    with progress if progress is not None else contextlib.nullcontext():
+        for tokens, counts, nbytes in iter_encoded_chunks(enc, docs, eot, args.workers, dtype):
+            text_bytes += nbytes
+            finished = writer.consume(tokens, counts)
+            if progress is not None:
+                elapsed = max(time.perf_counter() - t0, 1e-9)
+                progress.set_postfix_str(f"{text_bytes / elapsed / 1e6:.1f} MB/s, "
+                                         f"{writer.docs_seen / elapsed:.0f} docs/s", refresh=False)
+            if finished:
+                break
+        else:
+            writer.flush()  # the stream ended: a short last shard
+            manifest["exhausted"] = True
+    elapsed = time.perf_counter() - t0
+    manifest["complete"] = True
+    old = manifest["stats"]
+    manifest["stats"] = {"docs_read": old.get("docs_read", 0) + writer.docs_seen,
+                         "text_bytes": old.get("text_bytes", 0) + text_bytes,
+                         "replaced_utf8_docs": old.get("replaced_utf8_docs", 0) + stats.replaced_docs}
+    save_manifest(out_dir, manifest)
+    train = [s for s in manifest["shards"] if s["split"] == "train"]
+    if rank == 0 or world_size > 1:
+        who = f"rank {rank}: " if world_size > 1 else ""
+        print(f"{who}wrote {writer.written} shard(s) in {elapsed:.1f}s ({text_bytes / max(elapsed, 1e-9) / 1e6:.1f} "
+              f"MB/s of text); {out_dir} now holds {len(manifest['shards'])} shard(s) of this writer, "
+              f"{sum(s['tokens'] for s in manifest['shards']):,} tokens, "
+              f"{sum(s['docs'] for s in manifest['shards']):,} documents; "
+              f"{stats.replaced_docs} document(s) with invalid UTF-8 replaced", file=sys.stderr, flush=True)
+        if manifest["exhausted"] and len(train) < len(owned_plan(rank, world_size, args.num_shards, 0)):
+            print(f"{who}note: the input ran out after {len(train)} train shard(s)", file=sys.stderr, flush=True)
+    if not train and manifest["exhausted"]:
+        raise UserError(f"the input held only {sum(s['tokens'] for s in manifest['shards']):,} tokens, all "
+                        f"used by the validation shard (--val_tokens {args.val_tokens}); lower --val_tokens or "
+                        "add input")
+    return manifest, out_dir
+
+
+def resume_state(out_dir, planned, rank, world_size, overwrite):
+    """(this rank's intact finished shards, its earlier manifest part) from an earlier run with the same settings
+    ([], {} for a fresh start). Another run's shards in the folder are refused, or removed with --overwrite."""
+    parts = shard_format.read_manifest_parts(out_dir)
+    conflicts = {name: shard_format.settings_difference(part, planned) for name, part in parts.items()}
+    conflicts = {name: diff for name, diff in conflicts.items() if diff}
+    own_part = shard_format.manifest_filename(rank, world_size)
+    unlisted = [os.path.basename(p) for p in glob.glob(os.path.join(out_dir, "*.bin"))
+                if owns(os.path.basename(p), rank, world_size)]
+    if not parts and unlisted and not overwrite:
+        raise UserError(f"{out_dir} holds shards ({', '.join(sorted(unlisted)[:3])}...) but no manifest, so they "
+                        "cannot be checked or resumed; pass --overwrite to rewrite them, or choose another --out")
+    if conflicts:
+        if not overwrite:
+            name, diff = next(iter(conflicts.items()))
+            details = ", ".join(f"{key}: {shard_format.comparable_setting(parts[name], key)!r} → "
+                                f"{shard_format.comparable_setting(planned, key)!r}" for key in diff)
+            raise UserError(f"{out_dir} holds shards made with other settings ({name}: {details}); pass "
+                            "--overwrite to replace them, or choose another --out")
+        remove_owned_files(out_dir, rank, world_size)
+        return [], {}
+    if overwrite:
+        remove_owned_files(out_dir, rank, world_size)
+        return [], {}
+    if own_part not in parts:
+        return [], {}
+    return finished_prefix(out_dir, parts[own_part]), parts[own_part]

@@ -1,0 +1,414 @@
+"""A training run's life, from its first log line to results.json: the one object train_gpt.py talks to.
+
+    args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=(...))  # --resume PATH brings the run's flags
+    with Run(cfg, ctx, model=..., optimizers=..., train_loader=..., tokenizer=..., ...) as run:
+        with run.evaluating(model): ...                  # model.eval(), progress bar out of the way
+        run.log_eval(step, val_loss=..., val_bpb=...)    # and run.log_hellaswag(step, figures)
+        run.log_step(step, train_loss, lr, step_time_s, flops)  # per step, read in batches: run.read(...)
+        run.save_checkpoint(step, model, optimizers, train_loader)
+        run.finish(val_loss, val_bpb, hellaswag)         # results.json, status "finished"
+
+Leaving the block by an exception records the run as "failed" (with the message) or "interrupted" (Ctrl-C, naming
+the checkpoint to resume from). Every rank makes the same calls; only rank 0 writes. The folder's layout and file
+formats belong to gptlab.experiment.
+"""
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+
+from gptlab import experiment as exp
+from gptlab.distributed import broadcast_object
+from gptlab.errors import UserError
+
+
+# ------------------------------------------------------------------------------------------------ flags
+def add_run_flags(parser):
+    """The flags of the run's bookkeeping (folder, checkpoints, resume, console)."""
+    g = parser.add_argument_group("run")
+    g.add_argument("--model_name", default="GPT",
+                   help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
+    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
+    g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
+    g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
+    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps (the loop reads its "
+                   "figures back from the GPU only then, at evaluations and at checkpoints)")
+    g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
+                   "run folder, no data read")
+
+
+# run flags that a --resume run never takes from its checkpoint
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run")
+
+
+def explicit_flags(build_parser, argv):
+    """Names of the flags given on the command line (not left at their defaults)."""
+    probe = build_parser()
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(probe.parse_args(argv)))
+
+
+def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
+    """(args, checkpoint or None). --preset NAME (when the parser has it) sets the defaults from presets[NAME], so
+    flags given beside it win. With --resume PATH every flag not given again is taken from the checkpoint's
+    run, except `fresh_on_resume` (hardware-dependent flags, worked out afresh for the machine resuming);
+    args.from_checkpoint lists the flags taken."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "preset", None):
+        parser.set_defaults(**presets[args.preset])
+        args = parser.parse_args(argv)
+    args.from_checkpoint = []
+    if not args.resume:
+        return args, None
+    ckpt = exp.load_checkpoint(args.resume)
+    given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
+    fresh = set(fresh_on_resume) | set(_FRESH_RUN_FLAGS)
+    for action in parser._actions:
+        key = action.dest
+        if (action.option_strings and key not in fresh and key not in given and key in ckpt["args"]
+                and getattr(args, key) != ckpt["args"][key]):
+            setattr(args, key, ckpt["args"][key])
+            args.from_checkpoint.append(key)
+    return args, ckpt
+
+
+def restore_training_state(ckpt, model, optimizers, train_loader):
+    """Put a --resume checkpoint's weights, optimizer states, data position and random generators back."""
+    model.load_state_dict(ckpt["model"])
+    for opt, state in zip(optimizers, ckpt["optimizers"]):
+        opt.load_state_dict(state)
+    train_loader.load_state_dict(ckpt["dataloader"])
+    exp.set_rng_states(ckpt["rng"])
+
+
+# ------------------------------------------------------------------------------------------------ host reads
+# Every read of device values by the training loop goes through read_to_host or StepTimer.seconds, and is counted
+# here: a read makes the host wait for the GPU, so the loop does them only when it reports (a test pins that).
+HOST_READS = {"count": 0}
+
+
+def read_to_host(tensor):
+    """tensor.tolist(), counted in HOST_READS."""
+    HOST_READS["count"] += 1
+    return tensor.tolist()
+
+
+class StepTimer:
+    """A step's time: CUDA events on a GPU (read only when the step is reported, so the step itself never waits
+    for the GPU), time.perf_counter elsewhere (CPU work is done when the call returns)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.events = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+        self.start, self.end = time.perf_counter(), None
+
+    def stop(self):
+        if self.events:
+            self.events[1].record()
+        self.end = time.perf_counter()
+
+    def seconds(self):
+        if not self.events:
+            return self.end - self.start
+        HOST_READS["count"] += 1
+        self.events[1].synchronize()
+        return self.events[0].elapsed_time(self.events[1]) / 1000
+
+
+# ------------------------------------------------------------------------------------------------ the run
+class TrainingDiverged(Exception):
+    """The loss became NaN or infinite."""
+
+
+class Run:
+    """One training run: experiments/{YYYYmmdd_HHMMSS}_{model_name}/ and everything written into it.
+
+    cfg: the resolved flags (recorded whole in config.json and in every checkpoint); model_config: the model's
+    constructor arguments (a checkpoint rebuilds it from them); extra_config: more facts for config.json;
+    checkpoint: the --resume checkpoint (its step, train time and wall time carry on); warnings: lines printed
+    now and logged once the folder exists."""
+
+    def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
+                 checkpoint=None, warnings=(), extra_config=None):
+        import torch
+
+        self.cfg, self.ctx = cfg, ctx
+        self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
+        self.repo_root, self.extra_config = repo_root, dict(extra_config or {})
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.n_params_embeddings = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding)
+                                       for p in m.parameters())
+        self.lr_description = ", ".join(f"{type(opt).__name__} {g.get('name', 'matrices')} {g['initial_lr']}"
+                                        for opt in optimizers for g in opt.param_groups)
+        self.train_tokens = sum(train_loader.counts)
+        extra = checkpoint["extra"] if checkpoint else {}
+        self.start_step = self.step = checkpoint["step"] if checkpoint else 0  # step: optimizer steps done
+        self.train_time_s = float(extra.get("elapsed_s", 0.0))  # optimizer steps only (evaluations excluded)
+        self._wall_before = float(extra.get("wall_time_s", 0.0))  # everything, evaluations included
+        self.last_checkpoint = None
+        self.warnings = [w for w in warnings if w]
+        self.dir = self._log_file = self._metrics = self._bar = None
+        self._speed_flops = self._speed_time = 0.0  # over the steps after this process's first (MFU in results)
+        self._memory = None
+        self._finished = False
+        if ctx.is_main:
+            for warning in self.warnings:
+                print(warning, file=sys.stderr, flush=True)
+
+    # ---- lifecycle
+    def __enter__(self):
+        if self.ctx.is_main:
+            self.dir = exp.create_run_dir(self.cfg.experiments_dir, self.cfg.model_name)
+            self._log_file = exp.RunLog(os.path.join(self.dir, exp.LOG_FILE))
+            self._metrics = exp.MetricsWriter(os.path.join(self.dir, exp.METRICS_FILE))
+        self.dir = broadcast_object(self.ctx, self.dir)
+        try:
+            self._start()
+        except BaseException as err:
+            self.__exit__(type(err), err, err.__traceback__)
+            raise
+        return self
+
+    def _start(self):
+        cfg, ctx = self.cfg, self.ctx
+        hw = self.hardware = exp.hardware_info(ctx.device)
+        versions = exp.versions()
+        tok = self.tokenizer
+        self.config = {
+            **vars(cfg), "world_size": ctx.world_size, "device": str(ctx.device),
+            "gpu_name": hw["gpu_name"], "gpu_count": hw["gpu_count"], "cpu_model": hw["cpu_model"],
+            "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"],
+            "n_params": self.n_params, "n_params_embeddings": self.n_params_embeddings, **self.extra_config,
+            "tokenizer_name": tok.name, "tokenizer_path": tok.path, "tokenizer_ranks_sha256": tok.ranks_sha256,
+            "tokenizer_n_vocab": tok.encoding.n_vocab, "eot_id": tok.eot, "train_shards": self.shards.train_paths,
+            "val_shards": self.shards.val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(
+                self.repo_root), "versions": versions, "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "resumed_from": cfg.resume, "resume_step": self.start_step,
+            "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale; base learning rates: "
+                         + self.lr_description,
+            "timing": "metrics elapsed_s and results train_time_s count optimizer steps only (the first "
+                      "compiled step includes compilation); results wall_time_s is the whole run incl. "
+                      "evaluations"}
+        if ctx.is_main:
+            exp.write_config(self.dir, self.config)
+            exp.backup_code(self.repo_root, self.dir, tok.train_script)
+            log = self._log_file
+            log(f"command: {self.config['command']}")
+            for warning in self.warnings:
+                log(warning)
+            if cfg.from_checkpoint:
+                self.log(f"resuming {cfg.resume} at step {self.start_step} with its settings: " + ", ".join(
+                    f"--{k} {getattr(cfg, k)}" for k in cfg.from_checkpoint))
+            log(f"run folder: {self.dir}")
+            log("config: " + json.dumps(self.config, indent=2, default=str))
+            log(f"versions: {json.dumps(versions)}")
+            log(f"hardware: cpu {hw['cpu_model']} x{hw['cpu_count']}; gpu {hw['gpu_name']} x{hw['gpu_count']}")
+            if hw["nvidia_smi"]:
+                log("nvidia-smi:\n" + hw["nvidia_smi"])
+            log(f"parameters: {self.n_params:,} total, {self.n_params_embeddings:,} in embeddings (incl. value "
+                f"embeddings), {self.n_params - self.n_params_embeddings:,} non-embedding")
+            log(f"world_size {ctx.world_size}, grad_acc_steps {cfg.grad_acc_steps}, device_batch_size "
+                f"{cfg.device_batch_size} tokens, batch_size {cfg.batch_size} tokens/step, device {ctx.device}, "
+                f"dtype {cfg.dtype}, compile {cfg.compile}, attention {cfg.attention}")
+            passes = cfg.train_steps * cfg.batch_size / max(1, self.train_tokens)
+            log(f"training data: {self.train_tokens:,} tokens in {len(self.shards.train_paths)} shard(s); "
+                f"{cfg.train_steps} steps x {cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
+                + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
+            print(f"run folder: {self.dir}", flush=True)
+        self._wall_start = time.perf_counter() - self._wall_before
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=self.start_step * cfg.batch_size,
+                         disable=not ctx.is_main, file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True,
+                         desc="train")
+
+    def __exit__(self, exc_type, err, tb):
+        try:
+            if err is not None and self.ctx.is_main and not self._finished:
+                self._record_failure(err)
+        finally:
+            self._close()
+        if err is None:
+            return False
+        if _is_cuda_oom(err):
+            raise UserError(f"CUDA out of memory ({err}); lower --device_batch_size (more gradient accumulation, "
+                            "same results), --batch_size or --train_seq_len") from None
+        if isinstance(err, TrainingDiverged):
+            raise UserError(str(err)) from None
+        return False
+
+    def _record_failure(self, err):
+        identity = {"model_name": self.cfg.model_name, "world_size": self.ctx.world_size,
+                    "tokenizer": self.tokenizer.name, "seed": self.cfg.seed}
+        if isinstance(err, KeyboardInterrupt):
+            how = (f"resume with --resume {self.last_checkpoint}" if self.last_checkpoint else
+                   "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
+            self.log(f"run interrupted (Ctrl-C) after step {self.step}; {how}")
+            exp.write_results(self.dir, {"status": "interrupted", "steps": self.step,
+                                         "checkpoint": self.last_checkpoint, **identity})
+        else:
+            message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
+            self.log(f"run failed: {message}")
+            exp.write_results(self.dir, {"status": "failed", "error": message, **identity})
+
+    def _close(self):
+        if self._bar is not None:
+            self._bar.close()
+        for writer in (self._log_file, self._metrics):
+            if writer is not None:
+                writer.close()
+
+    # ---- what the training loop reports
+    def log(self, text, echo=True):
+        """A line in training_log.txt, and on the console unless echo=False (rank 0; a no-op elsewhere)."""
+        if not self.ctx.is_main:
+            return
+        self._log_file(text)
+        if echo:
+            from tqdm import tqdm
+
+            tqdm.write(text, file=sys.stdout)
+            sys.stdout.flush()
+
+    @contextlib.contextmanager
+    def evaluating(self, model):
+        """The model in eval mode and the training progress bar out of the way, for one evaluation."""
+        if self._bar is not None:
+            self._bar.clear()
+        model.eval()
+        try:
+            yield
+        finally:
+            model.train()
+
+    def log_eval(self, step, **figures):
+        """Evaluation figures at `step` (e.g. val_loss=..., val_bpb=...): a log line and a metrics.csv row; each
+        name must be a column of gptlab.experiment.METRICS_COLUMNS."""
+        shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
+        self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
+        if self.ctx.is_main:
+            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
+
+    def log_hellaswag(self, step, figures):
+        """figures: gptlab.evals.hellaswag.evaluate_hellaswag_in_run's, or None (nothing was scored)."""
+        if figures is None:
+            return
+        self.log(f"step {step} hellaswag acc {figures['acc']:.4f} (95% CI {_interval(figures['acc_ci95'])}) "
+                 f"acc_norm {figures['acc_norm']:.4f} (95% CI {_interval(figures['acc_norm_ci95'])}) "
+                 f"n={figures['n']}")
+        if self.ctx.is_main:
+            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
+                                hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
+
+    def read(self, tensor):
+        """Device values on the host (a list), counted: see read_to_host."""
+        return read_to_host(tensor)
+
+    def step_timer(self):
+        """A started StepTimer for one optimizer step (stop() it when the step is issued)."""
+        return StepTimer(self.ctx.device)
+
+    def check_loss(self, step, train_loss):
+        """Stop the run (TrainingDiverged → status failed) when the loss is NaN or infinite."""
+        if not math.isfinite(train_loss):
+            keep = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
+                    "no checkpoint was saved")
+            raise TrainingDiverged(f"training loss became {train_loss} at step {step}; stopped ({keep}). Lower the "
+                                   "learning rate (--lr_scale) or check the data")
+
+    def log_step(self, step, train_loss, lr, step_time_s, flops):
+        """Optimizer step `step` is done: its loss, lr multiplier, time and model FLOPs (for TFLOP/s and MFU)."""
+        cfg = self.cfg
+        self.step = step
+        self.train_time_s += step_time_s
+        tokens = cfg.batch_size
+        # model FLOPs utilisation: this step's FLOPs per GPU-second against the GPU's dense bf16 peak
+        peak = self.hardware["gpu_bf16_peak_tflops"]
+        tflops = flops / step_time_s / self.ctx.world_size / 1e12
+        mfu = tflops / peak if peak else None
+        first = step == self.start_step + 1
+        if not first:  # the run's figure leaves out the first step (compilation, warm-up)
+            self._speed_flops += flops
+            self._speed_time += step_time_s
+        if not self.ctx.is_main:
+            return
+        self._metrics.write(step=step, tokens=step * tokens, train_loss=train_loss, lr=lr, step_time_s=step_time_s,
+                            elapsed_s=self.train_time_s, tokens_per_s=tokens / step_time_s, tflops_per_gpu=tflops,
+                            mfu=mfu)
+        self.log(f"step {step}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr:.4g} step_time "
+                 f"{step_time_s * 1000:.0f}ms tokens/s {tokens / step_time_s:,.0f} TFLOP/s/GPU {tflops:.3g}"
+                 + (f" MFU {100 * mfu:.1f}%" if mfu is not None else "")
+                 + (" (includes torch.compile warm-up)" if cfg.compile and first else ""),
+                 echo=cfg.log_every > 0 and step % cfg.log_every == 0)
+        self._bar.set_postfix(step=step, loss=f"{train_loss:.4f}", refresh=False)
+        self._bar.update(tokens)
+
+    def save_checkpoint(self, step, model, optimizers, train_loader):
+        """checkpoints/step_NNNNNN.pt: weights, optimizer states, data position, random generators (rank 0 writes;
+        optimizers that keep state on other ranks must have gathered it first)."""
+        if not self.ctx.is_main:
+            return
+        path = os.path.join(self.dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
+        exp.save_checkpoint(path, model_state=model.state_dict(), model_config=self.model_config, step=step,
+                            args=dict(vars(self.cfg)),
+                            tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
+                            optimizer_states=[opt.state_dict() for opt in optimizers],
+                            dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
+                            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir,
+                                   "wall_time_s": time.perf_counter() - self._wall_start})
+        self.last_checkpoint = path
+        self.log(f"checkpoint: {path}", echo=False)
+
+    def end_training(self):
+        """After the last step: log peak memory and the run's speed after its first step."""
+        self._bar.close()
+        mem = self._memory = exp.peak_memory(self.ctx.device)
+        self.log(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved "
+                 f"{mem['reserved_gb']:.3f} GB")
+        peak = self.hardware["gpu_bf16_peak_tflops"]
+        self.tflops = (self._speed_flops / self._speed_time / self.ctx.world_size / 1e12
+                       if self._speed_time else None)
+        self.mfu = self.tflops / peak if self.tflops is not None and peak else None
+        if self.tflops is not None:
+            self.log(f"speed after the first step: {self.tflops:.3g} TFLOP/s per GPU" + (
+                f", MFU {100 * self.mfu:.1f}% of the {peak:g} TFLOP/s bf16 peak" if self.mfu is not None else
+                " (MFU: no bf16 peak known for this device)"))
+
+    def finish(self, val_loss, val_bpb, hellaswag):
+        """results.json with status "finished" and the run's final figures; returns them."""
+        if self._memory is None:
+            self.end_training()
+        mem = self._memory
+        results = {"final_val_loss": val_loss, "final_val_bpb": val_bpb, "hellaswag": hellaswag,
+                   "tokens": self.step * self.cfg.batch_size, "steps": self.step,
+                   "wall_time_s": time.perf_counter() - self._wall_start, "train_time_s": self.train_time_s,
+                   "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
+                   "peak_mem_label": mem["label"], "checkpoint": self.last_checkpoint, "tflops_per_gpu": self.tflops,
+                   "mfu": self.mfu, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],
+                   "world_size": self.ctx.world_size, "tokenizer": self.tokenizer.name,
+                   "model_name": self.cfg.model_name, "seed": self.cfg.seed}
+        if self.ctx.is_main:
+            exp.write_results(self.dir, {"status": "finished", **results})
+            self.log(f"results: {json.dumps(results)}")
+        self._finished = True
+        return results
+
+
+def _interval(ci):
+    return f"[{ci[0]:.4f}, {ci[1]:.4f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else str(ci)
+
+
+def _is_cuda_oom(err):
+    import torch
+
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
