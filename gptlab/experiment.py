@@ -35,7 +35,7 @@ METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", 
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
 
 CHECKPOINT_FORMAT = "gptlab-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: carries "sha256", a digest of everything else in it, verified on load
 
 
 # ------------------------------------------------------------------------------------------------ run folder
@@ -420,9 +420,51 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
                "model": state, "model_config": dict(model_config), "args": dict(args or {}),
                "tokenizer": dict(tokenizer or {}), "optimizers": list(optimizer_states or []),
                "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}}
-    with atomic_write(path, "wb") as f:
-        torch.save(payload, f)
+    payload["sha256"] = payload_sha256(payload)
+    try:
+        with atomic_write(path, "wb") as f:
+            torch.save(payload, f)
+    except (OSError, RuntimeError) as err:  # torch's zip writer turns a failed write (disk full) into RuntimeErrors
+        failed_write = err if isinstance(err, OSError) else err.__context__
+        if not isinstance(failed_write, OSError) and "writ" not in str(err):
+            raise
+        reason = getattr(failed_write, "strerror", None) or str(err).splitlines()[0][:200]
+        raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
+                        "(or fix the folder) and resume from the last checkpoint") from None
     return path
+
+
+def payload_sha256(payload):
+    """sha256 over a checkpoint's content (every tensor's dtype, shape and bytes, every value; the "sha256" entry
+    left out), in a fixed order, so a flipped byte anywhere in its data shows on load."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+
+    def feed(value):
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")
+        elif isinstance(value, dict):
+            digest.update(b"{")
+            for key in sorted(value, key=repr):
+                if key != "sha256" or value is not payload:
+                    digest.update(repr(key).encode())
+                    feed(value[key])
+            digest.update(b"}")
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"[" if isinstance(value, list) else b"(")
+            for item in value:
+                feed(item)
+            digest.update(b"]")
+        else:
+            digest.update(repr(value).encode())
+
+    feed(payload)
+    return digest.hexdigest()
 
 
 def load_checkpoint(path, map_location="cpu"):
@@ -452,6 +494,9 @@ def load_checkpoint(path, map_location="cpu"):
     if payload.get("format_version", 0) > CHECKPOINT_VERSION:
         raise UserError(f"{path} has checkpoint format_version {payload['format_version']}, newer than this code "
                         f"({CHECKPOINT_VERSION}); update gptlab")
+    if payload.get("format_version", 0) >= 2 and payload.get("sha256") != payload_sha256(payload):
+        raise UserError(f"checkpoint {path} is damaged: its content does not match the checksum it was saved with; "
+                        "resume from another checkpoint of the run")
     return payload
 
 

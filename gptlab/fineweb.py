@@ -212,6 +212,7 @@ class ShardWriter:
                             "same command to continue") from None
         self.manifest["shards"].append({
             "name": name, "split": split, "tokens": int(tokens.size), "bytes": os.path.getsize(path),
+            "sha256": shard_format.shard_sha256(path),  # a re-run checks the file against it
             "docs": int(np.count_nonzero(tokens == self.eot)),  # documents that start in this shard
             "start": list(self.shard_start), "end": [self.doc, self.offset],
         })
@@ -258,7 +259,8 @@ def remove_owned_files(out_dir, rank, world_size):
 
 
 def finished_prefix(out_dir, manifest):
-    """The manifest's shards whose files are intact, up to the first missing or broken one (rewritten after)."""
+    """The manifest's shards whose files are intact (header, size and, where the manifest has it, sha256), up to
+    the first missing or broken one (rewritten after)."""
     good = []
     for shard in manifest["shards"]:
         path = os.path.join(out_dir, shard["name"])
@@ -270,6 +272,10 @@ def finished_prefix(out_dir, manifest):
         if version != manifest["shard_version"] or ntok != shard["tokens"]:
             print(f"warning: {path} does not match the manifest; rewriting it and the shards after it",
                   file=sys.stderr, flush=True)
+            break
+        if shard.get("sha256") not in (None, shard_format.shard_sha256(path)):  # same size, other bytes
+            print(f"warning: {path} does not match its checksum in the manifest (damaged); rewriting it and the "
+                  "shards after it", file=sys.stderr, flush=True)
             break
         good.append(shard)
     return good

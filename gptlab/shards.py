@@ -50,6 +50,17 @@ def write_shard(path, tokens, version=1, overwrite=False):
     return path
 
 
+def shard_sha256(path):
+    """sha256 of a shard file's bytes (header and tokens): the manifest records it, a re-run checks it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _fault_injection(path):
     """Tests only: GPTLAB_TEST_FAIL_WRITE=<shard file name> makes writing that shard fail as on a full disk."""
     if os.environ.get("GPTLAB_TEST_FAIL_WRITE") == os.path.basename(path):
@@ -159,7 +170,8 @@ def settings_difference(a, b):
 
 def load_manifest(directory):
     """The folder's manifest, rank parts merged: the shared settings, `shards` (sorted by name, each with name,
-    split, tokens, docs, bytes), `complete` (every writer finished) and `parts` (manifest file names)."""
+    split, tokens, docs, bytes, sha256 of the file), `complete` (every writer finished) and `parts` (manifest file
+    names)."""
     if not os.path.isdir(directory):
         raise UserError(f"shard folder {directory} does not exist; create it with download_fineweb.py")
     parts = read_manifest_parts(directory)

@@ -999,3 +999,36 @@ def test_a_hung_rank_makes_the_others_fail_within_the_collective_timeout(tiny, t
     # gloo says "Timed out waiting 5000ms" or "Application timeout caused pair closure", by where rank 0 waits
     assert results["status"] == "failed" and re.search("timed? ?out", results["error"].lower()), results["error"]
     assert sorted(train_losses(run_dir)) == [1, 2]  # steps 1 and 2 done, step 3 never completed
+
+
+# ------------------------------------------------------------------------------------------------ faults
+def test_a_damaged_checkpoint_is_refused_by_its_checksum(tiny, tmp_path):
+    """Eight zero bytes written into a checkpoint's tensor data (its zip structure intact) must not resume."""
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
+               check=True)
+    good = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    data = bytearray(open(good, "rb").read())
+    assert exp.load_checkpoint(good)["step"] == 2 and len(data) > 3_000_100
+    data[3_000_000:3_000_008] = bytes(8)
+    flipped = tmp_path / "flip.pt"
+    flipped.write_bytes(bytes(data))
+    proc = run_script(["train_gpt.py", "--resume", str(flipped), "--experiments_dir", str(tmp_path / "b")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"error: checkpoint {flipped} is damaged" in proc.stderr and not (tmp_path / "b").exists()
+
+
+def test_a_full_disk_while_checkpointing_is_one_error_and_a_failed_run(tiny, tmp_path):
+    """Files may not grow past 2 MB (RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail as on a full disk): the
+    logs fit, a checkpoint (~6 MB) does not."""
+    launcher = ("import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+                "resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20)); sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+    proc = run_script(["-c", launcher, "train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=4, val_loss_every=0,
+                                                                   checkpoint_every=2))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "error: could not write checkpoint" in proc.stderr and "step_000002.pt" in proc.stderr
+    run_dir = only_run_dir(tmp_path)
+    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "failed" and "could not write checkpoint" in results["error"]
+    assert os.listdir(os.path.join(run_dir, exp.CHECKPOINT_DIR)) == []  # no half-written file left
