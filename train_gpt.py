@@ -965,7 +965,7 @@ def train(args, ctx, ckpt=None):
                             ctx.rank, ctx.world_size)
     model_config = model_config_of(cfg)
     if ckpt is not None:
-        exp.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, ARCH_KEYS)
+        exp.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, ARCH_KEYS, shards, cfg.allow_new_data)
 
     # ---- model and optimizers
     torch.manual_seed(cfg.seed)

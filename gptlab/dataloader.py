@@ -51,6 +51,8 @@ class RunShards:
     train_paths: list  # expanded, header-checked
     val_paths: list
     unfinished: list  # folders whose manifest says download_fineweb.py has not finished them
+    train_sha256: str = None  # data_fingerprint of the train shards (a checkpoint records it; resume compares)
+    val_sha256: str = None
 
     @property
     def warnings(self):
@@ -78,7 +80,32 @@ def select_run_shards(train_files, val_files, tokenizer_name, tokenizer_sha256, 
                   + check_shards_match_tokenizer(val_paths, tokenizer_sha256, n_vocab, "--val_files"))
     def as_list(patterns):
         return [patterns] if isinstance(patterns, str) else list(patterns)
-    return RunShards(as_list(train_files), as_list(val_files), train_paths, val_paths, sorted(set(unfinished)))
+    return RunShards(as_list(train_files), as_list(val_files), train_paths, val_paths, sorted(set(unfinished)),
+                     data_fingerprint(train_paths), data_fingerprint(val_paths))
+
+
+def data_fingerprint(paths):
+    """sha256 naming the data in `paths`, whatever folder it sits in: each shard's file name, token count and
+    content digest (the sha256 its manifest records, else a hash of its first and last MiB). A folder rebuilt
+    with another seed or other text gets another fingerprint."""
+    import hashlib
+
+    recorded = {}
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        if glob.glob(os.path.join(folder, MANIFEST_GLOB)):
+            for part in read_manifest_parts(folder).values():
+                recorded.update({(folder, s["name"]): s.get("sha256") for s in part.get("shards", [])})
+    digest = hashlib.sha256()
+    for path in paths:
+        name = os.path.basename(path)
+        content = recorded.get((os.path.dirname(os.path.abspath(path)), name))
+        if content is None:
+            with open(path, "rb") as f:
+                head = f.read(1 << 20)
+                f.seek(max(0, os.path.getsize(path) - (1 << 20)))
+                content = hashlib.sha256(head + f.read()).hexdigest()
+        digest.update(f"{name} {read_header(path)[1]} {content}\n".encode())
+    return digest.hexdigest()
 
 
 def split_batch(batch_size, seq_len, world_size, device_batch_size, grad_acc_steps=None):

@@ -404,14 +404,15 @@ def _tuplify(x):
 
 
 def save_checkpoint(path, *, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
-                    dataloader_state=None, rng_states=None, extra=None):
+                    dataloader_state=None, rng_states=None, extra=None, data=None):
     """Write one training checkpoint atomically (never over an existing file).
 
     The file is a `torch.save` of plain values only (tensors, numbers, strings, lists, dicts), so
     `load_checkpoint` can open it with `weights_only=True`:
         format, format_version, step (optimizer steps done), model (plain state dict: no `_orig_mod.`
         prefixes from torch.compile), model_config (GPT(**model_config) rebuilds the network), args (every
-        flag), tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra.
+        flag), tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
+        data {train_sha256, val_sha256} (gptlab.dataloader.data_fingerprint), sha256 (of all the rest).
     """
     import torch
 
@@ -419,7 +420,7 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
     payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
                "model": state, "model_config": dict(model_config), "args": dict(args or {}),
                "tokenizer": dict(tokenizer or {}), "optimizers": list(optimizer_states or []),
-               "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}}
+               "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
     payload["sha256"] = payload_sha256(payload)
     try:
         with atomic_write(path, "wb") as f:
@@ -487,8 +488,9 @@ def load_checkpoint(path, map_location="cpu"):
     except PermissionError:
         raise UserError(f"checkpoint {path} is not readable (permission denied); check its permissions") from None
     except Exception as err:
-        raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); it is damaged or not a "
-                        "gptlab checkpoint") from None
+        first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {first_line}); it is damaged or "
+                        "not a gptlab checkpoint") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{path} is not a gptlab checkpoint (no format={CHECKPOINT_FORMAT!r})")
     if payload.get("format_version", 0) > CHECKPOINT_VERSION:
@@ -500,9 +502,10 @@ def load_checkpoint(path, map_location="cpu"):
     return payload
 
 
-def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_keys):
+def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_keys, shards=None, allow_new_data=False):
     """Refuse a --resume checkpoint this run cannot continue: another architecture (the model_config entries
-    named by arch_keys), another tokenizer (by hash), or already at or past train_steps."""
+    named by arch_keys), another tokenizer (by hash), already at or past train_steps, or (unless allow_new_data)
+    other training or validation data than it recorded (shards: a gptlab.dataloader.RunShards)."""
     differ = [k for k in arch_keys if ckpt["model_config"].get(k) != model_config[k]]
     if differ:
         raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
@@ -514,6 +517,14 @@ def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_key
     if ckpt["step"] >= train_steps:
         raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
                         f"{train_steps}; raise --train_steps to train further")
+    recorded = ckpt.get("data") or {}
+    for split in ("train", "val"):
+        was, now = recorded.get(f"{split}_sha256"), getattr(shards, f"{split}_sha256", None)
+        if was and now and was != now and not allow_new_data:
+            raise UserError(f"--resume checkpoint was trained on other {split} data: the {split} shards now "
+                            f"({', '.join(getattr(shards, f'{split}_files'))}) differ from the ones it recorded "
+                            "(rebuilt with another seed or text?); point --train_files/--val_files at the original "
+                            "shards, or pass --allow_new_data to continue on these")
 
 
 def checkpoint_tokenizer(ckpt, path):

@@ -23,6 +23,7 @@ import time
 from gptlab import experiment as exp
 from gptlab.distributed import broadcast_object
 from gptlab.errors import UserError
+from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -37,12 +38,14 @@ def add_run_flags(parser):
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
     g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps (the loop reads its "
                    "figures back from the GPU only then, at evaluations and at checkpoints)")
+    g.add_argument("--allow_new_data", action="store_true", help="--resume on shards other than the checkpoint's "
+                   "(refused by default: its curve would continue on other data)")
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
                    "run folder, no data read")
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run")
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data")
 
 
 def explicit_flags(build_parser, argv):
@@ -79,12 +82,23 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
 
 
 def restore_training_state(ckpt, model, optimizers, train_loader):
-    """Put a --resume checkpoint's weights, optimizer states, data position and random generators back."""
-    model.load_state_dict(ckpt["model"])
-    for opt, state in zip(optimizers, ckpt["optimizers"]):
-        opt.load_state_dict(state)
-    train_loader.load_state_dict(ckpt["dataloader"])
-    exp.set_rng_states(ckpt["rng"])
+    """Put a --resume checkpoint's weights, optimizer states, data position and random generators back; a
+    checkpoint that lacks a part or does not fit the model is one UserError."""
+    try:
+        model.load_state_dict(ckpt["model"])
+        if len(ckpt["optimizers"]) != len(optimizers):
+            raise ValueError(f"it holds {len(ckpt['optimizers'])} optimizer states for {len(optimizers)} optimizers")
+        for opt, state in zip(optimizers, ckpt["optimizers"]):
+            opt.load_state_dict(state)
+        train_loader.load_state_dict(ckpt["dataloader"])
+        exp.set_rng_states(ckpt["rng"])
+    except KeyError as err:
+        raise UserError(f"--resume checkpoint has no {err} entry (an incomplete checkpoint); resume from another "
+                        "checkpoint of the run") from None
+    except (RuntimeError, ValueError, TypeError) as err:  # torch's size-mismatch report spans many lines
+        problems = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:400]
+        raise UserError(f"--resume checkpoint does not fit this model and optimizers ({problems}); resume from a "
+                        "checkpoint of the same configuration") from None
 
 
 # ------------------------------------------------------------------------------------------------ host reads
@@ -360,14 +374,26 @@ class Run:
             return
         path = os.path.join(self.dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
         exp.save_checkpoint(path, model_state=model.state_dict(), model_config=self.model_config, step=step,
-                            args=dict(vars(self.cfg)),
+                            args=self._portable_args(),
                             tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
                             optimizer_states=[opt.state_dict() for opt in optimizers],
                             dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
                             extra={"elapsed_s": self.train_time_s, "run_dir": self.dir,
-                                   "wall_time_s": time.perf_counter() - self._wall_start})
+                                   "wall_time_s": time.perf_counter() - self._wall_start},
+                            data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256})
         self.last_checkpoint = path
         self.log(f"checkpoint: {path}", echo=False)
+
+    def _portable_args(self):
+        """The flags for a checkpoint, with its paths absolute, so `--resume PATH` alone works from any folder."""
+        args = dict(vars(self.cfg))
+        for key in ("train_files", "val_files"):
+            args[key] = [os.path.abspath(p) for p in args[key]]
+        args["tokenizer"] = os.path.abspath(self.tokenizer.path)
+        args["experiments_dir"] = os.path.abspath(args["experiments_dir"])
+        if args["hellaswag_path"] != HELLASWAG_DEFAULT_PATH:  # the default stays the resuming checkout's own file
+            args["hellaswag_path"] = os.path.abspath(args["hellaswag_path"])
+        return args
 
     def end_training(self):
         """After the last step: log peak memory and the run's speed after its first step."""

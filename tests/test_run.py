@@ -38,7 +38,9 @@ class FakeLoader:
 def make_run(tmp_path, tokenizer, **overrides):
     cfg = argparse.Namespace(experiments_dir=str(tmp_path), model_name="unit", train_steps=4, batch_size=256,
                              grad_acc_steps=1, device_batch_size=256, dtype="float32", compile=False,
-                             attention="sdpa", resume=None, from_checkpoint=[], log_every=0, seed=3)
+                             attention="sdpa", resume=None, from_checkpoint=[], log_every=0, seed=3,
+                             train_files=["shards/t*.bin"], val_files=["shards/v*.bin"], tokenizer="runtest",
+                             hellaswag_path="elsewhere/hs.jsonl")
     vars(cfg).update(overrides)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))  # 40 + 40 params
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -81,6 +83,11 @@ def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, 
     ckpt = exp.load_checkpoint(results["checkpoint"])
     assert ckpt["step"] == 2 and ckpt["model_config"] == {"dims": 4} and ckpt["dataloader"] == {"pos": 7}
     assert ckpt["extra"]["elapsed_s"] == 0.75 and ckpt["tokenizer"]["ranks_sha256"] == tokenizer.ranks_sha256
+    # paths absolute, so --resume PATH alone works from another folder
+    assert ckpt["args"]["train_files"] == [os.path.join(os.getcwd(), "shards", "t*.bin")]
+    assert ckpt["args"]["tokenizer"] == os.path.abspath(tokenizer.path)
+    assert ckpt["args"]["hellaswag_path"] == os.path.join(os.getcwd(), "elsewhere", "hs.jsonl")
+    assert ckpt["args"]["experiments_dir"] == str(tmp_path)
     log = read(run.dir, exp.LOG_FILE)
     assert "warning: a test warning" in log and "step 0/4 val_loss 2.0000 val_bpb 1.5000 train_time 0.0s" in log
     assert "1,500 tokens in 2 shard(s); 4 steps x 256 tokens = 0.68 pass(es)" in log  # 1024 / 1500

@@ -18,7 +18,7 @@ from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, un
 from gptlab import experiment as exp
 from gptlab.dataloader import check_shards_match_tokenizer, default_shard_folder
 from gptlab.errors import UserError
-from gptlab.shards import write_shard
+from gptlab.shards import read_shard, write_shard
 
 sys.path.insert(0, REPO)
 import train_gpt  # noqa: E402
@@ -1032,3 +1032,66 @@ def test_a_full_disk_while_checkpointing_is_one_error_and_a_failed_run(tiny, tmp
         results = json.load(f)
     assert results["status"] == "failed" and "could not write checkpoint" in results["error"]
     assert os.listdir(os.path.join(run_dir, exp.CHECKPOINT_DIR)) == []  # no half-written file left
+
+
+def test_resume_on_rebuilt_shards_is_refused_unless_asked_for(tiny, tmp_path):
+    """The checkpoint records its data's fingerprint: the same file names holding other documents (as a folder
+    rebuilt with another seed does) are refused, --allow_new_data goes on anyway."""
+    import shutil
+
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
+               check=True)
+    ckpt = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    assert set(exp.load_checkpoint(ckpt)["data"]) == {"train_sha256", "val_sha256"}
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(tiny["dir"], rebuilt)
+    for path in sorted(glob.glob(str(rebuilt / "train_*.bin"))):  # same names and sizes, rows in another order
+        tokens = np.asarray(read_shard(path)).copy()
+        write_shard(path, np.roll(tokens, 4096), overwrite=True)
+    flags = dict(train_steps=4, val_loss_every=0, resume=ckpt, train_files=str(rebuilt / "train_*.bin"))
+    message = run_main_expecting(tiny, tmp_path, ["trained on other train data", "--allow_new_data"], **flags)
+    assert "rebuilt" in message
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "b", allow_new_data=True, **flags), check=True)
+
+
+def test_resume_alone_works_from_another_folder(tiny, tmp_path):
+    """A run started with relative paths, resumed by `--resume PATH` alone from elsewhere: the checkpoint keeps
+    its paths absolute."""
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny["dir"], work / "shards")
+    shutil.copy(tiny["tokenizer"], work / "tok.pkl")
+    argv = tiny_args(tiny, "exps", train_steps=4, val_loss_every=0, checkpoint_every=2, tokenizer="tok.pkl",
+                     train_files="shards/train_*.bin", val_files="shards/val_*.bin")
+    run_script([os.path.join(REPO, "train_gpt.py")] + argv, cwd=str(work), check=True)
+    ckpt = os.path.join(only_run_dir(work / "exps"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_script([os.path.join(REPO, "train_gpt.py"), "--resume", ckpt], cwd=str(elsewhere), check=True)
+    assert len(glob.glob(str(work / "exps" / "*_tiny*"))) == 2 and not os.listdir(elsewhere)
+
+
+def test_a_checkpoint_missing_a_part_or_not_fitting_the_model_is_one_error(tiny, tmp_path):
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
+               check=True)
+    ckpt = exp.load_checkpoint(os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt"))
+    saved = {k: v for k, v in ckpt.items() if k not in ("format", "format_version", "sha256")}
+    rename = {"model_state": "model", "optimizer_states": "optimizers", "dataloader_state": "dataloader",
+              "rng_states": "rng"}
+
+    def resave(name, **changes):
+        fields = {new: saved[old] for new, old in rename.items()}
+        fields.update(model_config=saved["model_config"], step=2, args=saved["args"], tokenizer=saved["tokenizer"],
+                      extra=saved["extra"], data=saved["data"])
+        fields.update(changes)
+        return exp.save_checkpoint(str(tmp_path / name), **fields)
+
+    no_optimizers = resave("no_opt.pt", optimizer_states=[])
+    run_main_expecting(tiny, tmp_path, ["--resume checkpoint does not fit", "0 optimizer states for 2"],
+                       train_steps=4, resume=no_optimizers)
+    model = dict(saved["model"], **{"embed.weight": saved["model"]["embed.weight"][:, :32]})
+    wrong_shape = resave("wrong_shape.pt", model_state=model)
+    message = run_main_expecting(tiny, tmp_path, ["size mismatch for embed.weight"], train_steps=4,
+                                 resume=wrong_shape)
+    assert "\n" not in message
