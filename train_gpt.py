@@ -760,7 +760,7 @@ def resolve_config(args, world_size, device):
     if cfg.num_val_emb > cfg.num_layers:
         raise UserError(f"--num_val_emb {cfg.num_val_emb} exceeds --num_layers {cfg.num_layers}; use at most "
                         f"{cfg.num_layers}")
-    if cfg.mlp_ratio <= 0 or int(cfg.mlp_ratio * cfg.model_dim) < 1:
+    if not math.isfinite(cfg.mlp_ratio) or cfg.mlp_ratio <= 0 or int(cfg.mlp_ratio * cfg.model_dim) < 1:
         raise UserError(f"--mlp_ratio {cfg.mlp_ratio} gives no MLP hidden units; use e.g. 4")
     for name in ("train_seq_len", "val_seq_len", "window_size"):
         value = getattr(cfg, name)
@@ -791,6 +791,11 @@ def resolve_config(args, world_size, device):
     if cfg.attention == "flex" and device.type != "cuda":
         raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
                         "--attention sdpa (the same mask, evaluated densely) or auto")
+    if not math.isfinite(cfg.lr_scale) or cfg.lr_scale <= 0:
+        raise UserError(f"--lr_scale {cfg.lr_scale} must be a positive number (it multiplies every learning rate; "
+                        "1 keeps them)")
+    if not 0 <= cfg.seed < 2**63:
+        raise UserError(f"--seed {cfg.seed} must be between 0 and 2**63 - 1")
     if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
         raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
     return cfg
@@ -805,6 +810,18 @@ def model_config_of(cfg):
     return {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
             "head_dim": cfg.head_dim, "model_dim": cfg.model_dim, "mlp_ratio": cfg.mlp_ratio,
             "num_val_emb": cfg.num_val_emb, "max_seq_len": max(cfg.train_seq_len, cfg.val_seq_len)}
+
+
+def check_model_fits(model_config, device):
+    """Refuse a model whose weights, gradients and optimizer state (~16 bytes a parameter) exceed the device's
+    memory, before anything is allocated (the parameters are counted on the meta device)."""
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in GPT(**model_config).parameters())
+    need, have = 16 * n_params, dist_utils.device_memory_bytes(device)
+    if need > have:
+        raise UserError(f"the model has {n_params:,} parameters: with gradients and optimizer state ~{need / 2**30:,.0f}"
+                        f" GiB, more than the {have / 2**30:,.0f} GiB of {device}; lower --vocab_size, --model_dim "
+                        "or --num_layers")
 
 
 def load_model(path, device="cpu"):
@@ -956,9 +973,11 @@ def train(args, ctx, ckpt=None):
         raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     tok = open_tokenizer(cfg.tokenizer)
     cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
+    check_model_fits(model_config_of(cfg), device)
     shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
-    hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit)
+    hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
+                                             required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
                                     ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
@@ -1052,8 +1071,9 @@ def train(args, ctx, ckpt=None):
             timer.stop()
             done = step + 1
             unreported.append((done, lr_mult, sums, timer, train_loader.epoch + 1 if train_loader.epoch > epoch else 0))
-            if (due(cfg.log_every, done) or done == cfg.train_steps or due(cfg.checkpoint_every, done)
-                    or due(cfg.val_loss_every, done) or due(cfg.hellaswag_every, done)):
+            if (due(cfg.log_every, done) or done in (cfg.train_steps, run.start_step + 1, run.start_step + 2)
+                    or due(cfg.checkpoint_every, done) or due(cfg.val_loss_every, done)
+                    or due(cfg.hellaswag_every, done)):  # the first two steps: a line and the time estimate
                 report()
             if due(cfg.checkpoint_every, done) and done < cfg.train_steps:
                 save(done)

@@ -121,6 +121,15 @@ def all_gather_objects(ctx, obj):
     return out
 
 
+def device_memory_bytes(device):
+    """Total memory of a CUDA device, or the machine's physical memory for the CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def broadcast_parameters(ctx, model, src=0):
     """Every rank gets rank src's parameters (in place; nothing to do when not distributed)."""
     import torch.distributed as dist

@@ -6,6 +6,8 @@
     results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
     code/              backup of every project source the run used + requirements.txt + tokenizer_train_script.py
     checkpoints/       --save_model checkpoints (git-ignored)
+    heartbeat.json     the training process (host, pid, its start time) and its last reported step, so a reader
+                       on the same host knows at once whether a run without results.json is alive
 
 A folder with no results.json is a run still in progress, or one that was killed.
 """
@@ -30,6 +32,7 @@ METRICS_FILE = "metrics.csv"
 LOG_FILE = "training_log.txt"
 RESULTS_FILE = "results.json"
 CODE_DIR = "code"
+HEARTBEAT_FILE = "heartbeat.json"
 CHECKPOINT_DIR = "checkpoints"
 METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
@@ -253,6 +256,46 @@ def write_results(run_dir, results):
     if results.get("status") not in RESULT_STATUSES:
         raise ValueError(f"results status must be one of {RESULT_STATUSES}")
     write_json(os.path.join(run_dir, RESULTS_FILE), results)
+
+
+# ------------------------------------------------------------------------------------------------ heartbeat
+def _process_start(pid):
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22), or None where unknown: with the
+    pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def write_heartbeat(run_dir, step):
+    """heartbeat.json: this process and its last reported step (rewritten at every report)."""
+    import socket
+
+    write_json(os.path.join(run_dir, HEARTBEAT_FILE),
+               {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
+                "step": step, "time": datetime.datetime.now().isoformat(timespec="seconds")}, overwrite=True)
+
+
+def heartbeat_process(run_dir):
+    """("alive" | "gone", heartbeat dict) for a run whose training process ran on this host; (None, dict or None)
+    when that cannot be told (no heartbeat, or another host)."""
+    import socket
+
+    beat = read_run_json(run_dir, HEARTBEAT_FILE, [])
+    if not beat or beat.get("host") != socket.gethostname() or not isinstance(beat.get("pid"), int):
+        return None, beat
+    try:
+        os.kill(beat["pid"], 0)
+    except ProcessLookupError:
+        return "gone", beat
+    except PermissionError:  # another user's process: it exists
+        pass
+    recorded = beat.get("process_start")
+    if recorded is not None and _process_start(beat["pid"]) not in (None, recorded):
+        return "gone", beat  # the pid now belongs to another process
+    return "alive", beat
 
 
 # ------------------------------------------------------------------------------------------------ code backup

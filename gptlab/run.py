@@ -239,6 +239,7 @@ class Run:
                 f"{cfg.train_steps} steps x {cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
                 + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {self.dir}", flush=True)
+            exp.write_heartbeat(self.dir, self.start_step)
         self._wall_start = time.perf_counter() - self._wall_before
         from tqdm import tqdm
 
@@ -363,7 +364,12 @@ class Run:
                  f"{step_time_s * 1000:.0f}ms tokens/s {tokens / step_time_s:,.0f} TFLOP/s/GPU {tflops:.3g}"
                  + (f" MFU {100 * mfu:.1f}%" if mfu is not None else "")
                  + (" (includes torch.compile warm-up)" if cfg.compile and first else ""),
-                 echo=cfg.log_every > 0 and step % cfg.log_every == 0)
+                 echo=cfg.log_every > 0 and (step % cfg.log_every == 0 or first))
+        if step == self.start_step + 2 and step < cfg.train_steps:  # the first step after the warm-up one
+            left = cfg.train_steps - step
+            self.log(f"estimated training time: {left} more steps x {step_time_s:.3g}s = "
+                     f"{_duration(left * step_time_s)} (evaluations not included)", echo=cfg.log_every > 0)
+        exp.write_heartbeat(self.dir, step)
         self._bar.set_postfix(step=step, loss=f"{train_loss:.4f}", refresh=False)
         self._bar.update(tokens)
 
@@ -428,6 +434,12 @@ class Run:
             self.log(f"results: {json.dumps(results)}")
         self._finished = True
         return results
+
+
+def _duration(seconds):
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def _interval(ci):

@@ -282,6 +282,9 @@ class LoadedTokenizer:
         n_vocab = self.encoding.n_vocab
         if requested is None:
             return n_vocab
+        if requested > MAX_VOCAB:
+            raise UserError(f"--vocab_size {requested} exceeds {MAX_VOCAB}, the largest id a token can have here; "
+                            f"this tokenizer needs {n_vocab}")
         if requested < n_vocab:
             raise UserError(f"--vocab_size {requested} is smaller than the tokenizer's vocabulary: {self.name} has "
                             f"{n_vocab} ids including special tokens; pass --vocab_size {n_vocab}")

@@ -785,10 +785,13 @@ def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
 
 
 def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, tmp_path):
-    missing = str(tmp_path / "nonexistent.jsonl")
-    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "exps", train_steps=2, val_loss_every=0,
-                                                    hellaswag_limit=4, hellaswag_every=1, hellaswag_path=missing),
-                      check=True)
+    """The default file missing (a folder without data/hellaswag/) only warns; see the next test for a named one."""
+    from gptlab.hellaswag_data import DEFAULT_PATH as missing
+
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_script([os.path.join(REPO, "train_gpt.py")] + tiny_args(
+        tiny, tmp_path / "exps", train_steps=2, val_loss_every=0, hellaswag_limit=4, hellaswag_every=1),
+        cwd=str(tmp_path / "elsewhere"), check=True)
     run_dir = only_run_dir(tmp_path / "exps")
     with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
         log = f.read()
@@ -799,6 +802,23 @@ def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, 
     assert results["status"] == "finished" and results["steps"] == 2 and results["hellaswag"] is None
     assert results["final_val_loss"] > 0
     assert all(r["hellaswag_acc"] is None for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE)))
+
+
+def test_a_hellaswag_file_asked_for_by_name_must_exist(tiny, tmp_path):
+    missing = str(tmp_path / "nonexistent.jsonl")
+    run_main_expecting(tiny, tmp_path, [f"--hellaswag_path {missing} does not exist", "leave the flag out"],
+                       hellaswag_limit=4, hellaswag_path=missing)
+
+
+def test_bad_numbers_fail_before_a_folder_exists(tiny, tmp_path):
+    run_main_expecting(tiny, tmp_path, ["--lr_scale -1.0 must be a positive number"], lr_scale=-1)
+    run_main_expecting(tiny, tmp_path, ["--lr_scale 0.0 must be a positive number"], lr_scale=0)
+    run_main_expecting(tiny, tmp_path, ["--lr_scale nan must be a positive number"], lr_scale="nan")
+    run_main_expecting(tiny, tmp_path, ["--seed 99999999999999999999 must be between 0 and 2**63 - 1"],
+                       seed=99999999999999999999)
+    # 10^8 rows x 64 x (embedding + 2 value embeddings + head) = 2.56e10 parameters, ~381 GiB with optimizer state
+    run_main_expecting(tiny, tmp_path, ["the model has 25,6", "parameters", "lower --vocab_size"], vocab_size=10**8)
+    run_main_expecting(tiny, tmp_path, ["--vocab_size 100000000000 exceeds 2147483646"], vocab_size=10**11)
 
 
 def test_cli_asking_for_more_validation_than_the_val_shards_hold_fails_before_training(tiny, tmp_path):
@@ -1095,3 +1115,49 @@ def test_a_checkpoint_missing_a_part_or_not_fitting_the_model_is_one_error(tiny,
     message = run_main_expecting(tiny, tmp_path, ["size mismatch for embed.weight"], train_steps=4,
                                  resume=wrong_shape)
     assert "\n" not in message
+
+
+def test_the_log_estimates_the_training_time_after_the_first_two_steps(tiny, tmp_path):
+    """Step 2 is the first after the warm-up step: 18 steps are left at its measured time (metrics.csv)."""
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, log_every=5), check=True)
+    run_dir = only_run_dir(tmp_path)
+    step_time = {r["step"]: r["step_time_s"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+                 if r["step_time_s"] is not None}[2]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("estimated training time:")][0]
+    assert line.startswith(f"estimated training time: 18 more steps x {step_time:.3g}s = ")
+    seconds = round(18 * step_time)
+    assert line.endswith(f"= {seconds // 60}m{seconds % 60:02d}s (evaluations not included)")
+    # the first step's line is shown at once, whatever --log_every
+    assert "\nstep 1/20 train_loss" in "\n" + proc.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_killed_run_shows_as_crashed_at_once_through_its_heartbeat(tiny, tmp_path):
+    """kill -9 leaves no results.json; the leaderboard used to wait 10 minutes of silence before calling it crashed.
+    heartbeat.json names the process, so a reader on the same host knows at once."""
+    import signal
+    import time
+
+    from gptlab.compare import load_run
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, "train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=5000,
+                                                                         val_loss_every=0, log_every=1),
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            dirs = glob.glob(str(tmp_path / "*_tiny"))
+            if dirs and len(train_losses(dirs[0]) if os.path.exists(os.path.join(dirs[0], exp.METRICS_FILE))
+                            else {}) >= 3:
+                break
+            time.sleep(0.2)
+        run_dir = only_run_dir(tmp_path)
+        assert load_run(run_dir).status == "running"
+        with open(os.path.join(run_dir, exp.HEARTBEAT_FILE)) as f:
+            assert json.load(f)["pid"] == proc.pid
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    run = load_run(run_dir)  # at once: no waiting for the 10-minute window
+    assert run.status == "crashed" and any(f"(pid {proc.pid} on " in n and "is gone" in n for n in run.notes)

@@ -27,27 +27,28 @@ def tiny(tmp_path_factory):
 
 
 def test_quiet_steps_read_nothing_back_and_issue_a_stated_number_of_collectives(tiny, tmp_path):
-    """6 steps on 2 ranks, reporting every 3: steps 1, 2, 4, 5 make no host read and no .item() at the dispatcher.
+    """8 steps on 2 ranks, reporting every 4 (and after steps 1 and 2: a first line and the time estimate): steps
+    3, 5, 6 and 7 make no host read and no .item() at the dispatcher.
     Every step issues the collectives GradientSync states: one all-reduce per Adam bucket (lm_head, embed and two
     value embeddings of 640 x 64 = 40,960 >= 2**15 elements each alone, the scalars together: 5) and, for Muon, a
     reduce-scatter and an all-gather per chunk (4 matrix shapes x 4 layers / 2 ranks = 8 chunks)."""
     out = str(tmp_path / "work.json")
     flags = ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
              "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_heads", "2",
-             "--num_layers", "4", "--batch_size", "1024", "--device_batch_size", "256", "--train_steps", "6",
+             "--num_layers", "4", "--batch_size", "1024", "--device_batch_size", "256", "--train_steps", "8",
              "--val_loss_every", "0", "--val_steps", "1", "--window_size", "256", "--hellaswag_limit", "0",
-             "--experiments_dir", str(tmp_path / "exps"), "--log_every", "3", "--sample_tokens", "0"]
+             "--experiments_dir", str(tmp_path / "exps"), "--log_every", "4", "--sample_tokens", "0"]
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "tests/helpers/step_work.py",
                 out, "--"] + flags, check=True)
     per_step_collectives = {"all_reduce": 5, "reduce_scatter_tensor": 8, "all_gather_into_tensor": 8}
     for rank in range(2):
         with open(f"{out}.rank{rank}") as f:
             steps = json.load(f)
-        assert len(steps) == 6
-        for i in (0, 1, 3, 4):  # steps 1, 2, 4, 5
+        assert len(steps) == 8
+        for i in (2, 4, 5, 6):  # steps 3, 5, 6, 7
             assert steps[i] == {"host_reads": 0, "item": 0, "collectives": per_step_collectives}, (rank, i + 1)
-        # step 3 reports steps 1-3: one all-reduce of their figures and one host read
-        assert steps[2] == {"host_reads": 1, "item": 0, "collectives": dict(per_step_collectives, all_reduce=6)}
+        # step 4 reports steps 3-4: one all-reduce of their figures and one host read
+        assert steps[3] == {"host_reads": 1, "item": 0, "collectives": dict(per_step_collectives, all_reduce=6)}
 
 
 def test_bf16_autocast_keeps_the_residual_stream_in_bf16_and_the_loss_in_fp32():

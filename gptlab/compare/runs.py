@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from gptlab.errors import UserError
 from gptlab.experiment import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
-                               is_run_folder, read_metrics, read_run_json)
+                               heartbeat_process, is_run_folder, read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
@@ -133,7 +133,14 @@ def load_run(path, now=None, with_metrics=True):
         status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "no metrics"
     else:
         status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "crashed"
-    if status == "crashed" and not metrics.truncated:
+    process, beat = heartbeat_process(path) if results is None else (None, None)
+    if process == "gone":  # its training process, on this host, is no more: no need to wait for the window
+        status = "crashed" if metrics.rows else "no metrics"
+        notes.append(f"no results.json and its process (pid {beat['pid']} on {beat['host']}) is gone: killed or "
+                     f"crashed after step {beat.get('step')} (see its training_log.txt)")
+    elif process == "alive":
+        status = "running"
+    elif status == "crashed" and not metrics.truncated:
         notes.append(f"no results.json and nothing written for over {RUNNING_WINDOW_S // 60} min: "
                      "killed or crashed (see its training_log.txt)")
 

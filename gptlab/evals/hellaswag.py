@@ -182,12 +182,16 @@ def missing_file_warning(path):
             "`python download_hellaswag.py` (or pass --hellaswag_path)")
 
 
-def check_hellaswag_file(path, limit=None):
+def check_hellaswag_file(path, limit=None, required=False):
     """Before a training run: a warning (str) when the file is missing, None when it is there and parses; a
-    damaged file is a UserError now rather than after hours of training. limit 0 means no HellaSwag at all."""
+    damaged file, or a missing one that was asked for by name (required), is a UserError now rather than after
+    hours of training. limit 0 means no HellaSwag at all."""
     if limit == 0:
         return None
     if not os.path.isfile(path):
+        if required:
+            raise UserError(f"--hellaswag_path {path} does not exist; pass the file `python download_hellaswag.py` "
+                            "wrote, or leave the flag out (then a missing default file only warns)")
         return missing_file_warning(path)
     load_hellaswag(path, limit=limit)
     return None
