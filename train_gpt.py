@@ -940,7 +940,7 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
     extra = 2 * adam_bytes + (param_bytes - adam_bytes) * (3 if ctx.world_size > 1 else 1)
     free, _ = torch.cuda.mem_get_info(device)
     tokens, tried = choose_micro_batch(micro_batch_candidates(cfg.batch_size // ctx.world_size, cfg.train_seq_len),
-                                       measure, free + torch.cuda.memory_allocated(device), fixed_bytes=2 * param_bytes,
+                                       measure, free + torch.cuda.memory_reserved(device), fixed_bytes=2 * param_bytes,
                                        extra_bytes=extra)
     tokens = min(dist_utils.all_gather_objects(ctx, tokens))
     if ctx.is_main:
