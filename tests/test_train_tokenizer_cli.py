@@ -110,7 +110,8 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
     assert "rank      : 1 (local_rank: 1)" in root_cause and "exitcode  : 1 " in root_cause, proc.stderr[-3000:]
     assert "rank      : 0 (local_rank: 0)" in failures and "(SIGTERM)" in failures, proc.stderr[-3000:]
     assert "error:" not in proc.stderr and "Error:" not in failures.split("ChildFailedError")[0]
-    assert not list(tmp_path.iterdir())  # no tokenizer, no temporary file
+    # no tokenizer, no temporary file; the lock file of the killed rank 0 may stay (the OS dropped its lock)
+    assert [p.name for p in tmp_path.iterdir()] in ([], [".tokenizer_v300_n20000.pkl.lock"])
 
 
 def test_in_process_api_matches_the_cli(tmp_path):
