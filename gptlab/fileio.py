@@ -67,14 +67,20 @@ def atomic_write(path, mode="wb", overwrite=False):
     """Yield a file object for `path.tmp.<pid>`; on success rename it to `path`, on any error remove it.
 
     A reader never sees a half-written file under the final name, and an existing file is only replaced when
-    overwrite=True. Write errors (a full disk) propagate as OSError, with nothing left behind.
+    overwrite=True. A folder that cannot be made or written in is a UserError; errors while writing (a full disk)
+    propagate as OSError for the caller to word, with nothing left behind.
     """
     _refuse_existing(path, overwrite)
-    _nearest_existing_folder(os.path.dirname(os.path.abspath(path)))  # the write itself is the probe here
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    folder = os.path.dirname(os.path.abspath(path))
+    _nearest_existing_folder(folder)
     tmp_path = f"{path}.tmp.{os.getpid()}"
+    try:  # creating the temporary file is this write's own check of the folder
+        os.makedirs(folder, exist_ok=True)
+        tmp_file = open(tmp_path, mode)
+    except OSError as err:
+        raise UserError(f"cannot write in {folder} ({err.strerror or err}); {write_fix(err)}") from None
     try:
-        with open(tmp_path, mode) as f:
+        with tmp_file as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
