@@ -5,17 +5,16 @@
     python compare_experiments.py --sort hellaswag --desc
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
 """
-import argparse
 import sys
 
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import run_cli
 
 
 def parse_args(argv):
     from gptlab.compare import COLUMNS, LEADERBOARD_FILE, NOISE_SIGMAS, PLOT_FILE
     from gptlab.experiment import EXPERIMENTS_DIR
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run folders to compare (paths, folder names in --experiments, or a unique part of "
                              "one); default: every run")

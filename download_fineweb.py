@@ -9,21 +9,23 @@ Writes <out>/<dataset>_<tokenizer stem>/val_000000.bin, train_000001.bin, ... pl
 same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun).
 See gptlab/fineweb.py for the exact layout, document order and resume rules.
 """
-import argparse
 import os
 
 from gptlab.distributed import default_workers
-from gptlab.cli import HelpFormatter
-from gptlab.errors import run_cli
+from gptlab.cli import ArgumentParser, HelpFormatter
+from gptlab.errors import UserError, run_cli
+
+DEFAULT_VERSION = "10Bedu"
 
 
 def parse_args(argv=None):
     from gptlab.fineweb import VERSIONS
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
-    p.add_argument("--version", default="10Bedu", help=f"FineWeb sample: {', '.join(VERSIONS)}")
+    # default None: only an explicitly given --version can conflict with --input
+    p.add_argument("--version", default=None,
+                   help=f"FineWeb sample: {', '.join(VERSIONS)} (default: {DEFAULT_VERSION}; not with --input)")
     p.add_argument("--input", nargs="+", metavar="PATH", default=None,
                    help="local .txt (documents split on <|endoftext|>), .jsonl (field text) or .parquet (column "
                         "text) files or globs, instead of the Hub; the dataset folder is then local_<first stem>")
@@ -44,7 +46,12 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="replace shards made earlier with other settings instead of refusing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.input is not None and args.version is not None:
+        raise UserError(f"--version {args.version} selects a Hub sample, but --input reads local files instead; "
+                        "drop one of them")
+    args.version = args.version or DEFAULT_VERSION
+    return args
 
 
 def main(argv=None):

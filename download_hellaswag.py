@@ -7,16 +7,14 @@
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
 """
-import argparse
-
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import UserError, run_cli
 from gptlab.hellaswag_data import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ,
                                    URL_ENV, default_source, fetch_hellaswag)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--source", default=None,
                         help=f"URL or local .jsonl / .jsonl.gz to copy from (default: ${URL_ENV} if set, a "
                              f"mirror, else {HELLASWAG_URL}; offline: {SAMPLE_GZ})")

@@ -32,7 +32,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 from gptlab import distributed as dist_utils
 from gptlab import experiment as exp
-from gptlab.cli import HelpFormatter, require_non_negative, require_positive
+from gptlab.cli import ArgumentParser, HelpFormatter, require_non_negative, require_positive
 from gptlab.dataloader import (BOSAlignedLoader, ValidationSet, choose_micro_batch, micro_batch_candidates,
                                select_run_shards, split_batch, to_device)
 from gptlab.errors import UserError, run_cli
@@ -81,7 +81,7 @@ def int_or_auto(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a named configuration (see PRESETS in train_gpt.py); flags given beside it win")
     g = p.add_argument_group("data")

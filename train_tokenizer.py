@@ -11,20 +11,19 @@ documents with --workers processes, the deduplicated (pre-token → count) table
 merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
 The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.
 """
-import argparse
 import os
 import time
 
 from gptlab.bpe.train import DATASET_CONFIG
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
     from gptlab.text_sources import HUB_DATASETS
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0],
+                        formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
     ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
     ap.add_argument("--name", default="tokenizer", help="file name prefix")
@@ -54,7 +53,9 @@ def main(argv=None):
 
     t0 = time.time()
     args = parse_args(argv)
-    if "/" in args.name or not args.name.strip():
+    if not args.name.strip():
+        raise UserError(f"--name {args.name!r} is empty; give a file name prefix, e.g. --name mytok")
+    if "/" in args.name:
         raise UserError(f"--name {args.name!r} must be a plain file name prefix (no '/')")
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,

@@ -78,6 +78,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from gptlab.cli import ArgumentParser  # noqa: E402
 from gptlab.errors import UserError, run_cli  # noqa: E402
 
 DEFAULT_ANCHOR = os.path.join(os.path.dirname(REPO), "shared", "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
@@ -107,8 +108,8 @@ PEAK_LINE = re.compile(r"^peak memory allocated: (\d+) MiB reserved: (\d+) MiB")
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=128,
                    help="anchor steps (of its 1,750) before it is stopped; ours runs the same tokens (default 128: "
                         "the first 7%% of the run, where both windows are 128 tokens; 1750: whole runs)")

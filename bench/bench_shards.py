@@ -17,7 +17,6 @@ with other jobs disturbs much less than wall-clock time.
 Without --tokenizer a 1000-token BPE is trained on the corpus with train_tokenizer.py (falling back to the tests'
 tiny reference BPE, tests/helpers/tiny_data.py, if that fails).
 """
-import argparse
 import json
 import os
 import shutil
@@ -82,7 +81,9 @@ def run_raw(tokenizer, docs, workers):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from gptlab.cli import ArgumentParser
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", help=".jsonl corpus (default: build one with make_corpus.py)")
     p.add_argument("--mb", type=float, default=20, help="size of the corpus to build")
     p.add_argument("--tokenizer", help="tokenizer file (default: train a 1000-token one)")

@@ -11,7 +11,6 @@ peak resident memory of the child (ru_maxrss) and the ratio ours/HF. HF gets the
 alphabet and the same vocabulary size (bytes + merges, no special tokens). The corpus is built reproducibly with
 ../shared/bench/make_corpus.py when --corpus is not given.
 """
-import argparse
 import os
 import subprocess
 import sys
@@ -55,7 +54,10 @@ def run_child(cmd, env=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sys.path.insert(0, REPO)
+    from gptlab.cli import ArgumentParser
+
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=20, help="corpus size in MB when building one")
     ap.add_argument("--vocab", type=int, default=8192, help="vocabulary size (bytes + merges)")
     ap.add_argument("--corpus", help="an existing .jsonl corpus (field text) instead of building one")
@@ -66,7 +68,6 @@ def main(argv=None):
                          "cpu, cuda), e.g. native:cpu torch:cuda; every one is timed against the same HF run")
     ap.add_argument("--skip-hf", action="store_true", help="time ours only")
     args = ap.parse_args(argv)
-    sys.path.insert(0, REPO)
     from gptlab.tokenizer import PATTERNS
 
     with tempfile.TemporaryDirectory(prefix="bench_tok_") as tmp:

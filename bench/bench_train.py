@@ -30,6 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from gptlab.cli import ArgumentParser  # noqa: E402
 from gptlab.errors import UserError, run_cli  # noqa: E402
 
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
@@ -37,7 +38,7 @@ CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, tr
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--preset", default=None, help="a train_gpt.py preset (GPU default: gpt2-small)")
     p.add_argument("--num_layers", type=int)

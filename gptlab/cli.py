@@ -1,7 +1,18 @@
-"""What every top-level script's command line shares: the --help format and the checks of numeric flags."""
+"""What every top-level script's command line shares: the parser (its error format), the --help format and the
+checks of numeric flags."""
 import argparse
+import sys
 
 from gptlab.errors import UserError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with the project's error format: a bad flag prints one line, `error: <problem> (see
+    SCRIPT --help)`, and exits with status 2, instead of the usage block and `SCRIPT: error:`."""
+
+    def error(self, message):
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

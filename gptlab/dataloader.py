@@ -201,8 +201,12 @@ def default_shard_folder(tokenizer_name, data_dir="data"):
             parts = read_manifest_parts(folder).values()
             return any(part.get("tokenizer", {}).get("name") == tokenizer_name for part in parts)
         dirs = [d for d in dirs if made_with_this_tokenizer(d)] or dirs
+    if not dirs:
+        raise UserError(f"no --train_files/--val_files given and no shard folder {data_dir}/*_{tokenizer_name}/ "
+                        f"exists; create one with download_fineweb.py --tokenizer {tokenizer_name}, or pass "
+                        "--train_files 'DIR/train_*.bin' --val_files 'DIR/val_*.bin'")
     if len(dirs) != 1:
-        found = f"found {len(dirs)}: {', '.join(dirs)}" if dirs else "found none"
+        found = f"found {len(dirs)}: {', '.join(dirs)}"
         raise UserError(f"no --train_files/--val_files given and {data_dir}/*_{tokenizer_name}/ is ambiguous "
                         f"({found}); pass --train_files 'DIR/train_*.bin' --val_files 'DIR/val_*.bin' or run "
                         f"download_fineweb.py --tokenizer {tokenizer_name}")

@@ -85,6 +85,17 @@ def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
     return DistContext(rank, local_rank, world_size, dev, backend)
 
 
+def rendezvous_store(timeout_s=DEFAULT_TIMEOUT_S):
+    """torchrun's key-value store (RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment), without starting a
+    process group: for small messages between ranks, such as rank 0's error, before the group exists. A group
+    held open through long independent work would turn a rank that dies there into errors on the others; without
+    one, torchrun ends them."""
+    import torch.distributed as dist
+
+    store, _, _ = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=timeout_s)))
+    return store
+
+
 def cleanup(ctx):
     import torch.distributed as dist
 

@@ -1,30 +1,65 @@
-"""Atomic, non-destructive file writing: write to a temporary name beside the target, then rename."""
+"""Atomic, non-destructive file writing: write to a temporary name beside the target, then rename; output checks
+that really write (root passes every os.access check); one writer at a time through an exclusive lock."""
 import contextlib
+import errno
+import json
 import os
+import socket
+import sys
+import tempfile
+import time
 
 from gptlab.errors import UserError
 
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room: the fix is space, not another permission
+
 
 def check_writable(path, overwrite=False):
-    """Refuse to replace an existing file unless overwrite is set, and a path whose folder cannot be made (call
-    before doing expensive work)."""
-    if os.path.isdir(path):
-        raise UserError(f"{path} is a folder; give the path of a file to write")
-    if os.path.exists(path) and not overwrite:
-        raise UserError(f"{path} already exists; pass --overwrite to replace it, or choose another name")
+    """Refuse to replace an existing file unless overwrite is set, and a path whose folder cannot be made or
+    written in (probed by writing there; call before doing expensive work)."""
+    _refuse_existing(path, overwrite)
     check_folder_creatable(os.path.dirname(os.path.abspath(path)))
 
 
 def check_folder_creatable(folder):
-    """The folder exists or can be made: no part of the path is a file, and it (or the nearest part that exists)
-    is writable. Call before expensive work so a bad output path fails at once."""
+    """The folder exists or can be made, and a file can be written there: a one-byte file is created and removed
+    in the folder, or in its nearest existing parent when it does not exist yet. os.access is not enough (it says
+    yes to root even in /sys), and a full disk only shows when something is written. Call before expensive work
+    so a bad output path fails at once; any failure is one UserError naming the folder and the fix."""
+    existing = _nearest_existing_folder(folder)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=existing)
+        try:
+            os.write(fd, b"\n")
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as err:
+        raise UserError(f"cannot write in {existing} ({err.strerror or err}); "
+                        f"{write_fix(err)}") from None
+
+
+def write_fix(err):
+    """The fix to suggest for an OSError from writing: space when there is no room, else another path."""
+    if getattr(err, "errno", None) in _FULL_ERRNOS:
+        return "free some space there, or choose another output path"
+    return "choose another output path"
+
+
+def _nearest_existing_folder(folder):
     existing = os.path.abspath(folder)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise UserError(f"cannot use folder {folder}: {existing} is a file, not a folder; choose another output path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write in {existing} (permission denied); choose another output path")
+    return existing
+
+
+def _refuse_existing(path, overwrite):
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder; give the path of a file to write")
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; pass --overwrite to replace it, or choose another name")
 
 
 @contextlib.contextmanager
@@ -32,13 +67,20 @@ def atomic_write(path, mode="wb", overwrite=False):
     """Yield a file object for `path.tmp.<pid>`; on success rename it to `path`, on any error remove it.
 
     A reader never sees a half-written file under the final name, and an existing file is only replaced when
-    overwrite=True.
+    overwrite=True. A folder that cannot be made or written in is a UserError; errors while writing (a full disk)
+    propagate as OSError for the caller to word, with nothing left behind.
     """
-    check_writable(path, overwrite)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _refuse_existing(path, overwrite)
+    folder = os.path.dirname(os.path.abspath(path))
+    _nearest_existing_folder(folder)
     tmp_path = f"{path}.tmp.{os.getpid()}"
+    try:  # creating the temporary file is this write's own check of the folder
+        os.makedirs(folder, exist_ok=True)
+        tmp_file = open(tmp_path, mode)
+    except OSError as err:
+        raise UserError(f"cannot write in {folder} ({err.strerror or err}); {write_fix(err)}") from None
     try:
-        with open(tmp_path, mode) as f:
+        with tmp_file as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -52,3 +94,105 @@ def atomic_write(path, mode="wb", overwrite=False):
 def atomic_write_text(path, text, overwrite=False):
     with atomic_write(path, "w", overwrite=overwrite) as f:
         f.write(text)
+
+
+# ---- one writer at a time
+
+_held_lock_fds = set()  # descriptors of the locks this process holds; a forked child closes its copies
+
+
+def _close_inherited_locks():
+    # a forked child (e.g. a multiprocessing worker) shares the parent's lock; closing its copies means the lock
+    # ends with the holder, even when the holder is killed and the child lives on
+    for fd in list(_held_lock_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_lock_fds.clear()
+
+
+_fork_hook_registered = False
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path, what):
+    """Hold an exclusive lock on `lock_path` (created, with its folder, if missing) for the `with` block, so only
+    one process at a time writes `what` (e.g. "tokenizer tokenizers/t.pkl"). The file records the holder (pid,
+    host, command line, start time); a second process gets, at once, a UserError naming that holder.
+
+    The lock is flock(2)'s: the OS drops it when the holder exits or is killed, so no stale lock survives a
+    crash (the file may stay; it is removed on a normal exit). Forked children do not keep it. Yields the path."""
+    import fcntl
+
+    global _fork_hook_registered
+    if not _fork_hook_registered:
+        os.register_at_fork(after_in_child=_close_inherited_locks)
+        _fork_hook_registered = True
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create the folder of {lock_path} ({err.strerror or err}); "
+                        f"{write_fix(err)}") from None
+    while True:
+        try:
+            fd = _open_lock_file(lock_path)
+        except OSError as err:
+            raise UserError(f"cannot create the lock file {lock_path} ({err.strerror or err}); "
+                            f"{write_fix(err)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise UserError(f"{what} is being written by {holder}; wait for it to finish or stop it") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        # a holder that was finishing removed the file between our open and flock: lock the new file instead
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    _held_lock_fds.add(fd)
+    try:
+        _write_holder(fd)
+        yield lock_path
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)  # while still held: a waiting process then retries on a fresh file
+        _held_lock_fds.discard(fd)
+        os.close(fd)
+
+
+def _open_lock_file(lock_path):
+    try:
+        return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        return os.open(lock_path, os.O_RDONLY)  # another user's lock file: flock works on it all the same
+
+
+def _write_holder(fd):
+    import shlex
+
+    holder = {"pid": os.getpid(), "host": socket.gethostname(),
+              "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
+              "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    data = (json.dumps(holder) + "\n").encode()
+    with contextlib.suppress(OSError):  # the lock holds without them (a full disk, a read-only lock file)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+
+
+def _read_holder(fd):
+    """'pid N on HOST (`command`), since TIME' from a lock file, or a plainer phrase while it is still empty."""
+    for _ in range(20):  # the holder writes its details right after taking the lock
+        try:
+            holder = json.loads(os.pread(fd, 1 << 16, 0).decode("utf-8", "replace"))
+            command = " ".join(str(holder["command"]).split())  # on one line, and not too long
+            command = command if len(command) <= 200 else command[:197] + "..."
+            return f"pid {holder['pid']} on {holder['host']} (`{command}`), since {holder['since']}"
+        except (ValueError, KeyError, TypeError, OSError):
+            time.sleep(0.05)
+    return "another process (its details are not recorded)"

@@ -12,7 +12,7 @@ import os
 import zlib
 
 from gptlab.errors import UserError
-from gptlab.fileio import atomic_write
+from gptlab.fileio import atomic_write, check_folder_creatable, write_fix
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 URL_ENV = "GPTLAB_HELLASWAG_URL"  # a mirror of HELLASWAG_URL (same file, same checksum) used when no source is given
@@ -108,6 +108,7 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
                             "pass --overwrite to replace it, or choose another --out")
     elif os.path.exists(out):
         raise UserError(f"--out {out} exists and is not a file; choose another --out")
+    check_folder_creatable(os.path.dirname(os.path.abspath(out)))  # by writing there, before any download
     source = source or default_source()
     stream, total = _open_source(source, timeout_s)
     from tqdm import tqdm
@@ -127,20 +128,24 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
                 bar.update(len(chunk))
                 yield chunk
 
-        with atomic_write(out, "wb", overwrite=True) as f:
-            try:
-                for data in _decompressed_chunks(raw_chunks()):
-                    digest.update(data)
-                    n_bytes += len(data)
-                    f.write(data)
-            except (zlib.error, EOFError) as err:
-                raise UserError(f"{source} is not a valid gzip file ({err}); "
-                                "give a plain .jsonl or an intact .jsonl.gz") from None
-            if digest.hexdigest() != HELLASWAG_SHA256:
-                raise UserError(
-                    f"{source} is not the HellaSwag validation file: sha256 of its {n_bytes} (uncompressed) bytes "
-                    f"is {digest.hexdigest()}, expected {HELLASWAG_SHA256}; nothing was written. Use the upstream "
-                    f"file ({HELLASWAG_URL}) or the bundled {SAMPLE_GZ}")
+        try:
+            with atomic_write(out, "wb", overwrite=True) as f:
+                try:
+                    for data in _decompressed_chunks(raw_chunks()):
+                        digest.update(data)
+                        n_bytes += len(data)
+                        f.write(data)
+                except (zlib.error, EOFError) as err:
+                    raise UserError(f"{source} is not a valid gzip file ({err}); "
+                                    "give a plain .jsonl or an intact .jsonl.gz") from None
+                if digest.hexdigest() != HELLASWAG_SHA256:
+                    raise UserError(
+                        f"{source} is not the HellaSwag validation file: sha256 of its {n_bytes} (uncompressed) "
+                        f"bytes is {digest.hexdigest()}, expected {HELLASWAG_SHA256}; nothing was written. Use the "
+                        f"upstream file ({HELLASWAG_URL}) or the bundled {SAMPLE_GZ}")
+        except OSError as err:  # reading errors are UserErrors already: this is the writing (a full disk)
+            raise UserError(f"could not write {out} ({err.strerror or err}); nothing half-written was left; "
+                            f"{write_fix(err)}") from None
     return out, "written"
 
 

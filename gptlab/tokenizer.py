@@ -82,7 +82,8 @@ def ranks_sha256(mergeable_ranks):
 
 def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, special_tokens, metadata,
                    script_content, overwrite=False):
-    """Write the tokenizer pickle and a readable `<stem>.merges.txt` next to it, both atomically."""
+    """Write the tokenizer pickle and a readable `<stem>.merges.txt` next to it, both atomically: the text is
+    written first and renamed last, so a failed write (a full disk) leaves neither new file."""
     payload = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -96,10 +97,11 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "script_content": script_content,
     }
     merges_path = merges_txt_path(path)
-    with atomic_write(path, "wb", overwrite=overwrite) as f:
-        pickle.dump(payload, f, protocol=4)
-    with atomic_write(merges_path, "w", overwrite=True) as f:
-        f.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
+    with atomic_write(merges_path, "w", overwrite=True) as merges_file:
+        merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
+        merges_file.flush()  # its own write errors surface here, before the pickle replaces anything
+        with atomic_write(path, "wb", overwrite=overwrite) as f:
+            pickle.dump(payload, f, protocol=4)
     return path
 
 
@@ -163,6 +165,9 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     for path in candidates:
         if os.path.isfile(path):
             return path
+    if os.path.isdir(name_or_path):
+        raise UserError(f"tokenizer {name_or_path!r} is a folder, not a tokenizer file; give the path of a .pkl "
+                        "file (e.g. tokenizers/NAME_vVOCAB_nSAMPLES.pkl) or its name inside tokenizers/")
     have = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tokenizer_dir, "*.pkl")))
     where = os.path.abspath(tokenizer_dir)  # relative to the current folder: say which one was searched
     hint = f"available in {where}/: {', '.join(have)}" if have else f"{where}/ has no tokenizers yet"

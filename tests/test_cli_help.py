@@ -24,3 +24,41 @@ def test_train_gpt_help_shows_the_model_defaults():
     for flag, default in [("--num_layers", "12"), ("--num_heads", "6"), ("--model_dim", "384"),
                           ("--train_steps", "1000"), ("--seed", "0"), ("--batch_size", "65536")]:
         assert re.search(re.escape(flag) + r" [A-Z_]+ [^-]*\(default: " + default + r"\)", text), flag
+
+
+@pytest.mark.parametrize("script", SCRIPTS + ["bench/bench_train.py", "bench/bench_shards.py",
+                                              "bench/bench_tokenizer.py", "bench/bench_anchor.py"])
+def test_a_bad_flag_is_one_error_line_not_the_usage_block(script):
+    name = script.split("/")[-1]
+    required = ["--tokenizer", "t.pkl"] if script == "download_fineweb.py" else []
+    proc = run_script([script, "--no_such_flag"] + required)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {name} --help)", proc.stderr
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("train_tokenizer.py", ["--vocabsize", "abc"], "argument --vocabsize: invalid int value: 'abc'"),
+    ("download_fineweb.py", [], "the following arguments are required: --tokenizer"),
+    ("train_gpt.py", ["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
+])
+def test_a_bad_value_is_one_error_line(script, args, message):
+    proc = run_script([script] + args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), proc.stderr
+    assert lines[0].endswith(f"(see {script} --help)")
+
+
+def test_resume_still_finds_the_flags_given_with_the_one_line_parser():
+    """gptlab.run.explicit_flags parses the command line again with every default suppressed."""
+    from gptlab.cli import ArgumentParser
+    from gptlab.run import explicit_flags
+
+    def build_parser():
+        parser = ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.1)
+        parser.add_argument("--width", type=int, default=8)
+        parser.add_argument("--resume", default=None)
+        return parser
+
+    assert explicit_flags(build_parser, ["--resume", "c.pt", "--lr", "2"]) == {"resume", "lr"}

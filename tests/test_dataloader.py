@@ -193,3 +193,14 @@ def test_every_document_start_is_in_some_row(tmp_path):
         covered.update(p for p in range(start, start + seq_len) if p in bos_set)
     assert [b for b in bos if b < end - seq_len] == sorted(b for b in covered if b < end - seq_len)
     assert sum(start in bos_set for start in starts) > 0.8 * len(starts)  # most rows begin a document
+
+
+def test_no_shard_folder_for_the_tokenizer_says_how_to_make_one(tmp_path):
+    from gptlab.dataloader import default_shard_folder
+
+    (tmp_path / "local_docs_other_v300").mkdir()  # another tokenizer's folder only
+    with pytest.raises(UserError) as err:
+        default_shard_folder("qs_v300", data_dir=str(tmp_path))
+    assert f"no shard folder {tmp_path}/*_qs_v300/ exists; create one with download_fineweb.py --tokenizer " \
+           "qs_v300" in str(err.value)
+    assert "ambiguous" not in str(err.value)

@@ -315,6 +315,8 @@ def test_split_jobs_with_rank_flags_and_no_torchrun(tmp_path, tokenizer_path):
     (["--input", "LOCKED"], "not readable"),
     (["--tokenizer", "LOCKEDTOK"], "is not readable"),
     (["--out", "AFILE"], "is a file, not a folder"),
+    # an explicit --version beside --input is a conflict, not silently ignored
+    (["--input", FINEWEB_150, "--version", "5B"], "--version 5B selects a Hub sample, but --input reads local files"),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, tokenizer_path, args, message):
     (tmp_path / "empty.jsonl").write_text("")

@@ -111,6 +111,31 @@ def test_loader_refuses_non_tokenizers(tmp_path):
         load_tokenizer(str(bad_ranks))
     with pytest.raises(UserError, match="not found"):
         load_tokenizer(str(tmp_path / "absent.pkl"))
+    with pytest.raises(UserError, match="is a folder, not a tokenizer file; give the path of a .pkl file"):
+        load_tokenizer(str(tmp_path))
+
+
+def test_a_failed_save_leaves_neither_file(tmp_path, monkeypatch, trained):
+    """The .merges.txt is written before the pickle is renamed into place: a write that fails on it (a full disk)
+    leaves neither a tokenizer without its merges nor a temporary file."""
+    import errno
+
+    from gptlab import tokenizer
+
+    real_atomic_write = tokenizer.atomic_write
+
+    def failing_for_merges(path, *args, **kwargs):
+        if path.endswith(".merges.txt"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_atomic_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "atomic_write", failing_for_merges)
+    _, result, _ = trained
+    with pytest.raises(OSError):
+        save_tokenizer(str(tmp_path / "t.pkl"), pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
+                       mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 756}, metadata={},
+                       script_content="")
+    assert os.listdir(tmp_path) == []
 
 
 def _byte_ranks():
