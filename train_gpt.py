@@ -38,6 +38,7 @@ from gptlab.dataloader import (BOSAlignedLoader, ValidationSet, choose_micro_bat
 from gptlab.errors import UserError, run_cli
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
+from gptlab.fileio import check_folder_creatable
 from gptlab.generate import sample_continuations
 from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.run import Run, add_run_flags, parse_flags, restore_training_state
@@ -971,6 +972,7 @@ def train(args, ctx, ckpt=None):
     # ---- inputs: each checked by its owner in gptlab, before a run folder exists
     if not cfg.tokenizer:
         raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
+    check_folder_creatable(cfg.experiments_dir)  # writes a probe file: catches /sys, a full disk, read-only folders
     tok = open_tokenizer(cfg.tokenizer)
     cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
     check_model_fits(model_config_of(cfg), device)

@@ -38,7 +38,7 @@ import numpy as np
 
 from gptlab import shards as shard_format
 from gptlab.errors import UserError
-from gptlab.fileio import check_folder_creatable
+from gptlab.fileio import check_folder_creatable, exclusive_lock
 from gptlab.text_sources import HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents, \
     take_every
 
@@ -267,7 +267,8 @@ def finished_prefix(out_dir, manifest):
         try:
             version, ntok = shard_format.read_header(path)
         except UserError as err:
-            print(f"warning: {err}; rewriting it and the shards after it", file=sys.stderr, flush=True)
+            problem = str(err).split("; ")[0]  # its advice (delete it and re-run) is what happens now
+            print(f"warning: {problem}; rewriting it and the shards after it", file=sys.stderr, flush=True)
             break
         if version != manifest["shard_version"] or ntok != shard["tokens"]:
             print(f"warning: {path} does not match the manifest; rewriting it and the shards after it",
@@ -300,14 +301,12 @@ def check_args(args):
 
 def make_shards(args):
     """Run the whole download/tokenize/write job for this rank; returns the manifest part."""
-    from gptlab.tokenizer import eot_id, encoding_from_dict, ranks_sha256, read_tokenizer_file
+    from gptlab.tokenizer import eot_id, encoding_from_dict, read_tokenizer_file
 
     check_args(args)
     tokenizer = read_tokenizer_file(args.tokenizer)
     enc = encoding_from_dict(tokenizer)
     eot = eot_id(tokenizer)
-    shard_version = shard_format.version_for_vocab(enc.n_vocab)
-    dtype = shard_format.VERSION_DTYPES[shard_version]
     stats = ReadStats()
     if args.input is not None:
         paths = expand_inputs(args.input)
@@ -321,6 +320,19 @@ def make_shards(args):
     tokenizer_stem = os.path.splitext(os.path.basename(tokenizer["path"]))[0]
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
     check_folder_creatable(out_dir)
+    # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one
+    # manifest. The lock sits beside the folder, so nothing is created inside it before the stream opens.
+    lock = os.path.join(args.out, f".{os.path.basename(out_dir)}.rank{args.rank}.lock")
+    with exclusive_lock(lock, f"shard folder {out_dir}" + (f" (rank {args.rank})" if args.world_size > 1 else "")):
+        return _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir)
+
+
+def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir):
+    """make_shards, holding the folder's lock."""
+    from gptlab.tokenizer import ranks_sha256
+
+    shard_version = shard_format.version_for_vocab(enc.n_vocab)
+    dtype = shard_format.VERSION_DTYPES[shard_version]
     manifest = {
         "format": shard_format.MANIFEST_FORMAT, "format_version": 1,
         "dataset": dataset, "version": args.version if args.input is None else None, "source": source,
@@ -358,6 +370,7 @@ def make_shards(args):
         docs = iter_local_documents(args.input, stats)
         docs = take_every(buffered_shuffle(docs, args.seed, args.shuffle_buffer), rank, world_size)
     else:
+        repo_id, config = VERSIONS[args.version]
         docs = iter_hub_documents(repo_id, config, args.seed, rank, world_size, shuffle_buffer=args.shuffle_buffer,
                                   stats=stats)
     docs = itertools.islice(docs, start[0], None)  # resume: re-read, but do not re-tokenize, what is done

@@ -164,7 +164,7 @@ def test_crash_and_resume_gives_identical_shards(tmp_path, tokenizer_path):
     with open(os.path.join(out_dir, "train_000006.bin"), "r+b") as f:
         f.truncate(2000)
     proc = cli(common + ["--out", tmp_path / "run"], check=True)
-    assert "rewriting" in proc.stderr
+    assert "rewriting" in proc.stderr and "delete it" not in proc.stderr  # says what it does, not what to do
     for name in names:
         assert open(os.path.join(out_dir, name), "rb").read() == open(os.path.join(reference, name), "rb").read() \
             or name.startswith("manifest")
@@ -385,3 +385,29 @@ def test_a_same_size_shard_with_a_flipped_byte_is_caught_by_its_checksum_and_rew
     proc = cli(common, check=True)
     assert "train_000002.bin does not match its checksum" in proc.stderr and "nothing to do" not in proc.stderr
     assert open(victim, "rb").read() == original
+
+
+def test_a_second_writer_of_a_shard_folder_is_refused_naming_the_first(tmp_path, tokenizer_path):
+    """Two writers (here: seeds 0 and 1) of one folder would mix their shards under one manifest. While the first
+    holds the folder, the second is refused at once, naming it; the first's shards come out as if alone."""
+    import socket
+
+    from gptlab.fileio import exclusive_lock
+
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 3, "--shard_size", 25_000,
+              "--val_tokens", 20_000, "--out", tmp_path / "race"]
+    out_dir = run_main(common + ["--out", tmp_path / "alone"])
+    folder = os.path.basename(out_dir)
+    # the first writer, mid-run: this process holding the folder's lock as download_fineweb.py does
+    with exclusive_lock(str(tmp_path / "race" / f".{folder}.rank0.lock"), "the first writer"):
+        proc = cli(common + ["--seed", 1])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"error: shard folder {tmp_path / 'race' / folder} is being written by pid {os.getpid()} on "
+            f"{socket.gethostname()}") in proc.stderr
+    assert not (tmp_path / "race" / folder).exists()  # the refused writer wrote nothing
+    # once the first is done, a writer gets the folder
+    run_main(common)
+    for name in os.listdir(out_dir):
+        if name.endswith(".bin"):
+            assert open(os.path.join(out_dir, name), "rb").read() == \
+                open(os.path.join(tmp_path / "race" / folder, name), "rb").read()
