@@ -1161,3 +1161,11 @@ def test_a_killed_run_shows_as_crashed_at_once_through_its_heartbeat(tiny, tmp_p
         proc.wait(timeout=60)
     run = load_run(run_dir)  # at once: no waiting for the 10-minute window
     assert run.status == "crashed" and any(f"(pid {proc.pid} on " in n and "is gone" in n for n in run.notes)
+
+
+def test_an_experiments_dir_that_cannot_be_written_fails_before_any_work():
+    """As root os.access says yes to /sys; a real write there fails, and so must the run, before the tokenizer or
+    any shard is even read (their paths here do not exist)."""
+    unused = {"tokenizer": "no_such.pkl", "train": "no_such_train", "val": "no_such_val"}
+    with pytest.raises(UserError, match="cannot write in /sys"):
+        train_gpt.main(tiny_args(unused, "/sys/gptlab_runs"))
