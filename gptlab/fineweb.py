@@ -321,8 +321,13 @@ def make_shards(args):
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
     check_folder_creatable(out_dir)
     # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one
-    # manifest. The lock sits beside the folder, so nothing is created inside it before the stream opens.
-    lock = os.path.join(args.out, f".{os.path.basename(out_dir)}.rank{args.rank}.lock")
+    # manifest. The lock lives in the temporary folder, keyed by the folder's real path, so a start that fails
+    # (an empty input, an unreachable Hub) leaves nothing in the user's folders.
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(os.path.realpath(out_dir).encode()).hexdigest()[:24]
+    lock = os.path.join(tempfile.gettempdir(), "gptlab-locks", f"shards-{key}.rank{args.rank}.lock")
     with exclusive_lock(lock, f"shard folder {out_dir}" + (f" (rank {args.rank})" if args.world_size > 1 else "")):
         return _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir)
 

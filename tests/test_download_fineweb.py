@@ -390,7 +390,9 @@ def test_a_same_size_shard_with_a_flipped_byte_is_caught_by_its_checksum_and_rew
 def test_a_second_writer_of_a_shard_folder_is_refused_naming_the_first(tmp_path, tokenizer_path):
     """Two writers (here: seeds 0 and 1) of one folder would mix their shards under one manifest. While the first
     holds the folder, the second is refused at once, naming it; the first's shards come out as if alone."""
+    import hashlib
     import socket
+    import tempfile
 
     from gptlab.fileio import exclusive_lock
 
@@ -399,7 +401,9 @@ def test_a_second_writer_of_a_shard_folder_is_refused_naming_the_first(tmp_path,
     out_dir = run_main(common + ["--out", tmp_path / "alone"])
     folder = os.path.basename(out_dir)
     # the first writer, mid-run: this process holding the folder's lock as download_fineweb.py does
-    with exclusive_lock(str(tmp_path / "race" / f".{folder}.rank0.lock"), "the first writer"):
+    key = hashlib.sha256(os.path.realpath(tmp_path / "race" / folder).encode()).hexdigest()[:24]
+    lock = os.path.join(tempfile.gettempdir(), "gptlab-locks", f"shards-{key}.rank0.lock")
+    with exclusive_lock(lock, "the first writer"):
         proc = cli(common + ["--seed", 1])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert (f"error: shard folder {tmp_path / 'race' / folder} is being written by pid {os.getpid()} on "
