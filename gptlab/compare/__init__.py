@@ -14,14 +14,14 @@ from gptlab.compare.plots import MIN_PLOT_SIZE, PLOT_FILE, parse_size, plot_runs
 from gptlab.compare.report import compare
 from gptlab.compare.runs import (MISSING, RUN_FOLDER_RE, RUNNING_WINDOW_S, Run, ci_interval, list_run_folders,
                                  load_run, resolve_run, resolve_runs)
-from gptlab.compare.stats import (NOISE_SIGMAS, VOLATILE_CONFIG_KEYS, Noise, SeedGroup, bpb_noise, compare_bpb,
+from gptlab.compare.stats import (SIGNIFICANCE_LEVEL, VOLATILE_CONFIG_KEYS, Noise, SeedGroup, bpb_noise, compare_bpb,
                                   compare_hellaswag, pick_reference, seed_group_key, seed_groups)
 from gptlab.compare.tables import (COLUMNS, LEADERBOARD_FILE, NOISE_HEADERS, SORT_ALIASES, STATUS_ORDER,
                                    Leaderboard, build_leaderboard, format_duration, format_hellaswag,
                                    markdown_table, noise_rows, render_markdown, render_text, sort_column, sort_runs,
                                    text_table, write_leaderboard)
 
-__all__ = ["COLUMNS", "LEADERBOARD_FILE", "MIN_PLOT_SIZE", "MISSING", "NOISE_HEADERS", "NOISE_SIGMAS", "PLOT_FILE",
+__all__ = ["COLUMNS", "LEADERBOARD_FILE", "MIN_PLOT_SIZE", "MISSING", "NOISE_HEADERS", "SIGNIFICANCE_LEVEL", "PLOT_FILE",
            "RUNNING_WINDOW_S", "RUN_FOLDER_RE", "SORT_ALIASES", "STATUS_ORDER", "VOLATILE_CONFIG_KEYS", "Leaderboard",
            "Noise", "Run", "SeedGroup", "bpb_noise", "build_leaderboard", "ci_interval", "compare", "compare_bpb",
            "compare_hellaswag", "diff_runs", "format_duration", "format_hellaswag", "list_run_folders", "load_run",
