@@ -10,6 +10,7 @@ nanochat's report prices an 8×H100 node at $24/h, $3.00 per GPU-hour). Spot, re
 prices differ by 2× either way. A run on CPU has no table price: pass --usd_per_gpu_hour to price its
 process-hours.
 """
+from gptlab.errors import UserError
 from gptlab.experiment import lookup_gpu
 
 # (whole word of torch.cuda.get_device_name(), $ per GPU-hour); the first key a name holds wins, so the specific
@@ -30,6 +31,8 @@ def table_price(gpu_name):
 def usd_per_gpu_hour(gpu_name, given=None):
     """(price, where it comes from): the flag's value, else the table's by GPU name, else (None, None)."""
     if given is not None:
+        if not given >= 0:
+            raise UserError(f"--usd_per_gpu_hour {given} must be a price >= 0 (dollars per GPU-hour, e.g. 2.5)")
         return float(given), "--usd_per_gpu_hour"
     price = table_price(gpu_name)
     return (price, "gptlab/cost.py table (typical 2026 on-demand rental)") if price is not None else (None, None)
