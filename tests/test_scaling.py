@@ -3,7 +3,6 @@ standard errors are scipy.optimize.curve_fit's, the 95% band covers the truth, a
 --scaling prints a prediction for a budget and draws the PNG."""
 import math
 import os
-import struct
 
 import numpy as np
 import pytest
