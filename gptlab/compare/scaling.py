@@ -367,6 +367,15 @@ def render_scaling(report):
     return "\n".join(out) + "\n"
 
 
+def _label_axes(ax, xlabel, title):
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("final val bpb")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
 def plot_scaling(report, path, size=(1200, 800)):
     """Points, the L(C) fit with its 95% band (and one run's interval at the budget), in a PNG."""
     import matplotlib
@@ -393,12 +402,7 @@ def plot_scaling(report, path, size=(1200, 800)):
         at, single = report.budget[0], fit.predict(np.array([report.budget[0] / fit.scale]))
         ax.errorbar([at], single[0], yerr=None if single[2] is None else [single[2]], color="tab:red", marker="D",
                     capsize=4, label="prediction (95% interval for one run)")
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs")
-    ax.set_ylabel("final val bpb")
-    ax.set_title("L(C) = E + A·C^(−α)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    _label_axes(ax, "training FLOPs", "L(C) = E + A·C^(−α)")
     if report.chinchilla_fit is not None:
         ch, ax = report.chinchilla_fit, axes[0][1]
         n_values = sorted({p.n_params for p in report.points if p.n_params and p.tokens})
@@ -410,12 +414,7 @@ def plot_scaling(report, path, size=(1200, 800)):
             ax.scatter([p.tokens for p in pts], [p.bpb for p in pts], color=color, zorder=3)
             nd = np.stack([np.full_like(d_grid, n / ch.scales[0]), d_grid / ch.scales[1]], axis=1)
             ax.plot(d_grid, chinchilla_law(ch.theta, nd), color=color, label=f"N = {n:.3g}")
-        ax.set_xscale("log")
-        ax.set_xlabel("training tokens D")
-        ax.set_ylabel("final val bpb")
-        ax.set_title("L(N, D) = E + A/N^α + B/D^β")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
+        _label_axes(ax, "training tokens D", "L(N, D) = E + A/N^α + B/D^β")
     fig.tight_layout()
     with atomic_write(path, "wb", overwrite=True) as f:
         fig.savefig(f, format="png", dpi=100)
