@@ -62,6 +62,16 @@ def test_compression_vocabulary_use_longest_tokens_and_merge_overlap_by_hand(han
     assert "3.1% (8)" in text  # 8 / 260
 
 
+def test_merge_overlap_compares_the_first_k_of_each(tmp_path):
+    """C has six merges: ab, xy, cd, gh, ef, abab. Against A (ab, cd, ef, abab) the first 4 of each share ab and cd
+    (2/4), although all of A's merges are somewhere in C; the identical prefix is 1 (ab)."""
+    a = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "a.pkl", MERGES_A))
+    c = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "c.pkl", [(97, 98), (120, 121), (99, 100), (103, 104),
+                                                                     (101, 102), (256, 256)]))
+    overlap = tr.merge_overlap(a, c)
+    assert (overlap.common_prefix, overlap.shares) == (1, [(4, 0.5)])
+
+
 def test_merges_are_recovered_for_files_without_a_merge_list(tmp_path):
     legacy = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "old.pkl", MERGES_A, legacy=True))
     assert legacy.merges is None and legacy.merge_pairs(10) == [(b"a", b"b"), (b"c", b"d"), (b"e", b"f"),

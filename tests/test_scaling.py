@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.optimize import curve_fit
 
 from conftest import run_script
@@ -41,6 +42,13 @@ def test_noisy_fit_matches_curve_fit_and_covers_the_truth(seed):
     assert fit.std_errors() == pytest.approx(np.sqrt(np.diag(pcov)), rel=1e-3)
     errors = fit.std_errors()
     assert abs(fit.theta[0] - E) < 4 * errors[0] and abs(fit.theta[2] - ALPHA) < 4 * errors[2]
+    # the band at c = 1 (C = the scale): gradient (1, c^-alpha, -a c^-alpha ln c) = (1, 1, 0), so its variance is
+    # pcov[0,0] + 2 pcov[0,1] + pcov[1,1], times Student's t(0.975, 8 runs - 3 parameters)
+    _, band, single = fit.predict(np.array([1.0]))
+    variance = pcov[0, 0] + 2 * pcov[0, 1] + pcov[1, 1]
+    assert band[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance), rel=1e-3)
+    s2 = float(np.sum((bpb - (popt[0] + popt[1] * (FLOPS / fit.scale) ** -popt[2])) ** 2)) / 5
+    assert single[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance + s2), rel=1e-3)
 
 
 def test_the_95_percent_intervals_cover_95_percent_of_the_time():
