@@ -63,13 +63,14 @@ def test_compression_vocabulary_use_longest_tokens_and_merge_overlap_by_hand(han
 
 
 def test_merge_overlap_compares_the_first_k_of_each(tmp_path):
-    """C has six merges: ab, xy, cd, gh, ef, abab. Against A (ab, cd, ef, abab) the first 4 of each share ab and cd
-    (2/4), although all of A's merges are somewhere in C; the identical prefix is 1 (ab)."""
-    a = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "a.pkl", MERGES_A))
-    c = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "c.pkl", [(97, 98), (120, 121), (99, 100), (103, 104),
-                                                                     (101, 102), (256, 256)]))
+    """Twelve byte-pair merges m1..m12 (ab, cd, ..., wx) in A; in C the order m1..m5, m11, m12, m6..m10. Identical
+    prefix: 5. First 10 of each: m1..m8 in common (8/10), although all ten of A's are somewhere in C; first 12:
+    all (12/12)."""
+    merges = [(97 + 2 * i, 98 + 2 * i) for i in range(12)]
+    a = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "a.pkl", merges))
+    c = tr.load_report_tokenizer(hand_tokenizer(tmp_path / "c.pkl", merges[:5] + merges[10:] + merges[5:10]))
     overlap = tr.merge_overlap(a, c)
-    assert (overlap.common_prefix, overlap.shares) == (1, [(4, 0.5)])
+    assert (overlap.common_prefix, overlap.shares) == (5, [(10, 0.8), (12, 1.0)])
 
 
 def test_merges_are_recovered_for_files_without_a_merge_list(tmp_path):
