@@ -296,7 +296,8 @@ def render_report(report):
     out.append("bytes/token: UTF-8 bytes / tokens (encode_ordinary, one document at a time; higher = more compression). "
                "Vocab used: share of the tokenizer's non-special tokens the text produced. Encode: one thread.")
     for r in report.results:
-        sizes = ", ".join(f"{name}: {d.documents:,} documents, {d.bytes:,} bytes" for name, d in r.domains.items())
+        sizes = ", ".join(f"{name}: {d.documents:,} document{'' if d.documents == 1 else 's'}, {d.bytes:,} bytes"
+                          for name, d in r.domains.items())
         out.append(f"{r.tokenizer.name}: text {r.text_source} ({sizes})")
     if not report.same_text:
         out.append("note: the tokenizers were measured on different texts (each on its own validation shards); pass "
