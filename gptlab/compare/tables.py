@@ -1,5 +1,6 @@
 """The leaderboard: its columns and sorting, building it from runs, and rendering it as text or as LEADERBOARD.md."""
 import datetime
+import math
 import os
 from dataclasses import dataclass
 
@@ -56,8 +57,16 @@ def _num(value, digits):
     return MISSING if value is None else f"{value:.{digits}f}"
 
 
+def _three_digits(value):
+    """3 significant digits without an exponent: 0.0167, 0.000019 (not 1.9e-05)."""
+    text = f"{value:.3g}"
+    if "e" in text:
+        text = f"{value:.{2 - math.floor(math.log10(abs(value)))}f}".rstrip("0").rstrip(".")
+    return text
+
+
 def format_hours(hours):
-    return MISSING if hours is None else f"{hours:.2f}" if abs(hours) >= 10 else f"{hours:.3g}"
+    return MISSING if hours is None else f"{hours:.2f}" if abs(hours) >= 10 else _three_digits(hours)
 
 
 def format_usd(usd):
@@ -65,7 +74,7 @@ def format_usd(usd):
         return MISSING
     if abs(usd) >= 100:
         return f"${usd:,.0f}"
-    return f"${usd:.2f}" if abs(usd) >= 1 else f"${usd:.3g}"
+    return f"${usd:.2f}" if abs(usd) >= 1 else f"${_three_digits(usd)}"
 
 
 def _gpu_hours_cell(run):
