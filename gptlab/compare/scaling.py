@@ -307,6 +307,16 @@ def _interval(value, half):
     return "" if half is None else f" [{value - half:.4f}, {value + half:.4f}]"
 
 
+def _undetermined(fit):
+    """True when some parameter's standard error exceeds its value: the runs do not pin the law down."""
+    errors = fit.std_errors()
+    return errors is not None and bool(np.any(errors > np.abs(fit.theta)))
+
+
+UNDETERMINED = ("  (these runs do not pin the law down: a standard error exceeds its parameter, so the intervals are "
+                "very wide; add runs over a wider range of scales)")
+
+
 def _param_lines(fit, real_values):
     errors = fit.std_errors()
     shown = []
@@ -330,24 +340,29 @@ def render_scaling(report):
            "  " + _param_lines(fit, [("E", e), ("A", a * fit.scale ** alpha), ("α", alpha)])
            + (f"; residual std {fit.residual_std:.4f} bpb, {fit.dof} degree(s) of freedom" if fit.dof else
               "; no degree of freedom left: no interval")]
-    out += ["", f"  {'run':<40} {'FLOPs':>10} {'val bpb':>8} {'fit':>8}"]
+    if _undetermined(fit):
+        out.append(UNDETERMINED)
+    width = max(len(p.name) for p in report.points)
+    out += ["", f"  {'run':<{width}} {'FLOPs':>10} {'val bpb':>8} {'fit':>8}"]
     predicted = fit.predict(fit.x)[0]
     for p, value in zip(report.points, predicted):
-        out.append(f"  {p.name:<40} {p.flops:>10.3g} {p.bpb:>8.4f} {value:>8.4f}")
+        out.append(f"  {p.name:<{width}} {p.flops:>10.3g} {p.bpb:>8.4f} {value:>8.4f}")
     if report.chinchilla_fit is not None:
         ch = report.chinchilla_fit
         e2, a2, al, b2, be = ch.theta
         out += ["", f"Chinchilla fit over {len(ch.y)} runs: L(N, D) = E + A/N^α + B/D^β (N parameters, D tokens)",
                 "  " + _param_lines(ch, [("E", e2), ("A", a2 * ch.scales[0] ** al), ("α", al),
                                          ("B", b2 * ch.scales[1] ** be), ("β", be)])
-                + (f"; residual std {ch.residual_std:.4f} bpb" if ch.dof else "; no degree of freedom left: no "
-                   "interval (a sixth run gives one)")]
+                + (f"; residual std {ch.residual_std:.4f} bpb, {ch.dof} degree(s) of freedom" if ch.dof else
+                   "; no degree of freedom left: no interval (a sixth run gives one)")]
+        if _undetermined(ch):
+            out.append(UNDETERMINED)
     elif report.chinchilla_note:
         out += ["", f"({report.chinchilla_note}.)"]
     if report.budget:
         flops, how = report.budget
         value, band, single = fit.predict(np.array([flops / fit.scale]))
-        out += ["", f"Prediction for {how} = {flops:.3g} FLOPs:",
+        out += ["", f"Prediction for {how}" + ("" if how == f"{flops:.3g} FLOPs" else f" = {flops:.3g} FLOPs") + ":",
                 f"  L(C): val bpb {value[0]:.4f}" + (f"; 95% band of the fit{_interval(value[0], band[0])}, 95% "
                                                      f"interval for one run{_interval(value[0], single[0])}"
                                                      if band is not None else "")]
