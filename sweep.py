@@ -2,8 +2,8 @@
 another, each named after its settings; a failed run is recorded and the sweep goes on; running the same command
 again skips the runs that finished. Ends with the leaderboard of the sweep's runs.
 
-    python sweep.py --grid lr_scale=0.5,1,2 --seeds 0,1,2 -- --preset quickstart --tokenizer quickstart_v1000_n400000.pkl
-    python sweep.py --name Depth --grid num_layers=4,6,8 --grid lr_scale=0.5,1 --nproc_per_node 8 -- --preset gpt2-small ...
+    python sweep.py --grid lr_scale=0.5,1,2 --seeds 0,1,2 -- --preset quickstart --tokenizer quickstart_v1000_n400000
+    python sweep.py --name Depth --grid num_layers=8,12 --grid lr_scale=0.5,1 --nproc_per_node 8 -- --preset gpt2-small
     python sweep.py ... --dry_run        # the commands, and which runs are already finished
 """
 import argparse

@@ -261,7 +261,8 @@ def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, ou
                 point.status, point.error = "finished", None
             else:
                 point.status, point.error = "failed", _error_of(stderr, code)
-                write(f"== {point.label()} failed (exit code {code}): {point.error.splitlines()[-1]}; the sweep goes on")
+                write(f"== {point.label()} failed (exit code {code}): {point.error.splitlines()[-1]}; the sweep "
+                      "goes on")
             save_record(sweep, path)
             bar.update(1)
     finally:

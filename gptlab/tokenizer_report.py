@@ -293,8 +293,8 @@ def render_report(report):
         cells += [f"{100 * r.vocab_share:.1f}% ({r.used_ids:,})", f"{r.mb_per_s:.2f}" if r.mb_per_s else "—"]
         rows.append(cells)
     out += [_table(headers, rows), ""]
-    out.append("bytes/token: UTF-8 bytes / tokens (encode_ordinary, one document at a time; higher = more compression). "
-               "Vocab used: share of the tokenizer's non-special tokens the text produced. Encode: one thread.")
+    out.append("bytes/token: UTF-8 bytes / tokens (encode_ordinary, one document at a time; higher = more "
+               "compression). Vocab used: share of the tokenizer's non-special tokens the text produced. Encode: one thread.")
     for r in report.results:
         sizes = ", ".join(f"{name}: {d.documents:,} document{'' if d.documents == 1 else 's'}, {d.bytes:,} bytes"
                           for name, d in r.domains.items())

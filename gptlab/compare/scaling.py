@@ -372,8 +372,8 @@ def render_scaling(report):
             ch = report.chinchilla_fit
             n_fn, d_fn, loss_fn = compute_optimal(ch, flops)
             loss, band, single = ch.predict(None, loss_fn)
-            out.append(f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, D = {d_fn(ch.theta):.3g} "
-                       f"tokens (C = 6ND): val bpb {loss[0]:.4f}"
+            out.append(f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, "
+                       f"D = {d_fn(ch.theta):.3g} tokens (C = 6ND): val bpb {loss[0]:.4f}"
                        + (f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
                           if band is not None else ""))
     out += [f"note: {n}" for n in report.notes]
