@@ -4,6 +4,8 @@
     python compare_experiments.py experiments/*_Baseline* experiments/*_MyIdea --plot out.png
     python compare_experiments.py --sort hellaswag --desc
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
+    python compare_experiments.py --usd_per_gpu_hour 2.5 --overhead  # cost at your price, + gpt-lab's 60 min setup
+    python compare_experiments.py experiments/*_Scale* --scaling --budget 50gpuh   # scaling fit and a prediction
 """
 import sys
 
@@ -12,7 +14,8 @@ from gptlab.errors import run_cli
 
 
 def parse_args(argv):
-    from gptlab.compare import COLUMNS, LEADERBOARD_FILE, NOISE_SIGMAS, PLOT_FILE
+    from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL
+    from gptlab.cost import OVERHEAD_MINUTES_GPTLAB
     from gptlab.experiment import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="*", metavar="RUN",
@@ -36,8 +39,26 @@ def parse_args(argv):
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     parser.add_argument("--diff", nargs=2, metavar=("A", "B"),
                         help="show what changed from run A to run B: config flags and code backup (unified diff)")
-    parser.epilog = (f"'not distinguishable': val bpb within {NOISE_SIGMAS:g}x the seed-to-seed std of the "
-                     "reference's seed group (runs differing only by --seed), or overlapping HellaSwag 95% CIs.")
+    g = parser.add_argument_group("cost and significance")
+    g.add_argument("--usd_per_gpu_hour", type=float, default=None, metavar="USD",
+                   help="price every run's GPU-hours at this (default: the price each run recorded, else "
+                        "gptlab/cost.py's typical rental price by GPU name)")
+    g.add_argument("--overhead", type=float, nargs="?", const=OVERHEAD_MINUTES_GPTLAB, default=0.0, metavar="MIN",
+                   help=f"add MIN minutes per run to its GPU-hours (set-up, downloads, compilation); alone: "
+                        f"gpt-lab's {OVERHEAD_MINUTES_GPTLAB:g} (default: 0)")
+    g.add_argument("--alpha", type=float, default=SIGNIFICANCE_LEVEL,
+                   help="p below this is 'better' / 'worse' in the vs-best columns")
+    g.add_argument("--detect_bpb", type=float, default=BPB_STEP, metavar="BPB",
+                   help=f"the val bpb difference the 'runs needed' line is for (p < {RECORD_P:g}, 80%% power)")
+    g = parser.add_argument_group("scaling laws")
+    g.add_argument("--scaling", action="store_true", help="fit L(C) = E + A*C^-alpha to the finished runs' training "
+                   "FLOPs and val bpb (and Chinchilla's L(N, D) when 5+ runs vary both); print it and write "
+                   "scaling.png in --experiments (or --plot PATH) instead of the leaderboard")
+    g.add_argument("--budget", metavar="B", help="with --scaling: predict val bpb, with its interval, for a budget "
+                   "in FLOPs (1e18), GPU-hours (50gpuh) or dollars ($20)")
+    parser.epilog = (f"vs-best columns: 'better'/'worse' when p < --alpha ({SIGNIFICANCE_LEVEL:g}): Welch's t-test "
+                     "of the two runs' seed groups (runs differing only by --seed), else a t-test with the measured "
+                     "seed-to-seed noise; HellaSwag: a two-proportion z-test.")
     return parser.parse_args(argv)
 
 
@@ -45,11 +66,14 @@ def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare import compare
     from gptlab.errors import UserError
-    if args.diff and (args.runs or args.plot or args.sort):
-        raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort arguments")
+    if args.diff and (args.runs or args.plot or args.sort or args.scaling):
+        raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
+                        "arguments")
     compare(run_specs=args.runs, experiments_dir=args.experiments, sort=args.sort, descending=args.desc,
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
-            overwrite=args.overwrite, diff=args.diff, out=sys.stdout)
+            overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,
+            overhead_minutes=args.overhead, alpha=args.alpha, detect_bpb=args.detect_bpb, scaling=args.scaling,
+            budget=args.budget)
 
 
 if __name__ == "__main__":

@@ -378,15 +378,21 @@ GPU_BF16_PEAK_TFLOPS = [("H200 NVL", 835.5), ("H200", 989.0), ("GH200", 989.0), 
                         ("RTX 4090", 165.2), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
 
 
-def gpu_bf16_peak_tflops(gpu_name):
-    """The dense bf16 peak of a GPU named like torch.cuda.get_device_name() prints it, or None if unknown."""
+def lookup_gpu(table, gpu_name):
+    """The value of the first (key, value) of `table` whose key is a whole word of `gpu_name` (case-insensitive;
+    "L4" does not match "NVIDIA L40"), or None."""
     import re
 
     name = (gpu_name or "").lower()
-    for key, tflops in GPU_BF16_PEAK_TFLOPS:
+    for key, value in table:
         if re.search(r"(?<![a-z0-9])" + re.escape(key.lower()) + r"(?![a-z0-9])", name):
-            return tflops
+            return value
     return None
+
+
+def gpu_bf16_peak_tflops(gpu_name):
+    """The dense bf16 peak of a GPU named like torch.cuda.get_device_name() prints it, or None if unknown."""
+    return lookup_gpu(GPU_BF16_PEAK_TFLOPS, gpu_name)
 
 
 def hardware_info(device):

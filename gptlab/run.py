@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from gptlab import cost
 from gptlab import experiment as exp
 from gptlab.distributed import broadcast_object
 from gptlab.errors import UserError
@@ -42,10 +43,13 @@ def add_run_flags(parser):
                    "(refused by default: its curve would continue on other data)")
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
                    "run folder, no data read")
+    g.add_argument("--usd_per_gpu_hour", type=float, default=None, help="price of one GPU (on CPU: one process) for "
+                   "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/cost.py's table of "
+                   "typical rental prices by GPU name; none on CPU)")
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data")
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour")
 
 
 def explicit_flags(build_parser, argv):
@@ -168,6 +172,7 @@ class Run:
         extra = checkpoint["extra"] if checkpoint else {}
         self.start_step = self.step = checkpoint["step"] if checkpoint else 0  # step: optimizer steps done
         self.train_time_s = float(extra.get("elapsed_s", 0.0))  # optimizer steps only (evaluations excluded)
+        self.train_flops = float(extra.get("train_flops", 0.0))  # every step's model FLOPs (scaling fits)
         self._wall_before = float(extra.get("wall_time_s", 0.0))  # everything, evaluations included
         self.last_checkpoint = None
         self.warnings = [w for w in warnings if w]
@@ -198,10 +203,12 @@ class Run:
         hw = self.hardware = exp.hardware_info(ctx.device)
         versions = exp.versions()
         tok = self.tokenizer
+        self.price, price_source = cost.usd_per_gpu_hour(hw["gpu_name"], getattr(cfg, "usd_per_gpu_hour", None))
         self.config = {
             **vars(cfg), "world_size": ctx.world_size, "device": str(ctx.device),
             "gpu_name": hw["gpu_name"], "gpu_count": hw["gpu_count"], "cpu_model": hw["cpu_model"],
-            "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"],
+            "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"], "usd_per_gpu_hour": self.price,
+            "usd_per_gpu_hour_source": price_source,
             "n_params": self.n_params, "n_params_embeddings": self.n_params_embeddings, **self.extra_config,
             "tokenizer_name": tok.name, "tokenizer_path": tok.path, "tokenizer_ranks_sha256": tok.ranks_sha256,
             "tokenizer_n_vocab": tok.encoding.n_vocab, "eot_id": tok.eot, "train_shards": self.shards.train_paths,
@@ -352,6 +359,7 @@ class Run:
         tflops = flops / step_time_s / self.ctx.world_size / 1e12
         mfu = tflops / peak if peak else None
         first = step == self.start_step + 1
+        self.train_flops += flops
         if not first:  # the run's figure leaves out the first step (compilation, warm-up)
             self._speed_flops += flops
             self._speed_time += step_time_s
@@ -384,7 +392,7 @@ class Run:
                             tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
                             optimizer_states=[opt.state_dict() for opt in optimizers],
                             dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
-                            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir,
+                            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir, "train_flops": self.train_flops,
                                    "wall_time_s": time.perf_counter() - self._wall_start},
                             data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256})
         self.last_checkpoint = path
@@ -421,9 +429,13 @@ class Run:
         if self._memory is None:
             self.end_training()
         mem = self._memory
+        wall_time_s = time.perf_counter() - self._wall_start
+        gpu_hours = cost.gpu_hours(wall_time_s, self.ctx.world_size)
         results = {"final_val_loss": val_loss, "final_val_bpb": val_bpb, "hellaswag": hellaswag,
                    "tokens": self.step * self.cfg.batch_size, "steps": self.step,
-                   "wall_time_s": time.perf_counter() - self._wall_start, "train_time_s": self.train_time_s,
+                   "wall_time_s": wall_time_s, "train_time_s": self.train_time_s, "train_flops": self.train_flops,
+                   "gpu_hours": gpu_hours, "usd_per_gpu_hour": self.price,
+                   "cost_usd": cost.cost_usd(gpu_hours, self.price),
                    "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
                    "peak_mem_label": mem["label"], "checkpoint": self.last_checkpoint, "tflops_per_gpu": self.tflops,
                    "mfu": self.mfu, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],

@@ -163,6 +163,22 @@ def row_of(stdout, name):
     return next(line for line in stdout.splitlines() if line[:1].isdigit() and name in line)
 
 
+def cells_by_run(board):
+    """{run folder name: {column header: cell}} of a built leaderboard."""
+    return {r.name: dict(zip(board.headers, row)) for r, row in zip(board.runs, board.rows)}
+
+
+def t_p(t, df):
+    """Two-sided p of Student's t, from scipy (the reference the product's own t distribution is tested against)."""
+    from scipy import stats
+
+    return 2 * stats.t.sf(abs(t), df)
+
+
+def shown_p(p):
+    return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
+
+
 def test_leaderboard_order_status_and_significance(lab):
     out = run_compare(lab)
     assert table_order(out) == [
@@ -263,12 +279,17 @@ def test_keys_a_newer_trainer_leaves_unset_do_not_split_a_seed_group(tmp_path):
 def test_baseline_uses_noise_of_runs_not_shown(lab):
     board = cmp.compare(["20260101_100000_Baseline", "BetterIdea", "TinyTweak"], experiments_dir=lab,
                         baseline="20260101_100000_Baseline", no_plot=True)["board"]
-    cells = {r.name: row for r, row in zip(board.runs, board.rows)}
-    # The other two seeds of Baseline are not in the table but still measure its noise (std 0.004).
+    cells = cells_by_run(board)
+    # The other two seeds of Baseline are not in the table but still measure its noise (std 0.004, 2 dof).
     assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
-    assert cells["20260102_090000_BetterIdea"][-2] == "-0.0500 better"
-    assert cells["20260102_090000_BetterIdea"][-1] == "+0.0300 better"
-    assert cells["20260101_100000_Baseline"][-2] == "reference"
+    assert board.noise.df == 2
+    # BetterIdea (one run, 1.250) against Baseline's seed group (mean 1.300, n=3): t = -0.05 / (0.004 sqrt(1 + 1/3))
+    p = t_p(-0.05 / (0.004 * math.sqrt(1 + 1 / 3)), 2)
+    better = cells["20260102_090000_BetterIdea"]
+    assert better["bpb vs baseline"] == f"-0.0500 better, {shown_p(p)}" and 0.005 < p < 0.01
+    # HellaSwag 0.330 vs 0.300 of 10042 each: Pearson's chi-square on the 2x2 table gives p ~ 5e-6
+    assert better["HellaSwag vs baseline"] == "+0.0300 better, p < 0.0001"
+    assert cells["20260101_100000_Baseline"]["bpb vs baseline"] == "reference"
     assert "HellaSwag vs baseline" in board.headers and len(board.groups) == 1
 
 
@@ -278,7 +299,7 @@ def test_noise_unknown_without_seed_group(tmp_path):
         make_run(str(tmp_path), folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
     board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
     assert board.noise is None and board.groups == []
-    assert board.rows[1][-2] == "+0.0010 (higher; noise unknown)"
+    assert cells_by_run(board)["20260101_000001_B"]["bpb vs best"] == "+0.0010 (higher; noise unknown)"
     assert any("noise is unknown: repeat a run with another --seed" in n for n in board.notes)
 
 
@@ -399,43 +420,53 @@ def _finished_run(root, folder, bpb, **changes):
     make_run(root, folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
 
 
-def test_significance_threshold_is_two_sigma_of_noise_pooled_over_seed_groups(tmp_path):
+def test_single_runs_are_judged_with_the_noise_pooled_over_seed_groups(tmp_path):
     """The reference has no seed group of its own, so the noise is pooled over the two groups there are:
     A (1.0, 1.2: variance 0.02, 1 degree of freedom) and B (2.0, 2.1, 2.2: variance 0.01, 2 degrees of freedom),
-    by hand sqrt((1 * 0.02 + 2 * 0.01) / 3) = 0.115470. Two sigmas = 0.230940: a difference of 0.2250 (1.95
-    sigmas) is not distinguishable, one of 0.2370 (2.05 sigmas) is."""
+    by hand sqrt((1 * 0.02 + 2 * 0.01) / 3) = 0.115470 with 3 degrees of freedom. Two single runs differ by d:
+    t = d / (0.115470 sqrt(2)); p < 0.05 needs t > 3.1824 (t(0.975, 3)), d > 0.5197: 0.5100 is not
+    distinguishable, 0.5300 is."""
     root = str(tmp_path)
     for seed, bpb in [(1, 1.0), (2, 1.2)]:
         _finished_run(root, f"20260101_00000{seed}_A", bpb, model_name="A", num_layers=2, seed=seed)
     for seed, bpb in [(1, 2.0), (2, 2.1), (3, 2.2)]:
         _finished_run(root, f"20260102_00000{seed}_B", bpb, model_name="B", num_layers=3, seed=seed)
     _finished_run(root, "20260103_000000_Ref", 0.9, model_name="Ref", num_layers=5)
-    _finished_run(root, "20260103_000001_Under", 0.9 + 0.2250, model_name="Under", num_layers=6)
-    _finished_run(root, "20260103_000002_Over", 0.9 + 0.2370, model_name="Over", num_layers=7)
-    _finished_run(root, "20260103_000003_Below", 0.9 - 0.2370, model_name="Below", num_layers=8)
+    _finished_run(root, "20260103_000001_Under", 0.9 + 0.5100, model_name="Under", num_layers=6)
+    _finished_run(root, "20260103_000002_Over", 0.9 + 0.5300, model_name="Over", num_layers=7)
+    _finished_run(root, "20260103_000003_Below", 0.9 - 0.5300, model_name="Below", num_layers=8)
     board = cmp.compare([], experiments_dir=root, baseline="20260103_000000_Ref", no_plot=True,
                         write=False)["board"]
-    assert board.noise.std == pytest.approx(math.sqrt(0.04 / 3), rel=1e-9)
+    std = math.sqrt(0.04 / 3)
+    assert board.noise.std == pytest.approx(std, rel=1e-9) and board.noise.df == 3
     assert board.noise.source == "std pooled over 2 seed group(s)"
-    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
-    assert verdict["20260103_000001_Under"] == "+0.2250 not distinguishable"
-    assert verdict["20260103_000002_Over"] == "+0.2370 worse"
-    assert verdict["20260103_000003_Below"] == "-0.2370 better"
+    verdict = {name: cells["bpb vs baseline"] for name, cells in cells_by_run(board).items()}
+    p_under, p_over = t_p(0.51 / (std * math.sqrt(2)), 3), t_p(0.53 / (std * math.sqrt(2)), 3)
+    assert 0.05 < p_under < 0.06 and 0.04 < p_over < 0.05
+    assert verdict["20260103_000001_Under"] == f"+0.5100 not distinguishable, {shown_p(p_under)}"
+    assert verdict["20260103_000002_Over"] == f"+0.5300 worse, {shown_p(p_over)}"
+    assert verdict["20260103_000003_Below"] == f"-0.5300 better, {shown_p(p_over)}"
 
 
-def test_significance_threshold_with_the_reference_in_its_own_seed_group(tmp_path):
-    """Noise from the reference's own group (0.0, +-0.01: std 0.01 by hand), two sigmas = 0.02."""
+def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
+    """Noise from the reference's own group (1.30, 1.31, 1.32: mean 1.31, std 0.01, 2 degrees of freedom). A single
+    run x is compared with the group's mean: t = (x - 1.31) / (0.01 sqrt(1 + 1/3)); p < 0.05 needs |t| > 4.3027
+    (t(0.975, 2)), a difference over 0.04968: 0.0490 is not distinguishable, 0.0505 is."""
     root = str(tmp_path)
     for seed, bpb in [(1, 1.30), (2, 1.31), (3, 1.32)]:
         _finished_run(root, f"20260101_00000{seed}_Base", bpb, model_name="Base", seed=seed)
-    _finished_run(root, "20260102_000000_Near", 1.30 + 0.0195, model_name="Near", num_layers=6)
-    _finished_run(root, "20260102_000001_Far", 1.30 + 0.0205, model_name="Far", num_layers=7)
-    board = cmp.compare([], experiments_dir=root, baseline="20260101_000001_Base", no_plot=True,
+    _finished_run(root, "20260102_000000_Near", 1.31 + 0.0490, model_name="Near", num_layers=6)
+    _finished_run(root, "20260102_000001_Far", 1.31 + 0.0505, model_name="Far", num_layers=7)
+    board = cmp.compare([], experiments_dir=root, baseline="20260101_000002_Base", no_plot=True,
                         write=False)["board"]
     assert board.noise.std == pytest.approx(0.01) and "3 seeds of Base" in board.noise.source
-    verdict = {r.name: row[-2] for r, row in zip(board.runs, board.rows)}
-    assert verdict["20260102_000000_Near"] == "+0.0195 not distinguishable"
-    assert verdict["20260102_000001_Far"] == "+0.0205 worse"
+    verdict = {name: cells["bpb vs baseline"] for name, cells in cells_by_run(board).items()}
+    scale = 0.01 * math.sqrt(1 + 1 / 3)
+    p_near, p_far = t_p(0.0490 / scale, 2), t_p(0.0505 / scale, 2)
+    assert p_near > 0.05 > p_far
+    assert verdict["20260102_000000_Near"] == f"+0.0490 not distinguishable, {shown_p(p_near)}"
+    assert verdict["20260102_000001_Far"] == f"+0.0505 worse, {shown_p(p_far)}"
+    assert verdict["20260101_000001_Base"] == "-0.0100 same config (seed noise)"
 
 
 def test_ctrl_c_while_reading_runs_exits_130_without_a_traceback(tmp_path):

@@ -6,8 +6,11 @@ import os
 
 from gptlab.compare.diff import diff_runs
 from gptlab.compare.plots import PLOT_FILE, parse_size, plot_runs
-from gptlab.compare.runs import list_run_folders, load_run, resolve_run, resolve_runs
-from gptlab.compare.tables import LEADERBOARD_FILE, build_leaderboard, render_text, sort_column, write_leaderboard
+from gptlab.compare.runs import list_run_folders, load_run, price_run, resolve_run, resolve_runs
+from gptlab.compare.scaling import plot_scaling, render_scaling, scaling_report
+from gptlab.compare.stats import SIGNIFICANCE_LEVEL
+from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
+                                   write_leaderboard)
 from gptlab.errors import UserError
 from gptlab.experiment import EXPERIMENTS_DIR, RESULTS_FILE, is_run_folder
 from gptlab.fileio import check_writable
@@ -22,14 +25,46 @@ def _writing(what, fix):
         raise UserError(f"cannot write {what}: {err.strerror or err}; pass {fix}") from None
 
 
+SCALING_PLOT_FILE = "scaling.png"
+
+
+def add_bytes_per_token(runs):
+    """Each run's tokenizer on its validation shards (when both are on this machine), one measurement per pair."""
+    from gptlab.tokenizer import open_tokenizer
+    from gptlab.tokenizer_report import shard_bytes_per_token
+
+    measured = {}
+    for run in runs:
+        tokenizer = run.config.get("tokenizer_path") or run.config.get("tokenizer")
+        shards = run.config.get("val_shards")
+        if not tokenizer or not shards or not all(isinstance(p, str) and os.path.isfile(p) for p in shards):
+            continue
+        key = (run.tokenizer_id, tuple(shards))
+        if key not in measured:
+            try:
+                measured[key] = shard_bytes_per_token(open_tokenizer(tokenizer).encoding, shards)
+            except (UserError, OSError, ValueError):
+                measured[key] = None
+        run.bytes_per_token = measured[key]
+
+
 def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending=False, baseline=None, plot=None,
-            no_plot=False, size="1600x1200", write=None, overwrite=False, diff=None, now=None, out=None):
-    """Print the leaderboard (and noise), write LEADERBOARD.md and plots; or print a diff. Returns a summary dict."""
+            no_plot=False, size="1600x1200", write=None, overwrite=False, diff=None, now=None, out=None,
+            usd_per_gpu_hour=None, overhead_minutes=0.0, alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP,
+            scaling=False, budget=None):
+    """Print the leaderboard (and noise), write LEADERBOARD.md and plots; or print a diff, or a scaling fit.
+    Returns a summary dict."""
     out = out or io.StringIO()
     if diff:
         path_a, path_b = (resolve_run(spec, experiments_dir) for spec in diff)
         out.write(diff_runs(path_a, path_b))
         return {"diff": (path_a, path_b)}
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha {alpha} must be between 0 and 1 (e.g. 0.05)")
+    if overhead_minutes < 0 or (usd_per_gpu_hour is not None and usd_per_gpu_hour < 0):
+        raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
+    if budget and not scaling:
+        raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
 
     sort_id = sort_column(sort) if sort else ("val_bpb" if descending else None)
     plot_size = parse_size(size)
@@ -42,12 +77,19 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
     else:
         paths, folder_notes = list_run_folders(experiments_dir)
     runs = [load_run(p, now=now) for p in paths]
+    for run in runs:
+        price_run(run, usd_per_gpu_hour, overhead_minutes)
+    if scaling:
+        return _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out)
+    add_bytes_per_token(runs)
     baseline_run = None
     if baseline:
         baseline_path = os.path.realpath(resolve_run(baseline, experiments_dir))
         baseline_run = next((r for r in runs if os.path.realpath(r.path) == baseline_path), None)
         if baseline_run is None:  # compared against, so it joins the table
             baseline_run = load_run(baseline_path, now=now)
+            price_run(baseline_run, usd_per_gpu_hour, overhead_minutes)
+            add_bytes_per_token([baseline_run])
             runs.append(baseline_run)
 
     noise_pool = []
@@ -56,7 +98,7 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
         noise_pool = [load_run(p, now=now, with_metrics=False) for p in
                       (os.path.join(experiments_dir, n) for n in sorted(os.listdir(experiments_dir)))
                       if is_run_folder(p) and os.path.exists(os.path.join(p, RESULTS_FILE))]
-    board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool)
+    board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool, alpha, detect_bpb)
     out.write(render_text(board))
     written = []
     if write is None:
@@ -80,3 +122,18 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
     if written:
         out.write("\nwrote " + ", ".join(written) + "\n")
     return {"board": board, "written": written}
+
+
+def _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out):
+    """compare_experiments.py --scaling: the fits, the prediction and scaling.png (a generated report, redrawn,
+    unless --plot names a file, which is only replaced with --overwrite)."""
+    report = scaling_report(runs, budget, usd_per_gpu_hour)
+    out.write(render_scaling(report))
+    written = []
+    if not no_plot:
+        path = plot or os.path.join(experiments_dir, SCALING_PLOT_FILE)
+        with _writing(path, "--plot PATH somewhere writable, or --no-plot"):
+            plot_scaling(report, path)
+        written.append(path)
+        out.write(f"\nwrote {path}\n")
+    return {"scaling": report, "written": written}

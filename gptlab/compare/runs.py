@@ -8,6 +8,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from gptlab import cost
 from gptlab.errors import UserError
 from gptlab.experiment import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
                                heartbeat_process, is_run_folder, read_metrics, read_run_json)
@@ -70,6 +71,14 @@ class Run:
     peak_mem_gb: float = None
     peak_mem_is_rss: bool = False
     mfu: float = None  # model FLOPs utilisation (GPU runs whose bf16 peak the trainer knew)
+    on_gpu: bool = False
+    world_size: int = 1
+    gpu_hours: float = None  # processes x wall time (a CPU run: process-hours)
+    usd_per_gpu_hour: float = None
+    cost_usd: float = None
+    train_flops: float = None
+    train_flops_source: str = None  # "results.json", "metrics.csv" or "6ND"
+    bytes_per_token: float = None  # its tokenizer on its validation shards (filled in by the report)
     seed: object = None
     error: str = None
 
@@ -186,6 +195,10 @@ def load_run(path, now=None, with_metrics=True):
     count = (_number(res.get("world_size")) or _number(config.get("world_size"))
              or _number(config.get("gpu_count")))
     device = str(config.get("device", ""))
+    run.on_gpu = bool(gpu_name)
+    run.world_size = int(count) if count else 1
+    run.train_flops, run.train_flops_source = _train_flops(res, metrics, run)
+    price_run(run)
     if gpu_name:
         run.gpu = f"{gpu_name} ×{int(count)}" if count else str(gpu_name)
     elif device.startswith("cpu") or device == "":
@@ -193,6 +206,38 @@ def load_run(path, now=None, with_metrics=True):
     else:
         run.gpu = device
     return run
+
+
+def _train_flops(res, metrics, run):
+    """(FLOPs, source): results.json's train_flops (the sum of every step's), else the sum over metrics.csv's step
+    rows of tflops_per_gpu x step_time_s x world size (the same figures, as logged), else 6 x parameters x tokens."""
+    recorded = _number(res.get("train_flops"))
+    if recorded:
+        return recorded, "results.json"
+    steps = [(r.get("tflops_per_gpu"), r.get("step_time_s")) for r in metrics.rows if r.get("train_loss") is not None]
+    if steps and all(t is not None and s is not None for t, s in steps):
+        return sum(t * s for t, s in steps) * 1e12 * run.world_size, "metrics.csv"
+    if run.n_params and run.tokens:
+        return 6.0 * run.n_params * run.tokens, "6ND"
+    return None, None
+
+
+def price_run(run, usd_per_gpu_hour=None, overhead_minutes=0.0):
+    """Set run.gpu_hours, usd_per_gpu_hour and cost_usd: processes x (wall time + overhead), at the price given,
+    else the one the run recorded, else gptlab/cost.py's table by GPU name (GPU runs only)."""
+    res = run.results or {}
+    recorded = _number(res.get("gpu_hours"))
+    run.gpu_hours = recorded if recorded is not None and not overhead_minutes else cost.gpu_hours(
+        run.wall_time_s, run.world_size, overhead_minutes)
+    price = usd_per_gpu_hour
+    if price is None:
+        price = _number(res.get("usd_per_gpu_hour"))
+    if price is None:
+        price = _number(run.config.get("usd_per_gpu_hour"))
+    if price is None and run.on_gpu:
+        price = cost.table_price(res.get("gpu_name") or run.config.get("gpu_name"))
+    run.usd_per_gpu_hour = price
+    run.cost_usd = cost.cost_usd(run.gpu_hours, price)
 
 
 # ----------------------------------------------------------------------------------------------------------------

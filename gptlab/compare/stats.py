@@ -1,5 +1,10 @@
-"""Statistics over runs: seed groups (runs differing only by seed), their run-to-run noise, and whether a run's
-val bpb / HellaSwag differ significantly from the reference run's."""
+"""Statistics over runs: seed groups (runs differing only by seed), their run-to-run noise, whether a run's val
+bpb / HellaSwag differ significantly from the reference run's (p-values), and how many runs a comparison needs.
+
+The distributions are written here with the standard library only (no scipy in the product; the tests check
+them against scipy.stats): Student's t through the regularized incomplete beta function (continued fraction,
+modified Lentz), the normal through math.erfc and statistics.NormalDist, the noncentral t (power) by integrating
+the normal over the chi distribution of the standard deviation."""
 import json
 import math
 import statistics
@@ -7,15 +12,19 @@ from dataclasses import dataclass
 
 from gptlab.compare.runs import MISSING
 
-# Two final val bpb values closer than this many seed-to-seed standard deviations are "not distinguishable".
-NOISE_SIGMAS = 2.0
+# A difference with a two-sided p-value below this is "better" / "worse", else "not distinguishable".
+SIGNIFICANCE_LEVEL = 0.05
+# "runs needed": the number of runs per side for modded-nanogpt's record standard (p < 0.01) with 80% power
+RECORD_P = 0.01
+RECORD_POWER = 0.8
 # Config keys that differ between repeats of the same experiment (or only describe where/when it ran): ignored
 # when forming seed groups.
 VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "started_at", "start_time_utc",
                         "timestamp", "date", "run_name", "run_id", "run_dir", "out_dir", "output_dir",
                         "experiments_dir", "experiment_dir", "folder", "hostname", "host", "pid", "master_port",
                         "git_commit", "versions", "cpu_model", "resume", "resumed_from", "resume_step",
-                        "tokenizer_path", "preset", "dry_run", "allow_new_data"}  # names, switches: not settings
+                        "tokenizer_path", "preset", "dry_run", "allow_new_data",  # names, switches: not settings
+                        "usd_per_gpu_hour", "usd_per_gpu_hour_source"}  # the price does not change the experiment
 
 
 def seed_group_key(config):
@@ -27,6 +36,180 @@ def seed_group_key(config):
     return json.dumps(settings, sort_keys=True, default=str)
 
 
+# ---------------------------------------------------------------------------------------------- distributions
+def _beta_continued_fraction(a, b, x):
+    """The continued fraction of I_x(a, b) (Numerical Recipes 6.4, modified Lentz), converging for x < (a+1)/(a+b+2)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def incomplete_beta(a, b, x):
+    """The regularized incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t, df):
+    """P(|T| >= |t|) for Student's t with df (> 0, not necessarily whole) degrees of freedom."""
+    if math.isinf(t):
+        return 0.0
+    return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_cdf(t, df):
+    tail = 0.5 * t_two_sided_p(t, df)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(q, df):
+    """The t with t_cdf(t, df) = q (0 < q < 1), by bisection (monotone, 200 halvings: exact to double precision)."""
+    lo, hi = -1.0, 1.0
+    while t_cdf(lo, df) > q:
+        lo *= 2.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-15 * max(1.0, abs(mid)):
+            break
+    return 0.5 * (lo + hi)
+
+
+def normal_two_sided_p(z):
+    return math.erfc(abs(z) / math.sqrt(2.0))
+
+
+def normal_quantile(q):
+    return statistics.NormalDist().inv_cdf(q)
+
+
+def noncentral_t_cdf(t, df, noncentrality, points=2001):
+    """P(T <= t) for T = (Z + noncentrality) / S, S = sqrt(chi2_df / df): the normal CDF Phi(t S - noncentrality)
+    averaged over S's density, by Simpson's rule on S's bulk (mean ~1, sd ~1/sqrt(2 df); +-14 sd)."""
+    import numpy as np
+
+    spread = 14.0 / math.sqrt(2.0 * df)
+    lo, hi = max(0.0, 1.0 - spread), 1.0 + spread + (8.0 if df < 8 else 0.0)
+    s = np.linspace(lo, hi, points)
+    half = df / 2.0
+    with np.errstate(divide="ignore"):
+        log_density = (math.log(2.0) + half * math.log(half) - math.lgamma(half) + (df - 1.0) * np.log(s)
+                       - half * s * s)
+    density = np.exp(log_density)
+    phi = np.array([0.5 * math.erfc(-(t * v - noncentrality) / math.sqrt(2.0)) for v in s])
+    weights = np.ones(points)
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return float(np.sum(weights * density * phi) * (s[1] - s[0]) / 3.0)
+
+
+def format_p(p):
+    return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
+
+
+# ---------------------------------------------------------------------------------------------- tests
+@dataclass
+class TTest:
+    """A two-sample t-test: a's mean minus b's, its t, degrees of freedom and two-sided p."""
+    diff: float
+    t: float
+    df: float
+    p: float
+    how: str
+
+
+def welch_t_test(a, b):
+    """Welch's unequal-variance t-test of two samples (each of 2 or more values)."""
+    n_a, n_b = len(a), len(b)
+    mean_a, mean_b = statistics.mean(a), statistics.mean(b)
+    var_a, var_b = statistics.variance(a) / n_a, statistics.variance(b) / n_b
+    diff = mean_a - mean_b
+    se2 = var_a + var_b
+    if se2 == 0.0:
+        return TTest(diff, math.copysign(math.inf, diff) if diff else 0.0, float(n_a + n_b - 2), 0.0 if diff else 1.0,
+                     "Welch")
+    t = diff / math.sqrt(se2)
+    df = se2 ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
+    return TTest(diff, t, df, t_two_sided_p(t, df), "Welch")
+
+
+def t_test_with_noise(a, b, noise):
+    """Two means of a and b (any sizes, single runs too) when the run-to-run std is known from seed groups:
+    t = diff / (std sqrt(1/n_a + 1/n_b)) with the noise estimate's degrees of freedom."""
+    diff = statistics.mean(a) - statistics.mean(b)
+    se = noise.std * math.sqrt(1.0 / len(a) + 1.0 / len(b))
+    if se == 0.0:
+        return TTest(diff, math.copysign(math.inf, diff) if diff else 0.0, noise.df, 0.0 if diff else 1.0, "noise")
+    t = diff / se
+    return TTest(diff, t, noise.df, t_two_sided_p(t, noise.df), "noise")
+
+
+@dataclass
+class ProportionTest:
+    diff: float
+    z: float
+    p: float
+
+
+def two_proportion_test(k_a, n_a, k_b, n_b):
+    """Pooled two-proportion z-test of k_a/n_a against k_b/n_b (the same p as Pearson's chi-square on the 2x2
+    table without continuity correction)."""
+    p_a, p_b = k_a / n_a, k_b / n_b
+    pooled = (k_a + k_b) / (n_a + n_b)
+    se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_a + 1.0 / n_b))
+    if se == 0.0:
+        return ProportionTest(p_a - p_b, 0.0, 1.0)
+    z = (p_a - p_b) / se
+    return ProportionTest(p_a - p_b, z, normal_two_sided_p(z))
+
+
+def t_test_power(diff, std, n, alpha=RECORD_P):
+    """Power of a two-sided two-sample t-test (n runs per side, equal std) to find a true difference `diff`."""
+    df = 2 * n - 2
+    critical = t_quantile(1.0 - alpha / 2.0, df)
+    shift = abs(diff) / (std * math.sqrt(2.0 / n))
+    return 1.0 - noncentral_t_cdf(critical, df, shift) + noncentral_t_cdf(-critical, df, shift)
+
+
+def runs_needed(diff, std, alpha=RECORD_P, power=RECORD_POWER, most=100_000):
+    """The fewest runs per side for which a two-sided two-sample t-test at `alpha` finds a true difference `diff`
+    with probability `power`, given the run-to-run std; None when more than `most` would be needed."""
+    if std <= 0.0:
+        return 2
+    guess = 2.0 * ((normal_quantile(1 - alpha / 2) + normal_quantile(power)) * std / abs(diff)) ** 2
+    if guess > most:
+        return None
+    n = max(2, math.ceil(guess))  # the normal approximation; the t-test needs a little more
+    while n > 2 and t_test_power(diff, std, n - 1, alpha) >= power:
+        n -= 1
+    while t_test_power(diff, std, n, alpha) < power:
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------- seed groups
 @dataclass
 class SeedGroup:
     runs: list
@@ -35,14 +218,26 @@ class SeedGroup:
     def finished(self):
         return [r for r in self.runs if r.final and r.val_bpb is not None]
 
-    def stats(self, attr):
-        """(mean, std, n) over distinct seeds: a rerun of the same seed reproduces a run rather than sampling the
-        noise again, so only the first finished run of each seed counts."""
+    def values(self, attr):
+        """One value of `attr` per distinct seed: a rerun of the same seed reproduces a run rather than sampling
+        the noise again, so only the first finished run of each seed counts."""
         by_seed = {}
         for run in self.runs:
             if run.final and getattr(run, attr) is not None:
                 by_seed.setdefault(str(run.seed), getattr(run, attr))
-        values = list(by_seed.values())
+        return list(by_seed.values())
+
+    def counted_runs(self, attr):
+        """The runs values(attr) takes its values from."""
+        by_seed = {}
+        for run in self.runs:
+            if run.final and getattr(run, attr) is not None:
+                by_seed.setdefault(str(run.seed), run)
+        return list(by_seed.values())
+
+    def stats(self, attr):
+        """(mean, std, n) over distinct seeds, or None with fewer than 2."""
+        values = self.values(attr)
         if len(values) < 2:
             return None
         return statistics.mean(values), statistics.stdev(values), len(values)
@@ -58,10 +253,15 @@ def seed_groups(runs):
     return [SeedGroup(members) for members in groups.values() if len(members) >= 2]
 
 
+def group_of(run, groups):
+    return next((g for g in groups if any(r is run for r in g.runs)), None)
+
+
 @dataclass
 class Noise:
     std: float
     source: str
+    df: int  # degrees of freedom of the std estimate
 
 
 def bpb_noise(reference, groups):
@@ -70,16 +270,34 @@ def bpb_noise(reference, groups):
         if reference in group.runs:
             stats = group.stats("val_bpb")
             if stats:
-                return Noise(stats[1], f"std over the {stats[2]} seeds of {reference.model_name}")
+                return Noise(stats[1], f"std over the {stats[2]} seeds of {reference.model_name}", stats[2] - 1)
     measured = [(g, g.stats("val_bpb")) for g in groups if g.stats("val_bpb")]
     if not measured:
         return None
     if len(measured) == 1:
         group, (_, std, n) = measured[0]
-        return Noise(std, f"std over the {n} seeds of {group.runs[0].model_name}, the only seed group")
+        return Noise(std, f"std over the {n} seeds of {group.runs[0].model_name}, the only seed group", n - 1)
     variances = [(std ** 2, n) for _, (_, std, n) in measured]
-    pooled = math.sqrt(sum(v * (n - 1) for v, n in variances) / sum(n - 1 for _, n in variances))
-    return Noise(pooled, f"std pooled over {len(variances)} seed group(s)")
+    dof = sum(n - 1 for _, n in variances)
+    pooled = math.sqrt(sum(v * (n - 1) for v, n in variances) / dof)
+    return Noise(pooled, f"std pooled over {len(variances)} seed group(s)", dof)
+
+
+def _sample(run, groups, attr):
+    """The values a test compares for `run`: its seed group's (one per seed) when that has 2 or more, else its own."""
+    group = group_of(run, groups)
+    values = group.values(attr) if group else []
+    return values if len(values) >= 2 else [getattr(run, attr)]
+
+
+def bpb_test(run, reference, groups, noise):
+    """run vs reference on final val bpb: Welch's t-test of their seed groups when both have 2+ seeds, else a
+    t-test of their means (a run without a group counts as one value) with the measured noise; None when no noise
+    is known."""
+    a, b = _sample(run, groups, "val_bpb"), _sample(reference, groups, "val_bpb")
+    if len(a) >= 2 and len(b) >= 2:
+        return welch_t_test(a, b)
+    return t_test_with_noise(a, b, noise) if noise is not None else None
 
 
 def _unjudged(run, reference, attr):
@@ -95,30 +313,73 @@ def _unjudged(run, reference, attr):
     return None
 
 
-def compare_bpb(run, reference, noise):
+def _verdict(diff, p, alpha, lower_is_better):
+    if p >= alpha:
+        return f"not distinguishable, {format_p(p)}"
+    better = diff < 0 if lower_is_better else diff > 0
+    return f"{'better' if better else 'worse'}, {format_p(p)}"
+
+
+def compare_bpb(run, reference, noise, groups=(), alpha=SIGNIFICANCE_LEVEL):
     cell = _unjudged(run, reference, "val_bpb")
     if cell is not None:
         return cell
     diff = run.val_bpb - reference.val_bpb
-    if noise is None:
+    group = group_of(run, groups)
+    if group is not None and group is group_of(reference, groups):
+        return f"{diff:+.4f} same config (seed noise)"
+    test = bpb_test(run, reference, groups, noise)
+    if test is None:
         verdict = "lower" if diff < 0 else "higher" if diff > 0 else "equal"
         return f"{diff:+.4f} ({verdict}; noise unknown)"
-    if abs(diff) < NOISE_SIGMAS * noise.std:
-        return f"{diff:+.4f} not distinguishable"
-    return f"{diff:+.4f} {'better' if diff < 0 else 'worse'}"
+    return f"{diff:+.4f} {_verdict(test.diff, test.p, alpha, lower_is_better=True)}"
 
 
-def compare_hellaswag(run, reference):
+def hellaswag_counts(run):
+    """(correct, n) of a run's final HellaSwag acc_norm, or None when n is unknown."""
+    if run.hs_acc_norm is None or not run.hs_n:
+        return None
+    return round(run.hs_acc_norm * run.hs_n), int(run.hs_n)
+
+
+def compare_hellaswag(run, reference, alpha=SIGNIFICANCE_LEVEL):
+    """The two-proportion test of the two runs' acc_norm (each over its n examples)."""
     cell = _unjudged(run, reference, "hs_acc_norm")
     if cell is not None:
         return cell
     diff = run.hs_acc_norm - reference.hs_acc_norm
-    if run.hs_ci is None or reference.hs_ci is None:
-        return f"{diff:+.4f} (no CI)"
-    overlap = run.hs_ci[0] <= reference.hs_ci[1] and reference.hs_ci[0] <= run.hs_ci[1]
-    if overlap:
-        return f"{diff:+.4f} not distinguishable"
-    return f"{diff:+.4f} {'better' if diff > 0 else 'worse'}"
+    counts, ref_counts = hellaswag_counts(run), hellaswag_counts(reference)
+    if counts is None or ref_counts is None:
+        return f"{diff:+.4f} (n unknown)"
+    test = two_proportion_test(*counts, *ref_counts)
+    return f"{diff:+.4f} {_verdict(diff, test.p, alpha, lower_is_better=False)}"
+
+
+@dataclass
+class GroupComparison:
+    """Two seed groups: Welch's t-test on final val bpb, a two-proportion test on HellaSwag acc_norm (answers pooled
+    over the seeds), and their summaries (mean, std, n)."""
+    group: SeedGroup
+    reference: SeedGroup
+    bpb: TTest
+    bpb_stats: tuple
+    ref_bpb_stats: tuple
+    hellaswag: ProportionTest = None
+    hs_answers: tuple = None  # (n, reference n)
+
+
+def compare_groups(group, reference):
+    bpb, ref_bpb = group.stats("val_bpb"), reference.stats("val_bpb")
+    if bpb is None or ref_bpb is None:
+        return None
+    result = GroupComparison(group, reference, welch_t_test(group.values("val_bpb"), reference.values("val_bpb")),
+                             bpb, ref_bpb)
+    counts = [[hellaswag_counts(r) for r in g.counted_runs("hs_acc_norm")] for g in (group, reference)]
+    if all(c and None not in c for c in counts):
+        (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
+        result.hellaswag = two_proportion_test(k_a, n_a, k_b, n_b)
+        result.hs_answers = (n_a, n_b)
+    return result
 
 
 def pick_reference(runs, baseline=None):

@@ -1,11 +1,13 @@
 """The leaderboard: its columns and sorting, building it from runs, and rendering it as text or as LEADERBOARD.md."""
 import datetime
+import math
 import os
 from dataclasses import dataclass
 
 from gptlab.compare.runs import MISSING, Run
-from gptlab.compare.stats import (NOISE_SIGMAS, Noise, bpb_noise, compare_bpb, compare_hellaswag, pick_reference,
-                                  seed_groups)
+from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
+                                  compare_groups, compare_hellaswag, format_p, group_of, pick_reference,
+                                  runs_needed, seed_groups)
 from gptlab.errors import UserError
 from gptlab.fileio import atomic_write_text
 
@@ -55,6 +57,61 @@ def _num(value, digits):
     return MISSING if value is None else f"{value:.{digits}f}"
 
 
+def _three_digits(value):
+    """3 significant digits without an exponent: 0.0167, 0.000019 (not 1.9e-05)."""
+    text = f"{value:.3g}"
+    if "e" in text:
+        text = f"{value:.{2 - math.floor(math.log10(abs(value)))}f}".rstrip("0").rstrip(".")
+    return text
+
+
+def format_hours(hours):
+    return MISSING if hours is None else f"{hours:.2f}" if abs(hours) >= 10 else _three_digits(hours)
+
+
+def format_usd(usd):
+    if usd is None:
+        return MISSING
+    if abs(usd) >= 100:
+        return f"${usd:,.0f}"
+    return f"${usd:.2f}" if abs(usd) >= 1 else f"${_three_digits(usd)}"
+
+
+def _gpu_hours_cell(run):
+    return _mark(run, format_hours(run.gpu_hours) + ("" if run.on_gpu or run.gpu_hours is None else " (CPU)"))
+
+
+# The unit of "cost per ... bpb": the leaderboard prices each 0.01 bpb of difference.
+BPB_STEP = 0.01
+
+
+def cost_per_bpb(run, reference, same_config=False):
+    """What 0.01 val bpb costs between the reference and `run`: the extra dollars (GPU-hours when a price is
+    unknown) of `run` divided by its gain in units of 0.01 bpb."""
+    if run is reference:
+        return "reference"
+    if not run.final or run.val_bpb is None or reference.val_bpb is None:
+        return MISSING
+    if same_config:
+        return "same config"
+    if run.cost_usd is not None and reference.cost_usd is not None:
+        extra, show = run.cost_usd - reference.cost_usd, format_usd
+    elif run.gpu_hours is not None and reference.gpu_hours is not None:
+        extra, show = run.gpu_hours - reference.gpu_hours, lambda h: f"{format_hours(h)} GPU-h"
+    else:
+        return MISSING
+    gain = (reference.val_bpb - run.val_bpb) / BPB_STEP
+    if gain == 0 and extra == 0:
+        return "same"
+    if gain > 0 and extra <= 0:
+        return "better and cheaper"
+    if gain <= 0 and extra >= 0:
+        return "worse and costlier"
+    if gain > 0:
+        return f"{show(extra / gain)} per {BPB_STEP:g} gained"
+    return f"saves {show(extra / gain)} per {BPB_STEP:g} lost"
+
+
 # id -> (header, cell text, sort key).  Sort keys are None when the value is missing (sorted last).
 COLUMNS = {
     "model": ("Model", lambda r: r.model_name, lambda r: r.model_name.lower()),
@@ -62,11 +119,14 @@ COLUMNS = {
     "params": ("Params", lambda r: _human(r.n_params), lambda r: r.n_params),
     "tokens": ("Tokens", lambda r: _mark(r, _human(r.tokens)), lambda r: r.tokens),
     "tokenizer": ("Tokenizer", lambda r: r.tokenizer or MISSING, lambda r: r.tokenizer),
+    "bytes_per_token": ("Bytes/token", lambda r: _num(r.bytes_per_token, 3), lambda r: r.bytes_per_token),
     "val_loss": ("Val loss", lambda r: _mark(r, _num(r.val_loss, 4)), lambda r: r.val_loss),
     "val_bpb": ("Val bpb", lambda r: _mark(r, _num(r.val_bpb, 4)), lambda r: r.val_bpb),
     "hellaswag": ("HellaSwag acc_norm ±95% CI", lambda r: _mark(r, format_hellaswag(r)), lambda r: r.hs_acc_norm),
     "wall_time": ("Wall time", lambda r: _mark(r, format_duration(r.wall_time_s)), lambda r: r.wall_time_s),
     "gpu": ("GPU", lambda r: r.gpu or MISSING, lambda r: r.gpu),
+    "gpu_hours": ("GPU-h", _gpu_hours_cell, lambda r: r.gpu_hours),
+    "cost": ("Cost", lambda r: _mark(r, format_usd(r.cost_usd)), lambda r: r.cost_usd),
     "mfu": ("MFU", lambda r: MISSING if r.mfu is None else _mark(r, f"{100 * r.mfu:.1f}%"), lambda r: r.mfu),
     "peak_mem": ("Peak mem", lambda r: MISSING if r.peak_mem_gb is None else
                  f"{r.peak_mem_gb:.2f} GB" + (" RSS" if r.peak_mem_is_rss else ""),
@@ -76,7 +136,8 @@ COLUMNS = {
 }
 SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "hs": "hellaswag", "time": "wall_time",
                 "wall": "wall_time", "memory": "peak_mem", "mem": "peak_mem", "name": "model", "folder": "run",
-                "n_params": "params"}
+                "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
+                "bpt": "bytes_per_token", "compression": "bytes_per_token"}
 
 
 def sort_column(name):
@@ -110,9 +171,32 @@ class Leaderboard:
     headers: list
     rows: list          # list of cell-text lists (the Run column holds the folder name)
     notes: list
+    comparisons: list = ()  # stats.GroupComparison of each other seed group against the reference's
+    runs_needed: str = None  # the line saying how many runs a comparison of this noise needs
 
 
-def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_notes=(), noise_pool=()):
+def _compare_groups_with_reference(reference, groups):
+    """Each seed group with 2+ finished seeds against the reference's group (else the group with the best mean)."""
+    measured = [g for g in groups if g.stats("val_bpb")]
+    if len(measured) < 2:
+        return []
+    base = group_of(reference, measured) if reference is not None else None
+    base = base or min(measured, key=lambda g: g.stats("val_bpb")[0])
+    return [c for c in (compare_groups(g, base) for g in measured if g is not base) if c is not None]
+
+
+def runs_needed_line(noise, detect_bpb):
+    if noise is None or not detect_bpb:
+        return None
+    n = runs_needed(detect_bpb, noise.std)
+    how_many = f"{n} runs per side" if n is not None else "more than 100,000 runs per side"
+    return (f"Runs needed to tell apart a val bpb difference of {detect_bpb:g} at p < {RECORD_P:g} with "
+            f"{RECORD_POWER:.0%} power, given the noise (std {noise.std:.4f}, {noise.source}): {how_many} "
+            "(two-sample t-test; --detect_bpb sets the difference).")
+
+
+def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_notes=(), noise_pool=(),
+                      alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP):
     """The table for `runs`; seed groups (noise) come from `runs` plus `noise_pool` (the other runs on disk)."""
     shown = {os.path.realpath(r.path) for r in runs}
     pool = list(runs) + [r for r in noise_pool if os.path.realpath(r.path) not in shown]
@@ -121,14 +205,18 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
     noise = bpb_noise(reference, groups) if reference else None
     ordered = sort_runs(runs, sort, descending)
     ref_label = "baseline" if baseline is not None else "best"
-    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + [f"bpb vs {ref_label}", f"HellaSwag vs {ref_label}"]
+    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + [f"bpb vs {ref_label}", f"HellaSwag vs {ref_label}",
+                                                           f"Cost per {BPB_STEP:g} bpb vs {ref_label}"]
     rows = []
     for rank, run in enumerate(ordered, start=1):
         cells = [str(rank)] + [str(COLUMNS[c][1](run)) for c in COLUMNS]
         if reference is None:
-            cells += [MISSING, MISSING]
+            cells += [MISSING, MISSING, MISSING]
         else:
-            cells += [compare_bpb(run, reference, noise), compare_hellaswag(run, reference)]
+            group = group_of(run, groups)
+            same_config = group is not None and group is group_of(reference, groups)
+            cells += [compare_bpb(run, reference, noise, groups, alpha), compare_hellaswag(run, reference, alpha),
+                      cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
     notes = []
@@ -136,12 +224,20 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         how = f"--baseline {reference.name}" if baseline is not None else \
             f"the finished run with the lowest val bpb, {reference.name}"
         notes.append(f"Runs are compared against {how}.")
+        hellaswag_how = ("HellaSwag: a two-proportion z-test of the two runs' acc_norm over their n examples. "
+                         f"\"better\" / \"worse\" when p < {alpha:g}, else \"not distinguishable\".")
         if noise is not None:
-            notes.append(f"val bpb differences below {NOISE_SIGMAS:g} × {noise.std:.4f} ({noise.source}) are "
-                         "\"not distinguishable\"; HellaSwag is \"not distinguishable\" when the 95% CIs overlap.")
+            notes.append("val bpb p: Welch's t-test of the two runs' seed groups when both have 2+ seeds, else a "
+                         f"t-test of their means with the run-to-run std {noise.std:.4f} ({noise.source}; a run "
+                         "without a seed group counts as one value); runs of one seed group are the same config. "
+                         + hellaswag_how)
         else:
             notes.append("No seed group yet, so the val bpb noise is unknown: repeat a run with another --seed to "
-                         "measure it. HellaSwag is \"not distinguishable\" when the 95% CIs overlap.")
+                         "measure it. " + hellaswag_how)
+        notes.append(f"Cost per {BPB_STEP:g} bpb: the run's extra cost over the reference's divided by its val bpb "
+                     f"gain in units of {BPB_STEP:g} (in GPU-hours where no price is known). GPU-h = processes × wall "
+                     "time (a CPU run counts its processes: CPU process-hours); Cost = GPU-h × $/GPU-hour (the "
+                     "run's --usd_per_gpu_hour, else gptlab/cost.py's typical rental price by GPU name).")
     else:
         notes.append("No finished run with a val bpb yet, so nothing to compare against.")
     tokenizers = sorted({r.tokenizer_id for r in runs if r.tokenizer_id})
@@ -154,8 +250,11 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
     for run in ordered:
         for note in run.notes + ([f"error: {run.error}"] if run.error else []):
             notes.append(f"{run.name}: {note}")
+    if any(r.bytes_per_token is None and r.tokenizer for r in runs):
+        notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
     notes.extend(folder_notes)
-    return Leaderboard(ordered, reference, noise, groups, headers, rows, notes)
+    return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
+                       _compare_groups_with_reference(reference, groups), runs_needed_line(noise, detect_bpb))
 
 
 def noise_rows(groups):
@@ -172,6 +271,25 @@ def noise_rows(groups):
 
 
 NOISE_HEADERS = ["Model", "Runs", "Seeds", "Val bpb mean ± std", "HellaSwag acc_norm mean ± std", "Run folders"]
+
+
+def comparison_lines(board):
+    """One line per seed group compared with the reference's: Welch's t-test on val bpb, the pooled
+    two-proportion test on HellaSwag."""
+    lines = []
+    for c in board.comparisons:
+        name, ref_name = c.group.runs[0].model_name, c.reference.runs[0].model_name
+        (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
+        verdict = ("lower" if c.bpb.diff < 0 else "higher") if c.bpb.p < SIGNIFICANCE_LEVEL else "not distinguishable"
+        line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {ref_name} ({ref_mean:.4f} ± {ref_std:.4f}, "
+                f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
+                f"{format_p(c.bpb.p)} ({verdict})")
+        if c.hellaswag is not None:
+            line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
+                     f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled over "
+                     "the seeds)")
+        lines.append(line)
+    return lines
 
 
 def text_table(headers, rows):
@@ -199,6 +317,11 @@ def render_text(board):
     groups = noise_rows(board.groups)
     out.append(text_table(NOISE_HEADERS, groups) if groups else
                "  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise")
+    if board.runs_needed:
+        out += ["", board.runs_needed]
+    if board.comparisons:
+        out += ["", "Seed groups compared (Welch's t-test on final val bpb):"] + [
+            f"  {line}" for line in comparison_lines(board)]
     return "\n".join(out) + "\n"
 
 
@@ -220,6 +343,11 @@ def render_markdown(board, markdown_dir, title):
     groups = noise_rows(board.groups)
     out.append(markdown_table(NOISE_HEADERS, groups) if groups else
                "No seed groups yet: rerun a config with a different `--seed` to measure run-to-run noise.")
+    if board.runs_needed:
+        out += ["", _md_escape(board.runs_needed)]
+    if board.comparisons:
+        out += ["", "## Seed groups compared", "", "Welch's t-test on final val bpb; HellaSwag acc_norm answers "
+                "pooled over each group's seeds.", ""] + [f"- {_md_escape(line)}" for line in comparison_lines(board)]
     return "\n".join(out) + "\n"
 
 

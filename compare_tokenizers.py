@@ -1,0 +1,46 @@
+"""Compare tokenizers: compression (bytes per token) on held-out text, per domain; the share of the vocabulary the
+text uses; the longest tokens; the merges every two tokenizers have in common; encode throughput; a PNG of
+compression by domain.
+
+    python compare_tokenizers.py tokenizers/quickstart_v1000_n400000.pkl             # on its validation shards
+    python compare_tokenizers.py A.pkl B.pkl --text web.jsonl code.txt shakespeare.txt --plot tokenizers.png
+"""
+import argparse
+
+from gptlab.cli import HelpFormatter
+from gptlab.errors import run_cli
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("tokenizers", nargs="+", metavar="TOKENIZER",
+                        help="tokenizer .pkl files (paths or names in tokenizers/)")
+    parser.add_argument("--text", nargs="+", default=[], metavar="FILE",
+                        help="held-out text, one domain per file (.txt, .jsonl with field text, .parquet); default: "
+                             "each tokenizer's validation shards (data/*_<name>/val_*.bin), else the bundled sample")
+    parser.add_argument("--data_dir", default="data", help="where the shard folders are")
+    parser.add_argument("--plot", metavar="PATH", help="write the bytes-per-token bars by domain to this PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from gptlab.errors import UserError
+    from gptlab.fileio import check_writable
+    from gptlab.tokenizer_report import plot_report, render_report, tokenizer_report
+
+    if args.plot:
+        if not args.plot.lower().endswith(".png"):
+            raise UserError(f"--plot {args.plot}: the plot is a PNG image; give a path ending in .png")
+        check_writable(args.plot, args.overwrite)  # before any work
+    report = tokenizer_report(args.tokenizers, args.text, args.data_dir)
+    print(render_report(report), end="")
+    if args.plot:
+        plot_report(report, args.plot, overwrite=args.overwrite)
+        print(f"\nwrote {args.plot}")
+    return report
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,437 @@
+"""Scaling laws fitted to finished runs: L(C) = E + A·C^(−α) over training FLOPs, and Chinchilla's
+L(N, D) = E + A/N^α + B/D^β over parameters and tokens (Hoffmann et al. 2022, eq. 2), with 95% intervals.
+
+Fitting: least squares on val bpb (Levenberg–Marquardt in numpy), started from the best point of a grid over the
+exponents where the rest of the law is linear (so the start is the global least-squares fit of that grid).
+Uncertainty: the delta method. The parameters' covariance is s²(JᵀJ)⁻¹ (s² = residual sum of squares / (runs −
+parameters), J the Jacobian at the fit: what scipy.optimize.curve_fit reports); a prediction's variance is gᵀ·cov·g
+with g its gradient in the parameters; the 95% band of the fitted curve is ± t(0.975, runs − parameters) ×
+sqrt(gᵀ·cov·g), and the interval for one new run adds s² under the root.
+
+C is a run's training FLOPs: results.json's train_flops (every step's FLOPs as train_gpt counts them: matmuls and
+the attention pairs the masks allow), else the same sum from metrics.csv, else 6 × parameters × tokens.
+"""
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from gptlab.compare.stats import t_quantile
+from gptlab.errors import UserError
+
+MIN_RUNS_COMPUTE = 4  # 3 parameters: at least one degree of freedom for the residual noise
+MIN_RUNS_CHINCHILLA = 5  # 5 parameters; the interval needs a sixth run
+CONFIDENCE = 0.95
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+def _jacobian(model, theta, x, step=1e-7):
+    """d model(theta, x) / d theta by central differences (one column per parameter)."""
+    cols = []
+    for i in range(len(theta)):
+        h = step * max(1.0, abs(theta[i]))
+        up, down = theta.copy(), theta.copy()
+        up[i] += h
+        down[i] -= h
+        cols.append((model(up, x) - model(down, x)) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+def levenberg_marquardt(model, theta, x, y, iterations=500):
+    """theta minimising sum((y - model(theta, x))^2), from a starting theta."""
+    theta = np.asarray(theta, dtype=float)
+    residual = y - model(theta, x)
+    rss = float(residual @ residual)
+    damping = 1e-3
+    for _ in range(iterations):
+        jac = _jacobian(model, theta, x)
+        normal = jac.T @ jac
+        gradient = jac.T @ residual
+        while True:
+            try:
+                delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), gradient)
+            except np.linalg.LinAlgError:
+                delta = np.zeros_like(theta)
+            trial = theta + delta
+            trial_residual = y - model(trial, x)
+            trial_rss = float(trial_residual @ trial_residual)
+            if np.all(np.isfinite(trial_residual)) and trial_rss <= rss:
+                break
+            damping *= 10.0
+            if damping > 1e12:
+                return theta
+        improvement = rss - trial_rss
+        theta, residual, rss = trial, trial_residual, trial_rss
+        damping = max(damping / 10.0, 1e-12)
+        if improvement <= 1e-15 * max(rss, 1e-300) and np.max(np.abs(delta)) < 1e-12 * (1 + np.max(np.abs(theta))):
+            break
+    return theta
+
+
+@dataclass
+class Fit:
+    law: str
+    names: list
+    theta: np.ndarray  # in the fit's scaled units (see Law.scale)
+    cov: np.ndarray  # None when no degree of freedom is left
+    rss: float
+    dof: int
+    model: object  # model(theta, x)
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def residual_std(self):
+        return math.sqrt(self.rss / self.dof) if self.dof > 0 else None
+
+    def predict(self, x, fn=None):
+        """(value, half-width of the 95% band of the fitted curve, of the interval for one new run) at x, for
+        fn(theta, x) (default: the law itself); half-widths are None without a degree of freedom."""
+        fn = fn or self.model
+        value = np.atleast_1d(fn(self.theta, x))
+        if self.cov is None:
+            return value, None, None
+        grad = _jacobian(fn, self.theta, x)
+        grad = grad.reshape(value.size, len(self.theta))
+        variance = np.einsum("ni,ij,nj->n", grad, self.cov, grad)
+        t = t_quantile(0.5 + CONFIDENCE / 2, self.dof)
+        return value, t * np.sqrt(variance), t * np.sqrt(variance + self.rss / self.dof)
+
+    def std_errors(self):
+        return None if self.cov is None else np.sqrt(np.diag(self.cov))
+
+
+def _finish(law, names, model, theta, x, y):
+    residual = y - model(theta, x)
+    rss = float(residual @ residual)
+    dof = len(y) - len(theta)
+    cov = None
+    if dof > 0:
+        jac = _jacobian(model, theta, x)
+        try:
+            cov = rss / dof * np.linalg.inv(jac.T @ jac)
+        except np.linalg.LinAlgError:
+            cov = None
+    return Fit(law, names, theta, cov, rss, dof, model, x, y)
+
+
+def compute_law(theta, c):
+    """L(C) = E + a·c^(−α), c = C / C0 (scaled FLOPs)."""
+    e, a, alpha = theta
+    return e + a * np.power(c, -alpha)
+
+
+def fit_compute_law(flops, bpb, scale=None):
+    """Fit L(C) = E + A·C^(−α). Works in c = C / scale (default: the geometric mean of the FLOPs), where A·C^(−α)
+    = a·c^(−α), A = a·scale^α."""
+    flops, bpb = np.asarray(flops, float), np.asarray(bpb, float)
+    scale = scale or float(np.exp(np.mean(np.log(flops))))
+    c = flops / scale
+    best = None
+    for alpha in np.linspace(0.005, 3.0, 600):  # for each exponent the law is linear in (E, a)
+        basis = np.stack([np.ones_like(c), np.power(c, -alpha)], axis=1)
+        (e, a), *_ = np.linalg.lstsq(basis, bpb, rcond=None)
+        if a <= 0:
+            continue
+        rss = float(np.sum((bpb - basis @ np.array([e, a])) ** 2))
+        if best is None or rss < best[0]:
+            best = (rss, np.array([e, a, alpha]))
+    if best is None:
+        raise UserError("the runs' val bpb does not fall with compute, so L(C) = E + A·C^(-α) cannot be fitted; "
+                        "compare runs of one family that differ in scale")
+    theta = levenberg_marquardt(compute_law, best[1], c, bpb)
+    fit = _finish("compute", ["E", "a", "alpha"], compute_law, theta, c, bpb)
+    fit.scale = scale
+    return fit
+
+
+def chinchilla_law(theta, nd):
+    """L(N, D) = E + a·n^(−α) + b·d^(−β), n = N / N0, d = D / D0."""
+    e, a, alpha, b, beta = theta
+    return e + a * np.power(nd[..., 0], -alpha) + b * np.power(nd[..., 1], -beta)
+
+
+def fit_chinchilla_law(n_params, tokens, bpb):
+    n_params, tokens, bpb = (np.asarray(v, float) for v in (n_params, tokens, bpb))
+    scales = (float(np.exp(np.mean(np.log(n_params)))), float(np.exp(np.mean(np.log(tokens)))))
+    nd = np.stack([n_params / scales[0], tokens / scales[1]], axis=1)
+    best = None
+    grid = np.linspace(0.02, 2.0, 100)
+    for alpha in grid:
+        for beta in grid:
+            basis = np.stack([np.ones(len(bpb)), np.power(nd[:, 0], -alpha), np.power(nd[:, 1], -beta)], axis=1)
+            coef, *_ = np.linalg.lstsq(basis, bpb, rcond=None)
+            if coef[1] <= 0 or coef[2] <= 0:
+                continue
+            rss = float(np.sum((bpb - basis @ coef) ** 2))
+            if best is None or rss < best[0]:
+                best = (rss, np.array([coef[0], coef[1], alpha, coef[2], beta]))
+    if best is None:
+        raise UserError("val bpb does not fall with both parameters and tokens in these runs, so Chinchilla's "
+                        "L(N, D) cannot be fitted")
+    theta = levenberg_marquardt(chinchilla_law, best[1], nd, bpb)
+    fit = _finish("chinchilla", ["E", "a", "alpha", "b", "beta"], chinchilla_law, theta, nd, bpb)
+    fit.scales = scales
+    return fit
+
+
+def compute_optimal(fit, flops):
+    """Chinchilla's allocation of C = 6ND (Hoffmann et al. eq. 4) for a fit: functions of theta giving N, D and L
+    at the optimum (in real units), for Fit.predict."""
+    n0, d0 = fit.scales
+    budget = flops / 6.0 / (n0 * d0)  # n·d in scaled units
+
+    def n_opt(theta, _=None):
+        _, a, alpha, b, beta = theta
+        return np.power(alpha * a * budget ** beta / (beta * b), 1.0 / (alpha + beta))
+
+    def loss(theta, x=None):
+        n = n_opt(theta)
+        return chinchilla_law(theta, np.array([n, budget / n]))
+
+    return (lambda th, x=None: n_opt(th) * n0), (lambda th, x=None: budget / n_opt(th) * d0), loss
+
+
+# ------------------------------------------------------------------------------------------------ runs
+@dataclass
+class ScalingPoint:
+    name: str
+    flops: float
+    flops_source: str
+    n_params: float
+    tokens: float
+    bpb: float
+    gpu_hours: float
+    cost_usd: float
+    usd_per_gpu_hour: float
+
+
+def scaling_points(runs):
+    """(points, notes): finished runs with a val bpb and training FLOPs."""
+    points, notes = [], []
+    for run in runs:
+        if not run.final or run.val_bpb is None:
+            notes.append(f"{run.name}: left out ({run.status}, or no val bpb)")
+        elif not run.train_flops:
+            notes.append(f"{run.name}: left out (no training FLOPs: no train_flops, step FLOPs, parameters or tokens)")
+        else:
+            points.append(ScalingPoint(run.name, run.train_flops, run.train_flops_source, run.n_params, run.tokens,
+                                       run.val_bpb, run.gpu_hours, run.cost_usd, run.usd_per_gpu_hour))
+    return points, notes
+
+
+# ------------------------------------------------------------------------------------------------ budgets
+_BUDGET_RE = re.compile(r"^\s*(\$)?\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z$/_ -]*)\s*$", re.I)
+
+
+def parse_budget(text):
+    """'1e18' / '1e18 flops' → ('flops', 1e18); '50 gpu-h' / '50gpuh' → ('gpu_hours', 50); '$20' / '20 usd' →
+    ('usd', 20)."""
+    match = _BUDGET_RE.match(text or "")
+    unit = (match.group(3) or "").lower().replace(" ", "").replace("-", "").replace("_", "") if match else None
+    kind = None
+    if match and match.group(1):
+        kind = "usd" if unit in ("", "usd", "$") else None
+    elif match:
+        kind = {"": "flops", "flops": "flops", "flop": "flops", "gpuh": "gpu_hours", "gpuhours": "gpu_hours",
+                "gpuhour": "gpu_hours", "h": "gpu_hours", "usd": "usd", "$": "usd", "dollars": "usd"}.get(unit)
+    try:
+        value = float(match.group(2)) if kind else None
+    except ValueError:
+        value = None
+    if not value or value <= 0:
+        raise UserError(f"--budget {text!r} is not a budget: write FLOPs (1e18), GPU-hours (50gpuh) or dollars "
+                        "($20)")
+    return kind, value
+
+
+def budget_in_flops(kind, value, points, usd_per_gpu_hour=None):
+    """(FLOPs, how the budget was converted): GPU-hours at the fitted runs' median FLOPs per GPU-hour, dollars at
+    --usd_per_gpu_hour (else the runs' median price)."""
+    if kind == "flops":
+        return value, f"{value:.3g} FLOPs"
+    rates = [p.flops / p.gpu_hours for p in points if p.gpu_hours]
+    if not rates:
+        raise UserError("the runs record no wall time, so a budget in GPU-hours or dollars cannot be turned into "
+                        "FLOPs; give --budget in FLOPs (e.g. 1e18)")
+    rate = statistics.median(rates)
+    hours, how = value, f"{value:g} GPU-hours"
+    if kind == "usd":
+        price = usd_per_gpu_hour
+        if price is None:
+            prices = [p.usd_per_gpu_hour for p in points if p.usd_per_gpu_hour]
+            if not prices:
+                raise UserError("no price per GPU-hour is known for these runs (CPU runs, or GPUs missing from "
+                                "gptlab/cost.py's table); pass --usd_per_gpu_hour to turn dollars into GPU-hours")
+            price = statistics.median(prices)
+        hours = value / price
+        how = f"${value:g} at ${price:g}/GPU-hour = {hours:.3g} GPU-hours"
+    return hours * rate, f"{how} at {rate:.3g} FLOPs per GPU-hour (median of the fitted runs, evaluations included)"
+
+
+# ------------------------------------------------------------------------------------------------ report
+@dataclass
+class ScalingReport:
+    points: list
+    notes: list
+    compute_fit: Fit
+    chinchilla_fit: Fit = None
+    chinchilla_note: str = None
+    budget: tuple = None  # (FLOPs, description)
+
+
+def scaling_report(runs, budget=None, usd_per_gpu_hour=None):
+    points, notes = scaling_points(runs)
+    if len({p.flops for p in points}) < MIN_RUNS_COMPUTE:
+        raise UserError(f"a scaling fit needs at least {MIN_RUNS_COMPUTE} finished runs with different training "
+                        f"FLOPs; {len(points)} usable run(s) here" + (f" ({'; '.join(notes[:3])})" if notes else "")
+                        + ". Train the same recipe at a few sizes or step counts, e.g. with sweep.py")
+    report = ScalingReport(points, notes, fit_compute_law([p.flops for p in points], [p.bpb for p in points]))
+    usable = [p for p in points if p.n_params and p.tokens]
+    design = np.stack([np.ones(len(usable)), np.log([p.n_params for p in usable] or [1]),
+                       np.log([p.tokens for p in usable] or [1])], axis=1) if usable else None
+    if len(usable) < MIN_RUNS_CHINCHILLA or np.linalg.matrix_rank(design) < 3:
+        report.chinchilla_note = (f"Chinchilla's L(N, D) needs at least {MIN_RUNS_CHINCHILLA} runs that vary both "
+                                  "parameters and tokens independently (not all on one tokens-per-parameter line)")
+    else:
+        report.chinchilla_fit = fit_chinchilla_law([p.n_params for p in usable], [p.tokens for p in usable],
+                                                   [p.bpb for p in usable])
+    if budget:
+        report.budget = budget_in_flops(*parse_budget(budget), points, usd_per_gpu_hour)
+    return report
+
+
+def _interval(value, half):
+    return "" if half is None else f" [{value - half:.4f}, {value + half:.4f}]"
+
+
+def _undetermined(fit):
+    """True when some parameter's standard error exceeds its value: the runs do not pin the law down."""
+    errors = fit.std_errors()
+    return errors is not None and bool(np.any(errors > np.abs(fit.theta)))
+
+
+UNDETERMINED = ("  (these runs do not pin the law down: a standard error exceeds its parameter, so the intervals are "
+                "very wide; add runs over a wider range of scales)")
+
+
+def _param_lines(fit, real_values):
+    errors = fit.std_errors()
+    shown = []
+    for i, (name, value) in enumerate(real_values):
+        # standard errors of E and the exponents are the fit's; of A (B) relative, as of a (b)
+        scaled = fit.theta[i]
+        rel = None if errors is None or scaled == 0 else errors[i] / abs(scaled)
+        if name in ("E", "α", "β"):
+            shown.append(f"{name} = {value:.4g}" + ("" if errors is None else f" ± {errors[i]:.2g}"))
+        else:
+            shown.append(f"{name} = {value:.4g}" + ("" if rel is None else f" (± {100 * rel:.0f}%)"))
+    return ", ".join(shown)
+
+
+def render_scaling(report):
+    fit = report.compute_fit
+    e, a, alpha = fit.theta
+    sources = sorted({p.flops_source for p in report.points})
+    out = [f"Scaling fit over {len(report.points)} runs: L(C) = E + A·C^(−α), C = training FLOPs (from "
+           f"{', '.join(sources)})",
+           "  " + _param_lines(fit, [("E", e), ("A", a * fit.scale ** alpha), ("α", alpha)])
+           + (f"; residual std {fit.residual_std:.4f} bpb, {fit.dof} degree(s) of freedom" if fit.dof else
+              "; no degree of freedom left: no interval")]
+    if _undetermined(fit):
+        out.append(UNDETERMINED)
+    width = max(len(p.name) for p in report.points)
+    out += ["", f"  {'run':<{width}} {'FLOPs':>10} {'val bpb':>8} {'fit':>8}"]
+    predicted = fit.predict(fit.x)[0]
+    for p, value in zip(report.points, predicted):
+        out.append(f"  {p.name:<{width}} {p.flops:>10.3g} {p.bpb:>8.4f} {value:>8.4f}")
+    if report.chinchilla_fit is not None:
+        ch = report.chinchilla_fit
+        e2, a2, al, b2, be = ch.theta
+        out += ["", f"Chinchilla fit over {len(ch.y)} runs: L(N, D) = E + A/N^α + B/D^β (N parameters, D tokens)",
+                "  " + _param_lines(ch, [("E", e2), ("A", a2 * ch.scales[0] ** al), ("α", al),
+                                         ("B", b2 * ch.scales[1] ** be), ("β", be)])
+                + (f"; residual std {ch.residual_std:.4f} bpb, {ch.dof} degree(s) of freedom" if ch.dof else
+                   "; no degree of freedom left: no interval (a sixth run gives one)")]
+        if _undetermined(ch):
+            out.append(UNDETERMINED)
+    elif report.chinchilla_note:
+        out += ["", f"({report.chinchilla_note}.)"]
+    if report.budget:
+        flops, how = report.budget
+        value, band, single = fit.predict(np.array([flops / fit.scale]))
+        out += ["", f"Prediction for {how}" + ("" if how == f"{flops:.3g} FLOPs" else f" = {flops:.3g} FLOPs") + ":",
+                f"  L(C): val bpb {value[0]:.4f}" + (f"; 95% band of the fit{_interval(value[0], band[0])}, 95% "
+                                                     f"interval for one run{_interval(value[0], single[0])}"
+                                                     if band is not None else "")]
+        if not min(p.flops for p in report.points) <= flops <= max(p.flops for p in report.points):
+            out.append("  (an extrapolation beyond the fitted runs' FLOPs: the interval assumes the law holds there)")
+        if report.chinchilla_fit is not None:
+            ch = report.chinchilla_fit
+            n_fn, d_fn, loss_fn = compute_optimal(ch, flops)
+            loss, band, single = ch.predict(None, loss_fn)
+            out.append(f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, "
+                       f"D = {d_fn(ch.theta):.3g} tokens (C = 6ND): val bpb {loss[0]:.4f}"
+                       + (f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
+                          if band is not None else ""))
+    out += [f"note: {n}" for n in report.notes]
+    out.append("Intervals: delta method, parameter covariance s²(JᵀJ)⁻¹, Student t with runs − parameters degrees "
+               "of freedom.")
+    return "\n".join(out) + "\n"
+
+
+def _label_axes(ax, xlabel, title):
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("final val bpb")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def plot_scaling(report, path, size=(1200, 800)):
+    """Points, the L(C) fit with its 95% band (and one run's interval at the budget), in a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gptlab.fileio import atomic_write
+
+    fit = report.compute_fit
+    panels = 2 if report.chinchilla_fit is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(size[0] / 100, size[1] / 100), dpi=100, squeeze=False)
+    ax = axes[0][0]
+    flops = np.array([p.flops for p in report.points])
+    lo, hi = flops.min(), flops.max()
+    if report.budget:
+        lo, hi = min(lo, report.budget[0]), max(hi, report.budget[0])
+    grid = np.geomspace(lo / 1.5, hi * 1.5, 200)
+    value, band, _ = fit.predict(grid / fit.scale)
+    ax.scatter(flops, [p.bpb for p in report.points], color="black", zorder=3, label="runs")
+    ax.plot(grid, value, color="tab:blue", label="fit E + A·C^(−α)")
+    if band is not None:
+        ax.fill_between(grid, value - band, value + band, color="tab:blue", alpha=0.2, label="95% band of the fit")
+    if report.budget:
+        at, single = report.budget[0], fit.predict(np.array([report.budget[0] / fit.scale]))
+        ax.errorbar([at], single[0], yerr=None if single[2] is None else [single[2]], color="tab:red", marker="D",
+                    capsize=4, label="prediction (95% interval for one run)")
+    _label_axes(ax, "training FLOPs", "L(C) = E + A·C^(−α)")
+    if report.chinchilla_fit is not None:
+        ch, ax = report.chinchilla_fit, axes[0][1]
+        n_values = sorted({p.n_params for p in report.points if p.n_params and p.tokens})
+        tokens = np.array([p.tokens for p in report.points if p.tokens])
+        d_grid = np.geomspace(tokens.min() / 1.5, tokens.max() * 1.5, 100)
+        colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(n_values)))
+        for n, color in zip(n_values, colors):
+            pts = [p for p in report.points if p.n_params == n and p.tokens]
+            ax.scatter([p.tokens for p in pts], [p.bpb for p in pts], color=color, zorder=3)
+            nd = np.stack([np.full_like(d_grid, n / ch.scales[0]), d_grid / ch.scales[1]], axis=1)
+            ax.plot(d_grid, chinchilla_law(ch.theta, nd), color=color, label=f"N = {n:.3g}")
+        _label_axes(ax, "training tokens D", "L(N, D) = E + A/N^α + B/D^β")
+    fig.tight_layout()
+    with atomic_write(path, "wb", overwrite=True) as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,292 @@
+"""Hyperparameter sweeps: every combination of a grid of train_gpt.py flags, for each seed, one run after another.
+
+    sweep = plan_sweep(name, grid, seeds, train_flags, ...)    # the points, named after their settings
+    run_sweep(sweep, script="train_gpt.py", experiments_dir=...)
+
+Each point is a normal train_gpt.py run (through torchrun when nproc_per_node > 1) whose --model_name is the sweep's
+name plus its settings (Sweep_lr_scale0.5), so the seeds of one setting form a seed group on the leaderboard. The
+sweep's record, experiments/sweep_<name>.json, holds every point's status, run folder and error; a failed run is
+recorded and the sweep goes on; running the same sweep again skips the points whose run finished (a longer grid or
+more seeds extend it). The sweep ends with the leaderboard of its runs.
+"""
+import difflib
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from gptlab.errors import UserError
+from gptlab.experiment import RESULTS_FILE, read_run_json
+from gptlab.fileio import atomic_write_text, check_folder_creatable
+
+SWEEP_FORMAT = "gptlab-sweep"
+# flags the sweep sets itself on every run (the grid and the passed-through flags may not)
+SWEEP_SET_FLAGS = ("seed", "model_name", "experiments_dir")
+ERROR_TAIL_LINES = 20
+
+
+def sweep_record_path(experiments_dir, name):
+    return os.path.join(experiments_dir, f"sweep_{name}.json")
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+def parse_grid(specs, known_flags):
+    """['lr_scale=0.5,1,2', ...] → [('lr_scale', ['0.5', '1', '2']), ...]; each key a flag of train_gpt.py."""
+    grid, seen = [], set()
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        values = [v.strip() for v in values.split(",")]
+        if not sep or not key or not all(values):
+            raise UserError(f"--grid {spec!r} is not FLAG=V1,V2,...; write e.g. --grid lr_scale=0.5,1,2")
+        if key in SWEEP_SET_FLAGS:
+            fix = {"seed": "--seeds 0,1,2", "model_name": "--name NAME", "experiments_dir": "--experiments_dir DIR"}
+            raise UserError(f"--grid {key}=... is set by the sweep itself; use the sweep's {fix[key]}")
+        if key not in known_flags:
+            close = difflib.get_close_matches(key, sorted(known_flags), n=3)
+            raise UserError(f"--grid {key}: train_gpt.py has no flag --{key}"
+                            + (f" (did you mean {', '.join('--' + c for c in close)}?)" if close else
+                               "; python train_gpt.py --help lists its flags"))
+        if key in seen:
+            raise UserError(f"--grid {key} is given twice; list all its values in one --grid {key}=V1,V2,...")
+        if len(set(values)) != len(values):
+            raise UserError(f"--grid {spec!r} repeats a value; list each value once")
+        seen.add(key)
+        grid.append((key, values))
+    return grid
+
+
+def parse_seeds(text):
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds {text!r} is not a list of distinct integers; write e.g. --seeds 0,1,2")
+    return seeds
+
+
+def flags_given(argv):
+    """Names of the --flags in a train_gpt.py argument list (--flag VALUE and --flag=VALUE forms)."""
+    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--") and len(a) > 2}
+
+
+def _name_part(value):
+    return re.sub(r"[^A-Za-z0-9.+-]", "-", value)
+
+
+def point_name(name, settings):
+    """The run's --model_name: the sweep's name and its settings, e.g. Sweep_lr_scale0.5_num_layers4."""
+    return "_".join([name] + [f"{key}{_name_part(value)}" for key, value in settings])
+
+
+@dataclass
+class Point:
+    settings: list  # [(flag, value), ...] in grid order
+    seed: int
+    model_name: str
+    status: str = "pending"  # pending | finished | failed | interrupted
+    run_dir: str = None
+    error: str = None
+    exit_code: int = None
+    seconds: float = None
+
+    @property
+    def key(self):
+        return self.model_name, self.seed
+
+    def label(self):
+        return " ".join(f"{k}={v}" for k, v in self.settings) + f" seed={self.seed}"
+
+
+@dataclass
+class Sweep:
+    name: str
+    grid: list
+    seeds: list
+    train_flags: list
+    nproc_per_node: int = 1
+    points: list = field(default_factory=list)
+
+
+def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1):
+    """Every combination of the grid for each seed, seed-major: one run of every setting before the next seed."""
+    if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+-]*", name):
+        raise UserError(f"--name {name!r} must be a plain name (letters, digits, . + -), e.g. --name LrSweep")
+    clash = sorted(flags_given(train_flags) & (set(SWEEP_SET_FLAGS) | {k for k, _ in grid}))
+    if clash:
+        raise UserError(f"the train_gpt.py flags after -- set {', '.join('--' + c for c in clash)}, which the sweep "
+                        "sets itself (from --grid, --seeds, --name, --experiments_dir); drop them after --")
+    if nproc_per_node < 1:
+        raise UserError(f"--nproc_per_node {nproc_per_node} must be at least 1")
+    combos = list(itertools.product(*[[(key, v) for v in values] for key, values in grid]))
+    points = [Point(list(combo), seed, point_name(name, combo)) for seed in seeds for combo in combos]
+    return Sweep(name, grid, seeds, list(train_flags), nproc_per_node, points)
+
+
+# ------------------------------------------------------------------------------------------------ the record
+def _record(sweep):
+    return {"format": SWEEP_FORMAT, "name": sweep.name, "grid": sweep.grid, "seeds": sweep.seeds,
+            "train_flags": sweep.train_flags, "nproc_per_node": sweep.nproc_per_node,
+            "points": [asdict(p) for p in sweep.points]}
+
+
+def save_record(sweep, path):
+    atomic_write_text(path, json.dumps(_record(sweep), indent=2) + "\n", overwrite=True)
+
+
+def load_previous(sweep, path, overwrite=False):
+    """Carry the recorded status of each point over from an earlier run of this sweep (same train_gpt flags, same
+    grid flags; more values or seeds extend it). A point counts as finished only if its run folder says so."""
+    if not os.path.exists(path) or overwrite:
+        return
+    notes = []
+    old = read_run_json(os.path.dirname(path) or ".", os.path.basename(path), notes)
+    if old is None or old.get("format") != SWEEP_FORMAT:
+        raise UserError(f"{path} is not a readable sweep record ({'; '.join(notes) or 'wrong format'}); pass "
+                        "--overwrite to replace it, or --name NEW for another sweep")
+    same = (old.get("train_flags") == sweep.train_flags and [k for k, _ in old.get("grid", [])] ==
+            [k for k, _ in sweep.grid] and old.get("nproc_per_node", 1) == sweep.nproc_per_node)
+    if not same:
+        raise UserError(f"{path} records another sweep named {sweep.name} (grid {[k for k, _ in old.get('grid', [])]}, "
+                        f"flags {' '.join(old.get('train_flags', []))}, nproc_per_node {old.get('nproc_per_node')}); "
+                        "pass --name NEW for a new sweep, or --overwrite to start this one afresh (run folders are "
+                        "kept)")
+    recorded = {(p["model_name"], p["seed"]): p for p in old.get("points", [])}
+    for point in sweep.points:
+        before = recorded.get(point.key)
+        if before is None:
+            continue
+        point.run_dir, point.error, point.exit_code, point.seconds = (before.get("run_dir"), before.get("error"),
+                                                                       before.get("exit_code"), before.get("seconds"))
+        point.status = before.get("status", "pending")
+        if point.status == "finished" and not _run_finished(point.run_dir):
+            point.status = "pending"  # its folder was removed or never finished: run it again
+
+
+def _run_finished(run_dir):
+    if not run_dir or not os.path.isdir(run_dir):
+        return False
+    results = read_run_json(run_dir, RESULTS_FILE, [])
+    return bool(results) and results.get("status") == "finished"
+
+
+# ------------------------------------------------------------------------------------------------ running
+def command_of(sweep, point, script, experiments_dir):
+    launcher = [sys.executable]
+    if sweep.nproc_per_node > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={sweep.nproc_per_node}"]
+    flags = [arg for key, value in point.settings for arg in (f"--{key}", value)]
+    return launcher + [script] + sweep.train_flags + flags + [
+        "--seed", str(point.seed), "--model_name", point.model_name, "--experiments_dir", experiments_dir]
+
+
+def _run_one(command, write):
+    """Run a training command: stdout lines go to `write` as they come, stderr is kept; (exit code, run folder,
+    stderr lines)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            bufsize=1, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    stderr = []
+    reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)
+    reader.start()
+    run_dir = None
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if run_dir is None and line.startswith("run folder: "):
+                run_dir = line[len("run folder: "):].strip()
+            write(line)
+        proc.wait()
+    except KeyboardInterrupt:  # the run got the same Ctrl-C: let it record itself as interrupted
+        try:
+            proc.wait(timeout=60)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
+        raise
+    finally:
+        reader.join(timeout=5)
+    lines = [piece for chunk in stderr for piece in re.split(r"[\r\n]", chunk) if piece.strip()]
+    return proc.returncode, run_dir, lines
+
+
+def _error_of(stderr_lines, exit_code):
+    errors = [line for line in stderr_lines if line.startswith("error:")]
+    if errors:
+        return errors[-1][len("error:"):].strip()
+    tail = stderr_lines[-ERROR_TAIL_LINES:]
+    return "\n".join(tail) if tail else f"exit code {exit_code}"
+
+
+def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, out=None):
+    """Run the points not yet finished, one after another; returns the sweep (statuses filled in)."""
+    from tqdm import tqdm
+
+    out = out or sys.stdout
+    path = sweep_record_path(experiments_dir, sweep.name)
+    check_folder_creatable(experiments_dir)
+    load_previous(sweep, path, overwrite)
+    todo = [p for p in sweep.points if p.status != "finished"]
+    if dry_run:
+        for point in sweep.points:
+            state = "finished: skipped" if point.status == "finished" else "would run"
+            out.write(f"[{state}] {' '.join(command_of(sweep, point, script, experiments_dir))}\n")
+        return sweep
+    os.makedirs(experiments_dir, exist_ok=True)
+    save_record(sweep, path)
+    done = len(sweep.points) - len(todo)
+    if done:
+        out.write(f"sweep {sweep.name}: {done} of {len(sweep.points)} runs already finished (skipped); "
+                  f"{len(todo)} to run\n")
+    bar = tqdm(total=len(sweep.points), initial=done, unit="run", desc=f"sweep {sweep.name}", file=sys.stderr,
+               dynamic_ncols=True)
+    try:
+        for point in todo:
+            def write(line):
+                tqdm.write(line, file=out)
+            write(f"== {sweep.name}: {point.label()} ({point.model_name})")
+            start = time.perf_counter()
+            point.status = "interrupted"  # until it returns
+            try:
+                code, run_dir, stderr = _run_one(command_of(sweep, point, script, experiments_dir), write)
+            finally:
+                point.seconds = time.perf_counter() - start
+                save_record(sweep, path)
+            point.exit_code, point.run_dir = code, run_dir or point.run_dir
+            if code == 0 and _run_finished(point.run_dir):
+                point.status, point.error = "finished", None
+            else:
+                point.status, point.error = "failed", _error_of(stderr, code)
+                write(f"== {point.label()} failed (exit code {code}): {point.error.splitlines()[-1]}; the sweep "
+                      "goes on")
+            save_record(sweep, path)
+            bar.update(1)
+    finally:
+        bar.close()
+    return sweep
+
+
+def summary_lines(sweep):
+    width = max(len(p.label()) for p in sweep.points)
+    lines = [f"sweep {sweep.name}: " + ", ".join(f"{n} {s}" for s, n in _count(sweep.points))]
+    for p in sweep.points:
+        where = os.path.basename(p.run_dir) if p.run_dir else "no run folder"
+        error = f": {p.error.splitlines()[-1]}" if p.status == "failed" and p.error else ""
+        lines.append(f"  {p.label():<{width}}  {p.status:<11} {where}{error}")
+    return lines
+
+
+def _count(points):
+    counts = {}
+    for p in points:
+        counts[p.status] = counts.get(p.status, 0) + 1
+    return sorted(counts.items())
+
+
+def sweep_run_dirs(sweep):
+    """The run folders of the sweep's points that have one (its leaderboard)."""
+    return [p.run_dir for p in sweep.points if p.run_dir and os.path.isdir(p.run_dir)]

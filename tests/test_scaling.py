@@ -1,0 +1,167 @@
+"""Scaling fits (gptlab.compare.scaling) on synthetic runs drawn from a known law: the fit recovers the law, its
+standard errors are scipy.optimize.curve_fit's, the 95% band covers the truth, and compare_experiments.py
+--scaling prints a prediction for a budget and draws the PNG."""
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.optimize import curve_fit
+
+from conftest import run_script
+from gptlab.compare import scaling
+from gptlab.errors import UserError
+from test_compare import finished_results, make_run, metrics_rows, variant
+
+# The law the synthetic runs are drawn from: L(C) = 1.5 + 40 C^-0.12 (val bpb against training FLOPs)
+E, A, ALPHA = 1.5, 40.0, 0.12
+FLOPS = np.geomspace(1e15, 1e18, 8)
+
+
+def true_loss(flops):
+    return E + A * flops ** -ALPHA
+
+
+def test_fit_recovers_the_law_without_noise():
+    fit = scaling.fit_compute_law(FLOPS, true_loss(FLOPS))
+    e, a, alpha = fit.theta
+    assert e == pytest.approx(E, rel=1e-6) and alpha == pytest.approx(ALPHA, rel=1e-6)
+    assert a * fit.scale ** alpha == pytest.approx(A, rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_noisy_fit_matches_curve_fit_and_covers_the_truth(seed):
+    rng = np.random.default_rng(seed)
+    bpb = true_loss(FLOPS) + rng.normal(0, 0.003, FLOPS.size)
+    fit = scaling.fit_compute_law(FLOPS, bpb)
+    # scipy's curve_fit (Levenberg-Marquardt, covariance s^2 (J^T J)^-1) on the same scaled data
+    popt, pcov = curve_fit(lambda c, e, a, alpha: e + a * c ** -alpha, FLOPS / fit.scale, bpb, p0=[1.0, 1.0, 0.3],
+                           maxfev=20000)
+    assert fit.theta == pytest.approx(popt, rel=1e-5)
+    assert fit.std_errors() == pytest.approx(np.sqrt(np.diag(pcov)), rel=1e-3)
+    errors = fit.std_errors()
+    assert abs(fit.theta[0] - E) < 4 * errors[0] and abs(fit.theta[2] - ALPHA) < 4 * errors[2]
+    # the band at c = 1 (C = the scale): gradient (1, c^-alpha, -a c^-alpha ln c) = (1, 1, 0), so its variance is
+    # pcov[0,0] + 2 pcov[0,1] + pcov[1,1], times Student's t(0.975, 8 runs - 3 parameters)
+    _, band, single = fit.predict(np.array([1.0]))
+    variance = pcov[0, 0] + 2 * pcov[0, 1] + pcov[1, 1]
+    assert band[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance), rel=1e-3)
+    s2 = float(np.sum((bpb - (popt[0] + popt[1] * (FLOPS / fit.scale) ** -popt[2])) ** 2)) / 5
+    assert single[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance + s2), rel=1e-3)
+
+
+def test_the_95_percent_intervals_cover_95_percent_of_the_time():
+    """200 synthetic sets of 8 runs (noise std 0.003): the fit's 95% band at C = 10^16.5 holds the true curve, and
+    the interval for one run holds a new noisy run, in 90-99% of the sets (binomial: 95% +- 3 standard errors)."""
+    at = 10 ** 16.5
+    band_hits = run_hits = 0
+    for seed in range(200):
+        rng = np.random.default_rng(1000 + seed)
+        fit = scaling.fit_compute_law(FLOPS, true_loss(FLOPS) + rng.normal(0, 0.003, FLOPS.size))
+        value, band, single = fit.predict(np.array([at / fit.scale]))
+        band_hits += abs(value[0] - true_loss(at)) <= band[0]
+        run_hits += abs(value[0] - (true_loss(at) + rng.normal(0, 0.003))) <= single[0]
+    assert 0.90 <= band_hits / 200 <= 0.99 and 0.90 <= run_hits / 200 <= 0.99, (band_hits, run_hits)
+
+
+def test_chinchilla_fit_recovers_a_known_law():
+    n = np.array([1e6, 1e6, 1e6, 4e6, 4e6, 4e6, 1.6e7, 1.6e7, 1.6e7])
+    d = np.array([1e8, 4e8, 1.6e9] * 3)
+    law = 1.7 + 400 / n ** 0.34 + 410 / d ** 0.28
+    fit = scaling.fit_chinchilla_law(n, d, law)
+    e, a, alpha, b, beta = fit.theta
+    assert (e, alpha, beta) == pytest.approx((1.7, 0.34, 0.28), rel=1e-4)
+    assert a * fit.scales[0] ** alpha == pytest.approx(400, rel=1e-3)
+    assert b * fit.scales[1] ** beta == pytest.approx(410, rel=1e-3)
+    # Hoffmann et al. eq. 4: N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta))
+    flops = 1e17
+    n_fn, d_fn, loss_fn = scaling.compute_optimal(fit, flops)
+    g = (0.34 * 400 / (0.28 * 410)) ** (1 / 0.62)
+    assert n_fn(fit.theta) == pytest.approx(g * (flops / 6) ** (0.28 / 0.62), rel=1e-3)
+    assert n_fn(fit.theta) * d_fn(fit.theta) == pytest.approx(flops / 6, rel=1e-9)
+
+
+@pytest.mark.parametrize("text, expected", [("1e18", ("flops", 1e18)), ("2.5e17 FLOPs", ("flops", 2.5e17)),
+                                            ("50gpuh", ("gpu_hours", 50.0)), ("8 GPU-h", ("gpu_hours", 8.0)),
+                                            ("$20", ("usd", 20.0)), ("300 usd", ("usd", 300.0))])
+def test_budget_parsing(text, expected):
+    assert scaling.parse_budget(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "-5", "10 parsecs", "$", "0"])
+def test_bad_budget_is_one_clear_error(text):
+    with pytest.raises(UserError, match="is not a budget: write FLOPs"):
+        scaling.parse_budget(text)
+
+
+def _law_runs(root, noise_seed=0):
+    """Eight finished runs on one H100 whose val bpb follows the law (plus 0.002 noise); train_flops in results,
+    each run's wall time such that it ran at 1e15 FLOP/s (3.6e18 FLOPs per GPU-hour)."""
+    rng = np.random.default_rng(noise_seed)
+    for i, flops in enumerate(FLOPS):
+        bpb = float(true_loss(flops) + rng.normal(0, 0.002))
+        config = variant(model_name=f"Scale{i}", num_layers=i + 2)
+        make_run(root, f"20260101_00000{i}_Scale{i}", config, metrics_rows(10, bpb, 0.3),
+                 finished_results(config, bpb, 0.3, train_flops=float(flops), wall_time_s=float(flops) / 1e15))
+
+
+def test_compare_experiments_scaling_prints_a_prediction_and_draws_the_png(tmp_path):
+    root = str(tmp_path / "experiments")
+    os.makedirs(root)
+    _law_runs(root)
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--scaling", "--budget", "1gpuh"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Scaling fit over 8 runs: L(C) = E + A·C^(−α)" in out and "from results.json" in out
+    # 1 GPU-hour at 3.6e18 FLOPs per GPU-hour: the law says 1.5 + 40 (3.6e18)^-0.12 = 1.9489
+    assert "at 3.6e+18 FLOPs per GPU-hour" in out and "= 3.6e+18 FLOPs" in out
+    line = next(l for l in out.splitlines() if l.strip().startswith("L(C): val bpb"))
+    value = float(line.split("val bpb ")[1].split(";")[0])
+    lo, hi = (float(x) for x in line.split("interval for one run [")[1].rstrip("]").split(", "))
+    assert lo < true_loss(3.6e18) < hi and abs(value - true_loss(3.6e18)) < 0.01
+    assert "an extrapolation beyond the fitted runs' FLOPs" in out and "do not pin the law down" not in out
+    with open(os.path.join(root, "scaling.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # dollars at a price: $3 at $3/GPU-hour is the same budget
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--scaling", "--budget", "$3",
+                       "--usd_per_gpu_hour", "3", "--no-plot"])
+    assert proc.returncode == 0 and "$3 at $3/GPU-hour = 1 GPU-hours" in proc.stdout and value == float(
+        next(l for l in proc.stdout.splitlines() if "L(C): val bpb" in l).split("val bpb ")[1].split(";")[0])
+
+
+def test_scaling_needs_enough_runs(tmp_path):
+    root = str(tmp_path)
+    config = variant()
+    make_run(root, "20260101_000000_Only", config, metrics_rows(10, 1.3, 0.3),
+             finished_results(config, 1.3, 0.3, train_flops=1e15))
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--scaling"])
+    assert proc.returncode == 2 and "a scaling fit needs at least 4 finished runs" in proc.stderr
+
+
+def test_training_flops_of_older_runs_come_from_their_metrics():
+    """Without train_flops in results.json: the sum over step rows of tflops_per_gpu x step_time_s x world size
+    (here 40 steps x 0.5 s x 2 TFLOP/s x 2 GPUs = 80e12), else 6 x parameters x tokens."""
+    from gptlab.compare.runs import _train_flops
+    from gptlab.experiment import Metrics
+
+    rows = [dict(r, tflops_per_gpu=2.0) if r.get("train_loss") is not None else r for r in metrics_rows(40, 1.3, 0.3)]
+
+    class R:
+        world_size, n_params, tokens = 2, 1e6, 1e8
+    assert _train_flops({}, Metrics(rows=rows), R) == (pytest.approx(80e12), "metrics.csv")
+    assert _train_flops({}, Metrics(rows=metrics_rows(40, 1.3, 0.3)), R) == (6e14, "6ND")
+    assert _train_flops({"train_flops": 5e12}, Metrics(rows=rows), R) == (5e12, "results.json")
+    assert math.isclose(_train_flops({}, Metrics(rows=rows), R)[0], 80e12)
+
+
+def test_runs_that_do_not_pin_the_law_down_are_called_so():
+    """Five runs over a factor of 4 in FLOPs with noise 0.02: the exponent's standard error exceeds it."""
+    rng = np.random.default_rng(3)
+    flops = np.geomspace(1e15, 4e15, 5)
+    points = [scaling.ScalingPoint(f"r{i}", f, "results.json", None, None, float(b), None, None, None)
+              for i, (f, b) in enumerate(zip(flops, true_loss(flops) + rng.normal(0, 0.02, 5)))]
+    fit = scaling.fit_compute_law([p.flops for p in points], [p.bpb for p in points])
+    assert np.any(fit.std_errors() > np.abs(fit.theta))
+    text = scaling.render_scaling(scaling.ScalingReport(points, [], fit))
+    assert "these runs do not pin the law down" in text

@@ -1,0 +1,122 @@
+"""sweep.py: a grid of tiny CPU train_gpt.py runs (2 steps each): every combination runs, named after its
+settings; a grid point with a bad value fails, is recorded and the sweep goes on; running it again skips the
+finished runs; the leaderboard at the end lists exactly the sweep's runs."""
+import glob
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import REPO, SHARED_DATA, run_script
+from gptlab.errors import UserError
+from test_compare import finished_results, make_run, metrics_rows, table_order, variant
+
+sys.path.insert(0, REPO)
+import sweep as sweep_cli  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from helpers.tiny_data import make_dataset
+
+    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
+
+
+def train_flags(tiny):
+    """A 2-layer, dim-64 model, 2 steps of 256 tokens, one validation batch, no HellaSwag, no samples."""
+    return ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
+            "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_layers", "2",
+            "--batch_size", "256", "--device_batch_size", "256", "--train_steps", "2", "--val_loss_every", "0",
+            "--val_steps", "1", "--window_size", "128", "--hellaswag_limit", "0", "--log_every", "0",
+            "--sample_tokens", "0"]
+
+
+def test_a_sweep_runs_every_point_survives_a_failure_resumes_and_ends_with_its_leaderboard(tiny, tmp_path):
+    exp_dir = str(tmp_path / "experiments")
+    os.makedirs(exp_dir)
+    other = variant(model_name="NotInTheSweep")  # a run already there: not part of the sweep's leaderboard
+    make_run(exp_dir, "20260101_000000_NotInTheSweep", other, metrics_rows(10, 1.0, 0.3),
+             finished_results(other, 1.0, 0.3))
+    # num_heads 3 does not divide model_dim 64: those two points fail before training
+    argv = ["sweep.py", "--name", "Sw", "--grid", "lr_scale=0.5,1", "--grid", "num_heads=2,3", "--seeds", "0",
+            "--experiments_dir", exp_dir, "--", *train_flags(tiny)]
+    proc = run_script(argv)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(os.path.join(exp_dir, "sweep_Sw.json")) as f:
+        record = json.load(f)
+    points = {p["model_name"]: p for p in record["points"]}
+    assert list(points) == ["Sw_lr_scale0.5_num_heads2", "Sw_lr_scale0.5_num_heads3", "Sw_lr_scale1_num_heads2",
+                            "Sw_lr_scale1_num_heads3"]
+    for name in ("Sw_lr_scale0.5_num_heads2", "Sw_lr_scale1_num_heads2"):
+        point = points[name]
+        assert point["status"] == "finished" and point["exit_code"] == 0 and point["run_dir"].endswith("_" + name)
+        with open(os.path.join(point["run_dir"], "config.json")) as f:
+            config = json.load(f)
+        lr_scale = float(name.split("lr_scale")[1].split("_")[0])
+        assert (config["model_name"], config["lr_scale"], config["num_heads"], config["seed"]) == (name, lr_scale, 2, 0)
+    for name in ("Sw_lr_scale0.5_num_heads3", "Sw_lr_scale1_num_heads3"):
+        point = points[name]
+        assert point["status"] == "failed" and point["exit_code"] == 2 and point["run_dir"] is None
+        assert "not divisible by --num_heads 3" in point["error"]
+    assert "failed (exit code 2)" in proc.stdout and "the sweep goes on" in proc.stdout
+    assert "sweep Sw: 2 failed, 2 finished" in proc.stdout
+    board = proc.stdout[proc.stdout.index("sweep Sw: 2 failed"):]
+    assert sorted(table_order(board)) == sorted(os.path.basename(points[n]["run_dir"]) for n in
+                                                ("Sw_lr_scale0.5_num_heads2", "Sw_lr_scale1_num_heads2"))
+    assert "NotInTheSweep" not in board
+
+    # again: the finished runs are skipped (no new folder), the failed ones are tried again
+    proc = run_script(argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sweep Sw: 2 of 4 runs already finished (skipped); 2 to run" in proc.stdout
+    assert "== Sw: lr_scale=0.5 num_heads=2" not in proc.stdout and "== Sw: lr_scale=1 num_heads=3" in proc.stdout
+    for name in ("Sw_lr_scale0.5_num_heads2", "Sw_lr_scale1_num_heads2"):
+        assert len(glob.glob(os.path.join(exp_dir, f"*_{name}"))) == 1
+    assert len(table_order(proc.stdout[proc.stdout.index("sweep Sw: 2 failed"):])) == 2
+
+
+def test_dry_run_shows_torchrun_commands_and_names(tmp_path, capsys):
+    exp_dir = str(tmp_path / "e")
+    sweep_cli.main(["--name", "Lr", "--grid", "lr_scale=0.5,2", "--seeds", "0,1", "--nproc_per_node", "2",
+                    "--experiments_dir", exp_dir, "--dry_run", "--", "--preset", "quickstart"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(line.startswith("[would run] ") for line in lines)
+    # seed-major: every setting once before the next seed
+    assert [(l.split("--model_name ")[1].split()[0], l.split("--seed ")[1].split()[0]) for l in lines] == [
+        ("Lr_lr_scale0.5", "0"), ("Lr_lr_scale2", "0"), ("Lr_lr_scale0.5", "1"), ("Lr_lr_scale2", "1")]
+    assert "-m torch.distributed.run --standalone --nproc_per_node=2 " in lines[0]
+    assert "train_gpt.py --preset quickstart --lr_scale 0.5 --seed 0" in lines[0]
+    assert not os.path.exists(exp_dir)  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "lr_scael=1,2"], "train_gpt.py has no flag --lr_scael (did you mean --lr_scale?)"),
+    (["--grid", "seed=1,2"], "is set by the sweep itself; use the sweep's --seeds 0,1,2"),
+    (["--grid", "lr_scale"], "is not FLAG=V1,V2,..."),
+    (["--grid", "lr_scale=1,1"], "repeats a value"),
+    (["--grid", "lr_scale=1", "--grid", "lr_scale=2"], "--grid lr_scale is given twice"),
+    (["--seeds", "0,x", "--grid", "lr_scale=1"], "--seeds '0,x' is not a list of distinct integers"),
+    (["--seeds", "0"], "nothing to sweep"),
+    (["--grid", "lr_scale=1,2", "--", "--seed", "3"], "set --seed, which the sweep sets itself"),
+    (["--grid", "lr_scale=1,2", "--", "--lr_scale", "3"], "set --lr_scale, which the sweep sets itself"),
+    (["--grid", "lr_scale=1,2", "--name", "a/b"], "--name 'a/b' must be a plain name"),
+])
+def test_bad_input_is_one_clear_error(argv, message, tmp_path):
+    with pytest.raises(UserError) as err:
+        sweep_cli.main(["--experiments_dir", str(tmp_path)] + argv)
+    assert message in str(err.value)
+
+
+def test_another_sweep_of_the_same_name_is_refused_without_overwrite(tmp_path, capsys):
+    exp_dir = str(tmp_path)
+    with open(os.path.join(exp_dir, "sweep_Sw.json"), "w") as f:
+        json.dump({"format": "gptlab-sweep", "name": "Sw", "grid": [["num_layers", ["2"]]], "seeds": [0],
+                   "train_flags": [], "nproc_per_node": 1, "points": []}, f)
+    argv = ["--name", "Sw", "--grid", "lr_scale=1,2", "--experiments_dir", exp_dir, "--dry_run"]
+    with pytest.raises(UserError, match="records another sweep named Sw .*--overwrite to start this one afresh"):
+        sweep_cli.main(argv)
+    sweep_cli.main(argv + ["--overwrite"])
+    assert capsys.readouterr().out.count("[would run]") == 2
