@@ -5,14 +5,13 @@ compression by domain.
     python compare_tokenizers.py tokenizers/quickstart_v1000_n400000.pkl             # on its validation shards
     python compare_tokenizers.py A.pkl B.pkl --text web.jsonl code.txt shakespeare.txt --plot tokenizers.png
 """
-import argparse
 
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import run_cli
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("tokenizers", nargs="+", metavar="TOKENIZER",
                         help="tokenizer .pkl files (paths or names in tokenizers/)")
     parser.add_argument("--text", nargs="+", default=[], metavar="FILE",

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import run_cli
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -19,7 +19,7 @@ TRAIN_SCRIPT = os.path.join(REPO_ROOT, "train_gpt.py")
 
 def parse_args(argv):
     from gptlab.experiment import EXPERIMENTS_DIR
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2,...",
                         help="a train_gpt.py flag and its values (repeat --grid for more flags: every combination "
                              "runs)")

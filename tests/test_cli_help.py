@@ -30,7 +30,7 @@ def test_train_gpt_help_shows_the_model_defaults():
                                               "bench/bench_tokenizer.py", "bench/bench_anchor.py"])
 def test_a_bad_flag_is_one_error_line_not_the_usage_block(script):
     name = script.split("/")[-1]
-    required = ["--tokenizer", "t.pkl"] if script == "download_fineweb.py" else []
+    required = {"download_fineweb.py": ["--tokenizer", "t.pkl"], "compare_tokenizers.py": ["t.pkl"]}.get(script, [])
     proc = run_script([script, "--no_such_flag"] + required)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {name} --help)", proc.stderr
