@@ -524,3 +524,30 @@ def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
     chance = [ln for ln in axes[2][0].lines if list(ln.get_ydata()) == [0.25, 0.25]]
     assert len(chance) == 1 and chance[0].get_linestyle() == "--"
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.name for r in runs]
+
+
+def test_a_partial_hellaswag_is_marked_and_not_compared_with_the_full_set(tmp_path):
+    """A run scored on the first 100 examples beside one scored on all 10042: its cell says so, and its "vs best"
+    HellaSwag verdict is withheld (other examples, not a difference of models)."""
+    full = dict(BASE_CONFIG, model_name="Full")
+    make_run(tmp_path, "20260101_100000_Full", full, metrics_rows(40, 1.20, 0.30),
+             {"status": "finished", "final_val_bpb": 1.20, "hellaswag": {"acc_norm": 0.30, "n": 10042}})
+    make_run(tmp_path, "20260101_110000_Part", dict(BASE_CONFIG, model_name="Part"), metrics_rows(40, 1.25, 0.40),
+             {"status": "finished", "final_val_bpb": 1.25, "hellaswag": {"acc_norm": 0.40, "n": 100}})
+    runs = [cmp.load_run(p) for p in cmp.resolve_runs([str(tmp_path / "*")], str(tmp_path))]
+    board = cmp.build_leaderboard(runs)
+    cells = {row[board.headers.index("Model")]: row for row in board.rows}
+    hs = board.headers.index("HellaSwag acc_norm ±95% CI")
+    assert cells["Part"][hs].endswith("(first 100)") and "(first" not in cells["Full"][hs]
+    versus = [h for h in board.headers if h.startswith("HellaSwag vs")][0]
+    assert cells["Part"][board.headers.index(versus)] == "+0.1000 not compared (n = 100 vs 10042: other examples)"
+
+
+def test_two_tokenizers_with_one_name_are_told_apart_by_hash(tmp_path):
+    for i, sha in enumerate(("aaa11111ffff", "bbb22222ffff")):
+        config = dict(BASE_CONFIG, model_name=f"T{i}", tokenizer_ranks_sha256=sha)
+        make_run(tmp_path, f"2026010{i + 1}_100000_T{i}", config, metrics_rows(40, 1.2 + i / 10, 0.3),
+                 {"status": "finished", "final_val_bpb": 1.2 + i / 10})
+    runs = [cmp.load_run(p) for p in cmp.resolve_runs([str(tmp_path / "*")], str(tmp_path))]
+    board = cmp.build_leaderboard(runs)
+    assert any("2 different tokenizers (gpt2 (aaa11111), gpt2 (bbb22222))" in note for note in board.notes)

@@ -351,6 +351,8 @@ def compare_hellaswag(run, reference, alpha=SIGNIFICANCE_LEVEL):
     counts, ref_counts = hellaswag_counts(run), hellaswag_counts(reference)
     if counts is None or ref_counts is None:
         return f"{diff:+.4f} (n unknown)"
+    if counts[1] != ref_counts[1]:  # scored on other examples (e.g. the first 1000 against all 10042)
+        return f"{diff:+.4f} not compared (n = {counts[1]} vs {ref_counts[1]}: other examples)"
     test = two_proportion_test(*counts, *ref_counts)
     return f"{diff:+.4f} {_verdict(diff, test.p, alpha, lower_is_better=False)}"
 

@@ -9,6 +9,7 @@ from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, No
                                   compare_groups, compare_hellaswag, format_p, group_of, pick_reference,
                                   runs_needed, seed_groups)
 from gptlab.errors import UserError
+from gptlab.hellaswag_data import HELLASWAG_ROWS
 from gptlab.fileio import atomic_write_text
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
@@ -45,6 +46,8 @@ def format_hellaswag(run):
             text += f" ± {(hi - lo) / 2:.4f}"
         else:
             text += f" [{lo:.4f}, {hi:.4f}]"
+    if run.hs_n and run.hs_n < HELLASWAG_ROWS:  # the first n examples only: not the published figure
+        text += f" (first {int(run.hs_n)})"
     return text
 
 
@@ -242,7 +245,12 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append("No finished run with a val bpb yet, so nothing to compare against.")
     tokenizers = sorted({r.tokenizer_id for r in runs if r.tokenizer_id})
     if len(tokenizers) > 1:
-        names = sorted({r.tokenizer or MISSING for r in runs})
+        names_of = {}
+        for r in runs:
+            if r.tokenizer_id:
+                names_of.setdefault(r.tokenizer_id, r.tokenizer or MISSING)
+        shared = len(set(names_of.values())) < len(names_of)  # one name, other merges: tell them apart by hash
+        names = sorted(f"{name} ({tid[:8]})" if shared else name for tid, name in names_of.items())
         notes.append(f"These runs use {len(tokenizers)} different tokenizers ({', '.join(names)}): val loss is per "
                      "token and NOT comparable across tokenizers; compare on val bpb (bits per byte of text), which is.")
     if any(not r.final for r in runs):
