@@ -52,3 +52,31 @@ def atomic_write(path, mode="wb", overwrite=False):
 def atomic_write_text(path, text, overwrite=False):
     with atomic_write(path, "w", overwrite=overwrite) as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path, overwrite=False):
+    """Yield an empty folder `path.tmp.<pid>` to fill; on success it becomes `path` (an existing `path` is only
+    replaced when overwrite=True), on any error it is removed. A reader never sees a half-written folder."""
+    import shutil
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{path} is a file; give the path of a folder to write")
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; pass --overwrite to replace it, or choose another folder")
+    check_folder_creatable(os.path.dirname(os.path.abspath(path)))
+    tmp_path = f"{os.path.abspath(path)}.tmp.{os.getpid()}"
+    shutil.rmtree(tmp_path, ignore_errors=True)
+    os.makedirs(tmp_path)
+    try:
+        yield tmp_path
+        if os.path.exists(path):  # overwrite: the old folder goes only once the new one is complete
+            old_path = f"{os.path.abspath(path)}.old.{os.getpid()}"
+            os.replace(path, old_path)
+            os.replace(tmp_path, path)
+            shutil.rmtree(old_path)
+        else:
+            os.replace(tmp_path, path)
+    except BaseException:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+        raise
