@@ -2,7 +2,7 @@
 for train_gpt's GPT that keeps, per layer, only the keys and values its sliding window and document can still see.
 
     cache = KVCache(model, windows, eot, train_gpt.document_window_mask_mod)
-    for token in generate(cached_next_logits(model, cache), prompt_tokens, 200, generator=gen): ...
+    for token in generate(cached_next_logits(cache), prompt_tokens, 200, generator=gen): ...
 
 The uncached path (uncached_next_logits) runs a full forward over every token so far for each new one; both feed
 the same sampler, so with the same seed they give the same tokens (tests/test_sample.py checks it).
@@ -12,16 +12,14 @@ import time
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 
 
-def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-    """One token id drawn from the last-position logits (V,): temperature, then top-k, then top-p (nucleus: the
-    smallest set of most likely tokens whose probability reaches top_p). temperature 0 is greedy (argmax)."""
+def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    """The sampling distribution (V,) from last-position logits (V,): logits / temperature, only the top_k
+    largest kept, softmax, then top-p (nucleus): only the most likely tokens whose probabilities, added in order,
+    first reach top_p, renormalised."""
     import torch
     import torch.nn.functional as F
 
-    logits = logits.float()
-    if temperature == 0:
-        return int(torch.argmax(logits))
-    logits = logits / temperature
+    logits = logits.float() / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < kth, -float("inf"))
@@ -29,9 +27,19 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None)
     if top_p is not None and top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # probability of the tokens ranked above
-        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the first token always stays
+        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the most likely token always stays
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-    return int(torch.multinomial(probs, 1, generator=generator))
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """One token id drawn from next_token_probs(...); temperature 0 is greedy (argmax)."""
+    import torch
+
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    return int(torch.multinomial(next_token_probs(logits, temperature, top_k, top_p), 1, generator=generator))
 
 
 def generate(next_logits, prompt_tokens, max_tokens, *, temperature=1.0, top_k=None, top_p=None, generator=None,
@@ -66,13 +74,31 @@ def uncached_next_logits(logits_fn, device="cpu"):
     return next_logits
 
 
-def cached_next_logits(model, cache, device="cpu", n_vocab=None):
-    """next_logits for generate(): only the new tokens go through train_gpt's GPT, attending to `cache`."""
+def cached_next_logits(cache, device="cpu", n_vocab=None):
+    """next_logits for generate(): only the new tokens go through the cache's model (a KVCache); the logits are
+    cut to the first n_vocab (the tokenizer's ids)."""
     import torch
 
     def next_logits(new_tokens):
         return cache.forward(torch.tensor([new_tokens], device=device))[0, -1, :n_vocab]
     return next_logits
+
+
+class TextStream:
+    """Token ids → text as they come (streaming), holding back the bytes of a character split between tokens: the
+    pieces add up to encoding.decode(tokens)."""
+
+    def __init__(self, encoding):
+        import codecs
+
+        self.encoding = encoding
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, token):
+        return self.decoder.decode(self.encoding.decode_single_token_bytes(token))
+
+    def flush(self):
+        return self.decoder.decode(b"", final=True)
 
 
 class KVCache:
@@ -119,7 +145,8 @@ class KVCache:
 
 
 class _LayerCache:
-    """One layer's keys and values (B, n, H, D) of positions first, ..., the last one fed."""
+    """One layer's keys and values of positions first, ..., the last one fed; held as (B, H, n, D), the layout
+    attention reads (SDPA on CPU is many times slower on the transposed one)."""
 
     def __init__(self, cache, window_blocks):
         self.cache, self.window_blocks = cache, window_blocks
@@ -131,21 +158,27 @@ class _LayerCache:
         return self.cache.start
 
     def extend(self, k, v):
-        """Append the new tokens' k, v (B, T, H, D) → (all keys, all values, their bool mask (B, 1, T, n))."""
+        """Append the new tokens' k, v (B, T, H, D) → (all keys, all values as (B, n, H, D) views, their bool mask
+        (B, 1, T, n))."""
         import torch
 
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=1)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         cache, device = self.cache, k.device
         q_idx = torch.arange(cache.start, cache.end, device=device).view(1, 1, -1, 1)
         kv_idx = torch.arange(self.first, cache.end, device=device).view(1, 1, 1, -1)
         b = torch.arange(k.size(0), device=device).view(-1, 1, 1, 1)
         mask = cache.mask_mod_for(cache.docs, self.window_blocks)(b, None, q_idx, kv_idx)
-        return self.k, self.v, mask
+        return self.k.transpose(1, 2), self.v.transpose(1, 2), mask
+
+    @property
+    def size(self):
+        return 0 if self.k is None else self.k.size(2)
 
     def drop_before(self, position):
         if self.k is not None and position > self.first:
-            self.k, self.v = self.k[:, position - self.first:], self.v[:, position - self.first:]
+            self.k, self.v = self.k[:, :, position - self.first:], self.v[:, :, position - self.first:]
             self.first = position
 
 

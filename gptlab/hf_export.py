@@ -118,7 +118,8 @@ def write_hf_folder(out_dir, *, model_state, config_fields, tokenizer_data, over
         try:  # the Rust tokenizer must accept it (e.g. a custom split regex Oniguruma cannot compile)
             Tokenizer.from_str(tokenizer_text)
         except Exception as err:
-            raise UserError(f"Hugging Face tokenizers cannot load this tokenizer ({err}); it cannot be exported") from None
+            raise UserError(f"Hugging Face tokenizers cannot read this tokenizer ({err}), so it cannot be "
+                            "exported; a tokenizer trained with --pattern gpt4 or gpt2 can be") from None
         with open(os.path.join(tmp_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
             f.write(tokenizer_text)
         # PreTrainedTokenizerFast: the name both transformers 4 and 5 know; no tokens added around the text
@@ -131,8 +132,8 @@ def write_hf_folder(out_dir, *, model_state, config_fields, tokenizer_data, over
     return out_dir
 
 
-CHECK_TEXT = ("<|endoftext|>The water cycle moves water between the oceans, the air and the land. Évaporation 🌊,\n\n"
-              "  rain   and snow.<|endoftext|>Once upon a time, there was a lesson about fractions: 3/4 + 1/8 = 7/8.")
+CHECK_TEXT = ("<|endoftext|>The water cycle moves water between the oceans, the air and the land. Évaporation "
+              "🌊,\n\n  rain   and snow.<|endoftext|>Once upon a time, there was a lesson about fractions: 3/4 + 1/8.")
 
 
 def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT):

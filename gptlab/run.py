@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from gptlab import dashboards
 from gptlab import experiment as exp
 from gptlab.distributed import broadcast_object
 from gptlab.errors import UserError
@@ -39,6 +40,10 @@ def add_run_flags(parser):
                    "figures back from the GPU only then, at evaluations and at checkpoints)")
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
                    "run folder, no data read")
+    g.add_argument("--tensorboard", action="store_true", default=None, help="also write the run's scalars as "
+                   "TensorBoard events in its folder (tensorboard --logdir experiments; pip install tensorboard)")
+    g.add_argument("--wandb", default=None, metavar="PROJECT", help="also log the run's scalars to this Weights & "
+                   "Biases project (offline when not logged in or WANDB_MODE=offline; pip install wandb)")
 
 
 # run flags that a --resume run never takes from its checkpoint
@@ -161,7 +166,11 @@ class Run:
         self._speed_flops = self._speed_time = 0.0  # over the steps after this process's first (MFU in results)
         self._memory = None
         self._finished = False
+        self._dashboards = None
+        self._dashboard_flags = {"tensorboard": getattr(cfg, "tensorboard", None),
+                                 "wandb_project": getattr(cfg, "wandb", None)}
         if ctx.is_main:
+            dashboards.check_available(**self._dashboard_flags)
             for warning in self.warnings:
                 print(warning, file=sys.stderr, flush=True)
 
@@ -225,6 +234,10 @@ class Run:
                 f"{cfg.train_steps} steps x {cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
                 + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {self.dir}", flush=True)
+            if any(value is not None for value in self._dashboard_flags.values()):
+                self._dashboards = dashboards.Dashboards(self.dir, config=self.config, **self._dashboard_flags)
+                for note in self._dashboards.notes:
+                    self.log(note)
         self._wall_start = time.perf_counter() - self._wall_before
         from tqdm import tqdm
 
@@ -264,7 +277,7 @@ class Run:
     def _close(self):
         if self._bar is not None:
             self._bar.close()
-        for writer in (self._log_file, self._metrics):
+        for writer in (self._log_file, self._metrics, self._dashboards):
             if writer is not None:
                 writer.close()
 
@@ -297,7 +310,7 @@ class Run:
         shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
         self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
         if self.ctx.is_main:
-            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
+            self._write_metrics(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
 
     def log_hellaswag(self, step, figures):
         """figures: gptlab.evals.hellaswag.evaluate_hellaswag_in_run's, or None (nothing was scored)."""
@@ -307,8 +320,14 @@ class Run:
                  f"acc_norm {figures['acc_norm']:.4f} (95% CI {_interval(figures['acc_norm_ci95'])}) "
                  f"n={figures['n']}")
         if self.ctx.is_main:
-            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
+            self._write_metrics(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
+
+    def _write_metrics(self, **row):
+        """A metrics.csv row (rank 0), also sent to the dashboards (--tensorboard, --wandb)."""
+        self._metrics.write(**row)
+        if self._dashboards is not None:
+            self._dashboards.log(row["step"], row)
 
     def read(self, tensor):
         """Device values on the host (a list), counted: see read_to_host."""
@@ -342,7 +361,7 @@ class Run:
             self._speed_time += step_time_s
         if not self.ctx.is_main:
             return
-        self._metrics.write(step=step, tokens=step * tokens, train_loss=train_loss, lr=lr, step_time_s=step_time_s,
+        self._write_metrics(step=step, tokens=step * tokens, train_loss=train_loss, lr=lr, step_time_s=step_time_s,
                             elapsed_s=self.train_time_s, tokens_per_s=tokens / step_time_s, tflops_per_gpu=tflops,
                             mfu=mfu)
         self.log(f"step {step}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr:.4g} step_time "

@@ -15,7 +15,8 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "timestamp", "date", "run_name", "run_id", "run_dir", "out_dir", "output_dir",
                         "experiments_dir", "experiment_dir", "folder", "hostname", "host", "pid", "master_port",
                         "git_commit", "versions", "cpu_model", "resume", "resumed_from", "resume_step",
-                        "tokenizer_path", "preset", "dry_run"}  # a preset only names where the values came from
+                        "tokenizer_path", "preset", "dry_run",  # a preset only names where the values came from
+                        "tensorboard", "wandb"}  # where the scalars also go
 
 
 def seed_group_key(config):
