@@ -13,6 +13,7 @@ import argparse
 
 from gptlab.cli import HelpFormatter
 from gptlab.errors import run_cli
+from gptlab.fileio import check_output_dir
 
 
 def build_parser():
@@ -27,6 +28,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    check_output_dir(args.out_dir, args.overwrite)  # before loading anything
     import contextlib
 
     import train_gpt

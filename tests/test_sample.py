@@ -15,16 +15,8 @@ from gptlab.generate import (KVCache, TextStream, cached_next_logits, generate, 
 sys.path.insert(0, REPO)
 import train_gpt  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Token-at-a-time forwards are tiny: one thread runs them fastest, and a busy machine cannot stall it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")
