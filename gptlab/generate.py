@@ -25,7 +25,7 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
         logits = logits.masked_fill(logits < kth, -float("inf"))
     probs = F.softmax(logits, dim=-1)
     if top_p is not None and top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
+        sorted_probs, order = torch.sort(probs, descending=True, stable=True)  # ties: the lower id first
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # probability of the tokens ranked above
         sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the most likely token always stays
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)

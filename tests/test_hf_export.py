@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs .
 
 ODD_TEXTS = ["", " ", "   leading and trailing spaces   ", "tabs\tand\nnew\r\nlines\n\n\n", "émigré naïve café",
              "emoji 🌊🔥👩‍👩‍👧 and ZWJ", "中文字符和日本語のテキスト", "Ελληνικά κείμενα", "numbers 1234567 3.14159 1/8",
-             "it's we'll they've I'M DON'T", "<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>",
+             "it's we'll they've I'M DON'T", "spaced out : a , b . c ! d ? it 's they n't", "<|endoftext|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>",
              "text <|endoftext|> inside", "<|endoftext", "<|endoftext|", "\u00a0\u2003nbsp and em space",
              "\x00\x01 control bytes \x7f", "x" * 300, "!!!???...,,,;;;", "CamelCaseWordsAndURLs http://a.b/c?d=e"]
 
@@ -98,6 +98,13 @@ def test_merges_follow_tiktoken_where_the_trainers_merge_list_would_not():
     hf = Tokenizer.from_str(json.dumps(tokenizer_json(pat, ranks, special)))
     for text in ["abcd", "abc", "xabcabcbcab", "ab c<|endoftext|>bcd"]:
         assert hf.encode(text).ids == enc.encode(text, allowed_special="all"), text
+    # a token no merging reaches: "bc", then a + bc and bc + d are not tokens; tiktoken takes a pre-token that is
+    # a token whole (so "wxyz" → [257]), which is what ignore_merges does
+    ranks = {**{bytes([i]): i for i in range(256)}, b"xy": 256, b"wxyz": 257}
+    enc = tiktoken.Encoding("hand2", pat_str=pat, mergeable_ranks=ranks, special_tokens=special)
+    hf = Tokenizer.from_str(json.dumps(tokenizer_json(pat, ranks, special)))
+    for text, expected in [("wxyz", [257]), ("wxyzw", [ord("w"), 256, ord("z"), ord("w")])]:
+        assert enc.encode_ordinary(text) == expected and hf.encode(text).ids == expected, text
 
 
 def test_auto_tokenizer_encodes_and_decodes_like_tiktoken(export, ours, hf):
@@ -112,6 +119,13 @@ def test_auto_tokenizer_encodes_and_decodes_like_tiktoken(export, ours, hf):
     ids = list(range(enc.n_vocab))
     assert [tokenizer.decode([i]) for i in ids] == [enc.decode([i]) for i in ids]
     assert tokenizer.eos_token_id == enc.eot_token and tokenizer.bos_token_id == enc.eot_token
+    # tokenizer.json alone (the `tokenizers` library) knows <|endoftext|> is special: decoding can drop it
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(os.path.join(export[0], "tokenizer.json"))
+    ids = enc.encode(texts[0] + "<|endoftext|>" + texts[1], allowed_special="all")
+    assert raw.decode(ids, skip_special_tokens=False) == enc.decode(ids)
+    assert raw.decode(ids, skip_special_tokens=True) == enc.decode([i for i in ids if i != enc.eot_token])
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -129,6 +143,8 @@ def test_the_cli_checks_its_export_and_refuses_to_overwrite(export):
     config = json.load(open(os.path.join(out_dir, "config.json")))
     assert config["vocab_size"] == 2257 and config["padded_vocab_size"] == 2304  # 256 + 2000 + 1, padded to 128s
     assert (config["long_window_blocks"], config["short_window_blocks"]) == (2, 1)
+    # transformers 4 would strip spaces before punctuation when decoding (5 ignores the flag for BPE)
+    assert json.load(open(os.path.join(out_dir, "tokenizer_config.json")))["clean_up_tokenization_spaces"] is False
 
 
 def test_the_exported_model_is_self_contained():
@@ -168,6 +184,8 @@ def test_padding_with_an_attention_mask_leaves_each_rows_logits_alone(ours, hf):
     eot = enc.eot_token
     rows = [[eot] + enc.encode_ordinary(doc)[:n] for doc, n in zip(sample_documents()[20:23], (260, 140, 30))]
     width = max(map(len, rows))
+    from gptlab.modeling_gptlab import attention_masks
+
     for side in ("left", "right"):
         ids = torch.full((3, width), eot)
         mask = torch.zeros(3, width, dtype=torch.long)
@@ -176,6 +194,9 @@ def test_padding_with_an_attention_mask_leaves_each_rows_logits_alone(ours, hf):
             ids[i, cols], mask[i, cols] = torch.tensor(row), 1
         with torch.no_grad():
             got = model(ids, attention_mask=mask).logits
+        # every query sees at least one key, padding too (a fully masked row is NaN in SDPA before torch 2.5, and
+        # NaN values poison the real rows' attention through 0 x NaN)
+        assert all(m.any(dim=-1).all() for m in attention_masks(ids, mask, model.config)[1].values())
         for i, row in enumerate(rows):
             cols = slice(width - len(row), width) if side == "left" else slice(0, len(row))
             assert (got[i, cols] - logits_fn(torch.tensor([row]))[0]).abs().max() <= 1e-4, (side, i)

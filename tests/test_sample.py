@@ -55,6 +55,9 @@ def test_sampling_distribution_follows_temperature_top_k_and_top_p():
     assert torch.allclose(next_token_probs(logits, top_p=0.85), torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-6)
     # top-p smaller than the largest probability keeps that one token
     assert torch.equal(next_token_probs(logits, top_p=0.1), torch.tensor([1.0, 0, 0, 0]))
+    # a tie at exactly top_p: the first of two equal tokens already reaches 0.5, so it alone stays
+    halves = torch.tensor([0.0, 0.0, -math.inf, -math.inf])
+    assert torch.equal(next_token_probs(halves, top_p=0.5), torch.tensor([1.0, 0, 0, 0]))
     assert sample_next(logits, temperature=0) == 0  # greedy
     shuffled = logits[[2, 0, 3, 1]]  # the order of the vocabulary does not matter
     assert torch.allclose(next_token_probs(shuffled, top_p=0.7), torch.tensor([0, 0.625, 0, 0.375]), atol=1e-6)
