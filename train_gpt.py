@@ -230,7 +230,8 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = CastedLinear(hdim, dim, zero_init=True)
 
     def forward(self, x, ve, mask, cache=None):  # x: (B, T, dim); ve: (B, T, hdim) or None
-        # cache (generation): this layer's gptlab.generate.KVCache entry; x holds only the tokens after its own
+        # cache (generation): this layer's entry of a gptlab.generate.KVCache, which holds the earlier tokens' keys
+        # and values; x then holds only the new tokens
         B, T = x.shape[:2]
         qkv = F.linear(x, self.qkv_w.flatten(end_dim=1)).view(B, T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)

@@ -7,8 +7,6 @@ for train_gpt's GPT that keeps, per layer, only the keys and values its sliding 
 The uncached path (uncached_next_logits) runs a full forward over every token so far for each new one; both feed
 the same sampler, so with the same seed they give the same tokens (tests/test_sample.py checks it).
 """
-import time
-
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 
 
@@ -109,7 +107,8 @@ class KVCache:
     starts a new document; mask_mod_for: train_gpt.document_window_mask_mod, so the cache's masks follow the very
     rule training used (causal, same document, within the window's blocks). After each forward every layer drops
     the keys no later token can see: those before its window's first block and those of finished documents, so
-    memory stays bounded by the window however long the generation runs."""
+    the keys and values stay within the window however long the generation runs (the document index of every
+    position, 8 bytes a token, is kept whole: the mask rule reads it by position)."""
 
     def __init__(self, model, windows, eot, mask_mod_for, block_size=128):
         import torch

@@ -143,7 +143,7 @@ def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf_tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    hf_tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)  # (transformers 5 reads config.json)
     hf_model = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True).float().eval()
     ids = encoding.encode(text, allowed_special="all")
     same = hf_tokenizer(text)["input_ids"] == ids and hf_tokenizer.decode(ids) == encoding.decode(ids)
