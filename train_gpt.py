@@ -182,11 +182,11 @@ class Rotary(nn.Module):
         self.register_buffer("cos", theta.cos(), persistent=False)
         self.register_buffer("sin", theta.sin(), persistent=False)
 
-    def forward(self, x):  # x: (B, T, H, D)
-        T = x.size(1)
-        if T > self.cos.size(0):  # longer than ever seen (e.g. a long HellaSwag row): extend the table
-            self._build(next_multiple(T, BLOCK_SIZE), x.device)
-        cos, sin = self.cos[None, :T, None, :], self.sin[None, :T, None, :]
+    def forward(self, x, start=0):  # x: (B, T, H, D) at positions start, ..., start + T - 1
+        end = start + x.size(1)
+        if end > self.cos.size(0):  # longer than ever seen (e.g. a long HellaSwag row): extend the table
+            self._build(next_multiple(end, BLOCK_SIZE), x.device)
+        cos, sin = self.cos[None, start:end, None, :], self.sin[None, start:end, None, :]
         x1, x2 = x.float().chunk(2, dim=-1)
         y = torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
         return y.type_as(x)
@@ -230,12 +230,15 @@ class CausalSelfAttention(nn.Module):
         self.rotary = Rotary(head_dim, max_seq_len)
         self.c_proj = CastedLinear(hdim, dim, zero_init=True)
 
-    def forward(self, x, ve, mask):  # x: (B, T, dim); ve: (B, T, hdim) or None
+    def forward(self, x, ve, mask, cache=None):  # x: (B, T, dim); ve: (B, T, hdim) or None
+        # cache (generation): this layer's entry of a gptlab.generate.KVCache, which holds the earlier tokens' keys
+        # and values; x then holds only the new tokens
         B, T = x.shape[:2]
         qkv = F.linear(x, self.qkv_w.flatten(end_dim=1)).view(B, T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
         q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
-        q, k = self.rotary(q), self.rotary(k)
+        start = 0 if cache is None else cache.start
+        q, k = self.rotary(q, start), self.rotary(k, start)
         lambdas = self.lambdas.to(qkv.dtype)  # fp32 scalars would promote bf16 values to fp32
         v = lambdas[0] * v
         if ve is not None:
@@ -243,6 +246,8 @@ class CausalSelfAttention(nn.Module):
         # q, k in the matmuls' dtype (bfloat16 under CUDA autocast): CUDA autocast runs rms_norm in float32, and
         # FlexAttention (unlike SDPA) is not autocast, so it would run in float32
         q, k, v = q.to(qkv.dtype), k.to(qkv.dtype), v.to(qkv.dtype)
+        if cache is not None:  # attend to the cached tokens too, with the mask the cache builds by the same rule
+            k, v, mask = cache.extend(k, v)
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
@@ -267,10 +272,10 @@ class Block(nn.Module):
         # x0 residual mixing: x = a*x + b*x0 with learned a, b (modded-nanogpt, late-2024 records)
         self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
 
-    def forward(self, x, x0, ve, mask):
+    def forward(self, x, x0, ve, mask, cache=None):
         a, b = self.lambdas.to(x.dtype)  # keep the residual stream in its (autocast) dtype
         x = a * x + b * x0
-        x = x + self.attn(norm(x), ve, mask)
+        x = x + self.attn(norm(x), ve, mask, cache)
         return x + self.mlp(norm(x))
 
 
@@ -305,10 +310,12 @@ class GPT(nn.Module):
         self.skip_weights = nn.Parameter(torch.ones(self.num_skips))
         self.lm_head = CastedLinear(model_dim, self.padded_vocab, zero_init=True)
 
-    def forward(self, idx, masks, targets=None):
+    def forward(self, idx, masks, targets=None, cache=None):
         """idx: (B, T) token ids; masks: {"long": mask, "short": mask} (see build_attention_masks).
         With targets: the SUM of the cross-entropy over all B*T positions (nats).
-        Without: logits (B, T, padded_vocab)."""
+        Without: logits (B, T, padded_vocab).
+        Generation: cache (a gptlab.generate.KVCache) holds the earlier tokens; idx holds the next ones, masks is
+        None."""
         # the residual stream in the autocast dtype (bf16 on GPUs) from the embeddings on, as modded-nanogpt casts
         # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
         dtype = torch.get_autocast_dtype(idx.device.type) if torch.is_autocast_enabled(idx.device.type) else None
@@ -319,7 +326,8 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             if i >= first_decoder:
                 x = x + self.skip_weights[i - first_decoder].to(x.dtype) * skips.pop()
-            x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]], masks[self.layer_window[i]])
+            x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
+                      None if masks is None else masks[self.layer_window[i]], None if cache is None else cache.layer(i))
             if i < self.num_skips:
                 skips.append(x)
         x = norm(x)
@@ -843,10 +851,15 @@ def checkpoint_logits_fn(path, device="cpu"):
     The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
     model, ckpt = load_model(path, device)
     tok = exp.checkpoint_tokenizer(ckpt, path)
-    args = ckpt["args"]
-    windows = window_blocks(args["train_steps"], args["train_steps"], args["window_size"])
-    logits_fn = make_logits_fn(model, tok.eot, windows, False, contextlib.nullcontext, tok.encoding.n_vocab)
+    logits_fn = make_logits_fn(model, tok.eot, checkpoint_windows(ckpt), False, contextlib.nullcontext,
+                               tok.encoding.n_vocab)
     return logits_fn, tok.encoding, ckpt
+
+
+def checkpoint_windows(ckpt):
+    """(long, short) attention windows in blocks of a checkpoint's model: those of the end of its training."""
+    args = ckpt["args"]
+    return window_blocks(args["train_steps"], args["train_steps"], args["window_size"])
 
 
 # ============================================================================================== Evaluation

@@ -21,6 +21,7 @@ import sys
 import time
 
 from gptlab import cost
+from gptlab import dashboards
 from gptlab import experiment as exp
 from gptlab.distributed import broadcast_object
 from gptlab.errors import UserError
@@ -46,10 +47,14 @@ def add_run_flags(parser):
     g.add_argument("--usd_per_gpu_hour", type=float, default=None, help="price of one GPU (on CPU: one process) for "
                    "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/cost.py's table of "
                    "typical rental prices by GPU name; none on CPU)")
+    g.add_argument("--tensorboard", action="store_true", default=None, help="also write the run's scalars as "
+                   "TensorBoard events in its folder (tensorboard --logdir experiments; pip install tensorboard)")
+    g.add_argument("--wandb", default=None, metavar="PROJECT", help="also log the run's scalars to this Weights & "
+                   "Biases project (offline when not logged in or WANDB_MODE=offline; pip install wandb)")
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour")
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb")
 
 
 def explicit_flags(build_parser, argv):
@@ -180,7 +185,11 @@ class Run:
         self._speed_flops = self._speed_time = 0.0  # over the steps after this process's first (MFU in results)
         self._memory = None
         self._finished = False
+        self._dashboards = None
+        self._dashboard_flags = {"tensorboard": getattr(cfg, "tensorboard", None),
+                                 "wandb_project": getattr(cfg, "wandb", None)}
         if ctx.is_main:
+            dashboards.check_available(**self._dashboard_flags)
             for warning in self.warnings:
                 print(warning, file=sys.stderr, flush=True)
 
@@ -247,6 +256,10 @@ class Run:
                 + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {self.dir}", flush=True)
             exp.write_heartbeat(self.dir, self.start_step)
+            if any(value is not None for value in self._dashboard_flags.values()):
+                self._dashboards = dashboards.Dashboards(self.dir, config=self.config, **self._dashboard_flags)
+                for note in self._dashboards.notes:
+                    self.log(note)
         self._wall_start = time.perf_counter() - self._wall_before
         from tqdm import tqdm
 
@@ -286,7 +299,7 @@ class Run:
     def _close(self):
         if self._bar is not None:
             self._bar.close()
-        for writer in (self._log_file, self._metrics):
+        for writer in (self._log_file, self._metrics, self._dashboards):
             if writer is not None:
                 writer.close()
 
@@ -319,7 +332,7 @@ class Run:
         shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
         self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
         if self.ctx.is_main:
-            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
+            self._write_metrics(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s, **figures)
 
     def log_hellaswag(self, step, figures):
         """figures: gptlab.evals.hellaswag.evaluate_hellaswag_in_run's, or None (nothing was scored)."""
@@ -329,8 +342,14 @@ class Run:
                  f"acc_norm {figures['acc_norm']:.4f} (95% CI {_interval(figures['acc_norm_ci95'])}) "
                  f"n={figures['n']}")
         if self.ctx.is_main:
-            self._metrics.write(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
+            self._write_metrics(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
+
+    def _write_metrics(self, **row):
+        """A metrics.csv row (rank 0), also sent to the dashboards (--tensorboard, --wandb)."""
+        self._metrics.write(**row)
+        if self._dashboards is not None:
+            self._dashboards.log(row["step"], row)
 
     def read(self, tensor):
         """Device values on the host (a list), counted: see read_to_host."""
@@ -365,7 +384,7 @@ class Run:
             self._speed_time += step_time_s
         if not self.ctx.is_main:
             return
-        self._metrics.write(step=step, tokens=step * tokens, train_loss=train_loss, lr=lr, step_time_s=step_time_s,
+        self._write_metrics(step=step, tokens=step * tokens, train_loss=train_loss, lr=lr, step_time_s=step_time_s,
                             elapsed_s=self.train_time_s, tokens_per_s=tokens / step_time_s, tflops_per_gpu=tflops,
                             mfu=mfu)
         self.log(f"step {step}/{cfg.train_steps} train_loss {train_loss:.6f} lr {lr:.4g} step_time "

@@ -96,3 +96,15 @@ def interrupt_while_reading(args, fifo, head=b"", timeout=60):
 @pytest.fixture
 def repo_root():
     return REPO
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Small forward passes (a token at a time, a short row) on one thread: fastest for them, and a busy machine
+    cannot stall a second thread that the first one waits for."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

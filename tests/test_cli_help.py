@@ -6,7 +6,7 @@ import pytest
 from conftest import run_script
 
 SCRIPTS = ["train_tokenizer.py", "download_fineweb.py", "download_hellaswag.py", "train_gpt.py",
-           "compare_experiments.py", "sweep.py", "compare_tokenizers.py"]
+           "compare_experiments.py", "sweep.py", "compare_tokenizers.py", "export_hf.py", "sample.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -24,7 +24,8 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "experiments_dir", "experiment_dir", "folder", "hostname", "host", "pid", "master_port",
                         "git_commit", "versions", "cpu_model", "resume", "resumed_from", "resume_step",
                         "tokenizer_path", "preset", "dry_run", "allow_new_data",  # names, switches: not settings
-                        "usd_per_gpu_hour", "usd_per_gpu_hour_source"}  # the price does not change the experiment
+                        "usd_per_gpu_hour", "usd_per_gpu_hour_source",  # the price does not change the experiment
+                        "tensorboard", "wandb"}  # where the scalars also go
 
 
 def seed_group_key(config):

@@ -1,0 +1,101 @@
+"""Generate text from a train_gpt.py checkpoint, streamed token by token.
+
+    python sample.py experiments/RUN/checkpoints/step_000120.pt --prompt "Once upon a time," --max_tokens 100
+    python sample.py CHECKPOINT --interactive            # one prompt per line from stdin, until EOF (Ctrl-D)
+    python sample.py CHECKPOINT --temperature 0          # greedy
+
+Each prompt starts a new document (<|endoftext|> + its tokens; an <|endoftext|> inside it starts another) and is
+continued until the model ends the document or --max_tokens. A KV cache keeps, per layer, the keys and values that
+layer's sliding window can still see; --no_cache runs a full forward pass per token instead (same tokens, slower).
+After each generation, a line on stderr gives the tokens and tokens/s.
+"""
+import argparse
+import sys
+import time
+
+from gptlab.cli import HelpFormatter, require_positive
+from gptlab.errors import UserError, run_cli
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("--prompt", default="", help="text to continue (default: empty, a document from its start)")
+    p.add_argument("--interactive", action="store_true", help="read prompts from stdin, one per line, until EOF")
+    p.add_argument("--max_tokens", type=int, default=200, help="most tokens generated per prompt")
+    p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (0: greedy)")
+    p.add_argument("--top_k", type=int, default=None, help="sample among the k most likely tokens only")
+    p.add_argument("--top_p", type=float, default=None,
+                   help="sample among the most likely tokens whose probabilities reach p (nucleus sampling)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--no_cache", action="store_true", help="a full forward pass per token, no KV cache")
+    return p
+
+
+def check_flags(args):
+    require_positive(args, ["max_tokens"])
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
+    if args.top_k is not None:
+        require_positive(args, ["top_k"])
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
+
+
+def prompts_from_stdin():
+    while True:
+        if sys.stdin.isatty():
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    check_flags(args)
+    import contextlib
+
+    import torch
+
+    import train_gpt
+    from gptlab import experiment as exp
+    from gptlab.distributed import resolve_device
+    from gptlab.generate import KVCache, TextStream, cached_next_logits, generate, uncached_next_logits
+
+    device = resolve_device(args.device)
+    model, ckpt = train_gpt.load_model(args.checkpoint, device)
+    tok = exp.checkpoint_tokenizer(ckpt, args.checkpoint)
+    windows = train_gpt.checkpoint_windows(ckpt)
+    n_vocab = tok.encoding.n_vocab
+    generator = torch.Generator(device="cpu").manual_seed(args.seed)
+    for prompt in prompts_from_stdin() if args.interactive else [args.prompt]:
+        prompt_tokens = [tok.eot] + tok.encoding.encode(prompt, allowed_special="all")
+        if args.no_cache:
+            next_logits = uncached_next_logits(train_gpt.make_logits_fn(model, tok.eot, windows, False,
+                                                                        contextlib.nullcontext, n_vocab), device)
+        else:
+            cache = KVCache(model, windows, tok.eot, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
+            next_logits = cached_next_logits(cache, device, n_vocab)
+        stream = TextStream(tok.encoding)
+        print(prompt, end="", flush=True)
+        start, n_tokens, ended = time.perf_counter(), 0, False
+        for token in generate(next_logits, prompt_tokens, args.max_tokens, temperature=args.temperature,
+                              top_k=args.top_k, top_p=args.top_p, generator=generator, stop_token=tok.eot):
+            if token == tok.eot:
+                ended = True
+                break
+            n_tokens += 1
+            print(stream.add(token), end="", flush=True)
+        print(stream.flush(), flush=True)
+        seconds = time.perf_counter() - start
+        print(f"[{n_tokens} tokens in {seconds:.2f}s: {n_tokens / seconds:,.1f} tokens/s ({len(prompt_tokens)} "
+              f"prompt tokens first); {'the model ended the document' if ended else '--max_tokens reached'}; "
+              f"{'no cache' if args.no_cache else 'KV cache'}]", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

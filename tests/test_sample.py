@@ -1,0 +1,184 @@
+"""sample.py and gptlab.generate: the sampler's distribution worked out by hand, the KV cache against train_gpt's full
+forward (logits at every position, and what each layer keeps), cached and uncached generation giving the same
+tokens, the streamed text, and the CLI."""
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import FINEWEB_150, REPO, SHARED_DATA, run_script
+from gptlab.generate import (KVCache, TextStream, cached_next_logits, generate, next_token_probs, sample_next,
+                             uncached_next_logits)
+
+sys.path.insert(0, REPO)
+import train_gpt  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
+              pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """(checkpoint path, tokenizer path): a random 6-layer model whose final windows are 2 blocks (long) and 1
+    block (short), and a tokenizer of 512 merges trained on the bundled documents."""
+    from helpers.random_checkpoint import save_random_checkpoint
+    from helpers.tiny_data import read_docs, save_tiny_tokenizer
+
+    folder = tmp_path_factory.mktemp("sample")
+    tok_path = save_tiny_tokenizer(str(folder / "tok_v768.pkl"), read_docs(FINEWEB_150)[:40], 512)
+    ckpt_path = str(folder / "step_000010.pt")
+    save_random_checkpoint(ckpt_path, tok_path, window_size=256)
+    return ckpt_path, tok_path
+
+
+def document_tokens(encoding, n_docs, per_doc):
+    """<|endoftext|> + the first per_doc tokens of each of the first n_docs bundled documents, concatenated."""
+    import json
+
+    with open(FINEWEB_150) as f:
+        docs = [json.loads(line)["text"] for _, line in zip(range(n_docs), f)]
+    return [t for doc in docs for t in [encoding.eot_token] + encoding.encode_ordinary(doc)[:per_doc]]
+
+
+def test_sampling_distribution_follows_temperature_top_k_and_top_p():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    # temperature T: softmax(log p / T) = p^(1/T) / sum p^(1/T)
+    powered = [p ** 0.5 for p in (0.5, 0.3, 0.15, 0.05)]
+    expected = [p / sum(powered) for p in powered]
+    assert torch.allclose(next_token_probs(logits, temperature=2.0), torch.tensor(expected), atol=1e-6)
+    # top-k 2: the two largest, renormalised
+    assert torch.allclose(next_token_probs(logits, top_k=2), torch.tensor([0.625, 0.375, 0, 0]), atol=1e-6)
+    # top-p 0.7: 0.5 is short of 0.7, 0.5 + 0.3 reaches it, so the first two; top-p 0.85 needs the third too
+    assert torch.allclose(next_token_probs(logits, top_p=0.7), torch.tensor([0.625, 0.375, 0, 0]), atol=1e-6)
+    assert torch.allclose(next_token_probs(logits, top_p=0.85), torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95, atol=1e-6)
+    # top-p smaller than the largest probability keeps that one token
+    assert torch.equal(next_token_probs(logits, top_p=0.1), torch.tensor([1.0, 0, 0, 0]))
+    # a tie at exactly top_p: the first of two equal tokens already reaches 0.5, so it alone stays
+    halves = torch.tensor([0.0, 0.0, -math.inf, -math.inf])
+    assert torch.equal(next_token_probs(halves, top_p=0.5), torch.tensor([1.0, 0, 0, 0]))
+    assert sample_next(logits, temperature=0) == 0  # greedy
+    shuffled = logits[[2, 0, 3, 1]]  # the order of the vocabulary does not matter
+    assert torch.allclose(next_token_probs(shuffled, top_p=0.7), torch.tensor([0, 0.625, 0, 0.375]), atol=1e-6)
+
+
+def test_text_stream_holds_back_a_character_split_between_tokens():
+    import tiktoken
+
+    enc = tiktoken.Encoding("bytes", pat_str=r"[\s\S]", mergeable_ranks={bytes([i]): i for i in range(256)},
+                            special_tokens={})
+    tokens = list("é🌊a".encode())  # 2 + 4 + 1 byte tokens
+    stream = TextStream(enc)
+    pieces = [stream.add(t) for t in tokens] + [stream.flush()]
+    assert pieces == ["", "é", "", "", "", "🌊", "a", ""]
+
+
+def test_kv_cache_gives_the_full_forward_logits_and_keeps_only_what_attention_can_see(checkpoint):
+    ckpt_path, _ = checkpoint
+    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
+    model, _ = train_gpt.load_model(ckpt_path)
+    windows = train_gpt.checkpoint_windows(ckpt)
+    assert windows == (2, 1)
+    eot = enc.eot_token
+    tokens = document_tokens(enc, 4, 180)[:690]  # documents start at 0, 181, 362, 543
+    tokens[600] = eot  # a one-token document at 600
+    tokens[601] = eot  # and the last one from 601 to 689
+    full = logits_fn(torch.tensor([tokens]))[0]
+    cache = KVCache(model, windows, eot, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
+    # a long prompt, single tokens across the 128 boundaries and documents, a chunk across a boundary (250..299)
+    chunks, start = [], 0
+    for size in [200] + [1] * 50 + [50] + [1] * 390:
+        chunks.append(tokens[start:start + size])
+        start += size
+    with torch.no_grad():
+        cached = torch.cat([cache.forward(torch.tensor([chunk]))[0, :, :enc.n_vocab] for chunk in chunks])
+    assert cached.shape == full.shape
+    assert (cached - full).abs().max() < 1e-4
+    assert full.std(dim=0).mean() > 0.1  # the logits depend on the context (a weak model would prove nothing)
+    # after 690 tokens, the next one (690, in block 5) sees at most its own document (from 601) within its window:
+    # blocks 4 and 5 (from 512) in a long layer, block 5 (from 640) in a short one
+    kept = {kind: {layer.size for layer, w in zip(cache.layers, model.layer_window) if w == kind}
+            for kind in ("long", "short")}
+    assert kept == {"long": {690 - 601}, "short": {690 - 640}}
+
+
+def test_cached_and_uncached_generation_give_the_same_tokens(checkpoint):
+    ckpt_path, _ = checkpoint
+    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
+    model, _ = train_gpt.load_model(ckpt_path)
+    windows = train_gpt.checkpoint_windows(ckpt)
+    prompt = document_tokens(enc, 2, 100)  # 202 tokens: past the short window (128) and across a document
+    runs = {}
+    for name in ("cached", "uncached"):
+        if name == "cached":
+            cache = KVCache(model, windows, enc.eot_token, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
+            next_logits = cached_next_logits(cache, n_vocab=enc.n_vocab)
+        else:
+            next_logits = uncached_next_logits(logits_fn)
+        generator = torch.Generator().manual_seed(5)
+        runs[name] = list(generate(next_logits, prompt, 120, temperature=1.0, top_k=200, top_p=0.95,
+                                   generator=generator))
+    assert len(runs["cached"]) == 120  # no stop token: up to position 322, across block 2's start (256)
+    assert runs["cached"] == runs["uncached"]
+    assert len(set(runs["cached"])) > 20  # sampled, not stuck on one token
+
+
+def test_sample_cli_streams_each_prompt_and_reports_tokens_per_second(checkpoint):
+    ckpt_path, _ = checkpoint
+    prompts = "Once upon a time,\nThe water cycle<|endoftext|>In this lesson\n"
+    outs = []
+    for extra in ([], ["--no_cache"]):
+        proc = subprocess_run(["sample.py", ckpt_path, "--interactive", "--max_tokens", "30", "--seed", "3",
+                               "--top_k", "100"] + extra, prompts)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout)
+        stats = [line for line in proc.stderr.splitlines() if "tokens/s" in line]
+        assert len(stats) == 2, proc.stderr
+    assert outs[0] == outs[1]  # the KV cache changes the speed, not the text
+    lines = outs[0].splitlines()
+    assert outs[0].startswith("Once upon a time,") and "The water cycle<|endoftext|>In this lesson" in outs[0]
+    assert len(lines) >= 2
+    bad = run_script(["sample.py", ckpt_path, "--top_p", "1.5"])
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --top_p must be in (0, 1], got 1.5"
+
+
+def subprocess_run(args, stdin_text):
+    import subprocess
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable] + args, cwd=REPO, env=env, input=stdin_text, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_uncached_sampling_of_training_logs_is_unchanged():
+    """sample_continuations (the training log's samples) draws as before the sampler was shared: top-k then
+    temperature-scaled softmax and one generator for all prompts, checked here against that loop written out."""
+    import tiktoken
+
+    from gptlab.generate import sample_continuations
+
+    enc = tiktoken.Encoding("bytes", pat_str=r"[\s\S]", mergeable_ranks={bytes([i]): i for i in range(256)},
+                            special_tokens={"<|endoftext|>": 256})
+    table = torch.randn(257, 257, generator=torch.Generator().manual_seed(0)) * 3
+
+    def logits_fn(tokens):  # a bigram model
+        return table[tokens]
+
+    got = sample_continuations(logits_fn, enc, 20, seed=7, device="cpu", prompts=["ab", "c"], temperature=0.8,
+                               top_k=40)
+    gen = torch.Generator().manual_seed(7)
+    expected = []
+    for prompt in ["ab", "c"]:
+        tokens = [256] + list(prompt.encode())
+        for _ in range(20):
+            logits = logits_fn(torch.tensor([tokens]))[0, -1] / 0.8
+            kth = torch.topk(logits, 40).values[-1]
+            probs = torch.softmax(logits.masked_fill(logits < kth, -math.inf), dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=gen))
+            if token == 256:
+                break
+            tokens.append(token)
+        expected.append((prompt, enc.decode(tokens[1:])))
+    assert got == expected
+
