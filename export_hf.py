@@ -11,13 +11,13 @@ documents.
 """
 import argparse
 
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import run_cli
 from gptlab.fileio import check_output_dir
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt), e.g. experiments/RUN/checkpoints/step_N.pt")
     p.add_argument("out_dir", help="the folder to write (must not exist, unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")

@@ -9,16 +9,15 @@ continued until the model ends the document or --max_tokens. A KV cache keeps, p
 layer's sliding window can still see; --no_cache runs a full forward pass per token instead (same tokens, slower).
 After each generation, a line on stderr gives the tokens and tokens/s.
 """
-import argparse
 import sys
 import time
 
-from gptlab.cli import HelpFormatter, require_positive
+from gptlab.cli import ArgumentParser, HelpFormatter, require_positive
 from gptlab.errors import UserError, run_cli
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
     p.add_argument("--prompt", default="", help="text to continue (default: empty, a document from its start)")
     p.add_argument("--interactive", action="store_true", help="read prompts from stdin, one per line, until EOF")

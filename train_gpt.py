@@ -821,11 +821,17 @@ def model_config_of(cfg):
             "num_val_emb": cfg.num_val_emb, "max_seq_len": max(cfg.train_seq_len, cfg.val_seq_len)}
 
 
+def parameter_count(vocab_size, num_layers, num_heads, head_dim, model_dim, mlp_ratio=4.0, num_val_emb=2, **_):
+    """GPT(...)'s parameter count, without building it (a test checks it against a built model)."""
+    vocab, hdim, hidden = next_multiple(vocab_size, 128), num_heads * head_dim, int(mlp_ratio * model_dim)
+    per_block = 4 * hdim * model_dim + 2 * model_dim * hidden + 4  # q, k, v, out; MLP; the two lambda pairs
+    return 2 * vocab * model_dim + num_val_emb * vocab * hdim + num_layers * per_block + num_layers // 2
+
+
 def check_model_fits(model_config, device):
     """Refuse a model whose weights, gradients and optimizer state (~16 bytes a parameter) exceed the device's
-    memory, before anything is allocated (the parameters are counted on the meta device)."""
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in GPT(**model_config).parameters())
+    memory, before anything is allocated."""
+    n_params = parameter_count(**model_config)
     need, have = 16 * n_params, dist_utils.device_memory_bytes(device)
     if need > have:
         raise UserError(f"the model has {n_params:,} parameters: with gradients and optimizer state ~{need / 2**30:,.0f}"

@@ -30,7 +30,8 @@ def test_train_gpt_help_shows_the_model_defaults():
                                               "bench/bench_tokenizer.py", "bench/bench_anchor.py"])
 def test_a_bad_flag_is_one_error_line_not_the_usage_block(script):
     name = script.split("/")[-1]
-    required = {"download_fineweb.py": ["--tokenizer", "t.pkl"], "compare_tokenizers.py": ["t.pkl"]}.get(script, [])
+    required = {"download_fineweb.py": ["--tokenizer", "t.pkl"], "compare_tokenizers.py": ["t.pkl"],
+                "export_hf.py": ["c.pt", "out"], "sample.py": ["c.pt"]}.get(script, [])
     proc = run_script([script, "--no_such_flag"] + required)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {name} --help)", proc.stderr

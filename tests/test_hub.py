@@ -310,7 +310,7 @@ def test_every_offline_spelling_stops_at_once(hub, tmp_path):
     spellings = [("HF_HUB_OFFLINE", "1"), ("HF_HUB_OFFLINE", "true"), ("HF_HUB_OFFLINE", "YES"),
                  ("HF_HUB_OFFLINE", "On"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")]
     procs = [start(hub, tmp_path / f"hf{i}", ["train_tokenizer.py", "--dataset", "fineweb-edu", "--samples", 1000,
-                                             "--vocabsize", 260, "--out", tmp_path], **{name: value})
+                                             "--vocabsize", 260, "--out", tmp_path / f"out{i}"], **{name: value})
              for i, (name, value) in enumerate(spellings)]
     for (name, value), proc in zip(spellings, map(finish, procs)):
         assert proc.returncode == 2 and f"offline mode is on ({name}={value})" in proc.stderr, proc.stderr[-2000:]

@@ -232,3 +232,11 @@ def test_a_preset_with_a_flag_beside_it_resolves_without_a_folder_or_data(tmp_pa
     small = json.loads(run_script(["train_gpt.py", "--preset", "gpt2-small", "--dry_run", "--device", "cpu"],
                                   check=True).stdout)
     assert (small["batch_size"], small["device_batch_size"], small["grad_acc_steps"]) == (524288, 4096, 128)
+
+
+@pytest.mark.parametrize("shape", [dict(num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1),
+                                   dict(num_layers=5, num_heads=3, head_dim=8, model_dim=40, num_val_emb=2,
+                                        mlp_ratio=2.5)])
+def test_the_parameter_count_used_before_building_matches_a_built_model(shape):
+    built = train_gpt.GPT(vocab_size=300, max_seq_len=128, **shape)
+    assert train_gpt.parameter_count(vocab_size=300, **shape) == sum(p.numel() for p in built.parameters())
