@@ -63,9 +63,8 @@ def main(argv=None):
                               workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite)
     if trained.is_main:
         meta = trained.metadata
-        dup = f", {meta['duplicates']} duplicate byte strings" if meta["duplicates"] else ""
         print(f"wrote {out_path} ({args.vocabsize} tokens + {EOT}, {meta['chars_used']:,} characters, "
-              f"{meta['docs']:,} documents{dup}) in {time.time() - t0:.1f}s", flush=True)
+              f"{meta['docs']:,} documents) in {time.time() - t0:.1f}s", flush=True)
     return out_path
 
 

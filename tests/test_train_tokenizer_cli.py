@@ -32,7 +32,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     meta = data["metadata"]
     assert meta["chars_used"] == 200_000 and meta["world_size"] == 1 and meta["pattern_name"] == "gpt4"
     assert meta["source"] == {"input": [FINEWEB_150]} and len(meta["merge_counts"]) == 344
-    assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"]) and "duplicates" in meta
+    assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"])
     assert "# ===== train_tokenizer.py =====" in data["script_content"]
     assert "# ===== gptlab/bpe/trainer.py =====" in data["script_content"]
     assert "# ===== gptlab/bpe/train.py =====" in data["script_content"]

@@ -6,7 +6,7 @@ _COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
 
 def encode_with_merges(text, pattern, merges):
     """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
-    a tiktoken Encoding of their ranks (the earliest id wins for duplicate byte strings, as in the trainer)."""
+    a tiktoken Encoding of their ranks."""
     from gptlab.bpe.trainer import finish_result
     from gptlab.tokenizer import encoding_from_dict
 

@@ -5,7 +5,7 @@
  *   pairs      open-addressing hash table (key = left << 32 | right) → slot: 64-bit count + list of words that
  *              held the pair (appended lazily; stale or repeated entries are skipped when the pair is merged)
  *   heap       lazy max-heap of (count, slot): counts of existing pairs only decrease, so a stale top entry is
- *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)), then smallest ids.
+ *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)).
  * Built at run time by gptlab/bpe/native.py (cc -O2 -shared); without a C compiler the Python loop is used.
  */
 #include <stdint.h>
@@ -70,7 +70,7 @@ static int add_word(Slot *s, int32_t w) {
     return 0;
 }
 
-/* >0 when pair slot x ranks above y: larger count, then greater (bytes(left), bytes(right)), then smaller ids */
+/* >0 when pair slot x ranks above y: larger count, then greater (bytes(left), bytes(right)) */
 static int cmp_tokens(int32_t x, int32_t y) {
     int32_t lx = tok_len[x], ly = tok_len[y];
     int c = memcmp(tok_bytes + tok_off[x], tok_bytes + tok_off[y], lx < ly ? lx : ly);
@@ -85,7 +85,7 @@ static int above(Entry x, Entry y) {
     int c = cmp_tokens(ax, ay);
     if (!c) c = cmp_tokens(bx, by);
     if (c) return c > 0;
-    return kx < ky;
+    return kx < ky;  /* unreachable (no two ids spell the same bytes, trainer.py); keeps the order total */
 }
 
 static int heap_push(int64_t count, int32_t slot) {

@@ -37,7 +37,7 @@ ERROR_ACK_TIMEOUT_S = 10  # how long rank 0 waits for the other ranks to read it
 
 @dataclass
 class TrainedTokenizer:
-    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts, duplicates
+    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts
     metadata: dict  # what the pickle records under "metadata" (the same on every rank)
     pattern_name: str
     pat_str: str
@@ -408,7 +408,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
                 "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
                 "engine": engine, "world_size": world_size, "workers_per_rank": workers,
                 "versions": library_versions(engine == "torch" or world_size > 1),
-                "duplicates": result.duplicates, "merge_counts": result.counts,
+                "merge_counts": result.counts,
             }
             trained = TrainedTokenizer(result=result, metadata=metadata, pattern_name=pattern_name,
                                        pat_str=pat_str, vocabsize=vocabsize, is_main=is_main)

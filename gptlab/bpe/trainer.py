@@ -6,12 +6,14 @@ The rule (the same on every backend, rank count and device):
   number of adjacent positions holding it, summed over words and weighted by how often each word occurs
   (`aaa` holds (a, a) twice).
 * Each step merges the pair with the highest count. Ties go to the lexicographically greatest
-  `(bytes(left), bytes(right))` (Python tuple-of-bytes order); if two distinct pairs still tie (possible only when
-  two ids spell the same bytes, see below) the smaller `(left_id, right_id)` wins.
+  `(bytes(left), bytes(right))` (Python tuple-of-bytes order).
 * Replacement inside a word is left to right and non-overlapping (`a a a` → `aa a`). Merge k gets id 256 + k.
-* Duplicate byte strings: a later merge may spell bytes an earlier one already produced ((ab, c) then (a, bc)).
-  The merge is kept (ids stay 256 + k) but `mergeable_ranks` keeps the EARLIEST id for those bytes, because
-  tiktoken needs bytes → id to be a function; `duplicates` counts such merges.
+* No two ids ever spell the same bytes, so that order is total and `mergeable_ranks` holds every id. Proof: a
+  stretch of a word that is a whole number of tokens after some merges is tokenized exactly as that stretch would
+  be as a word of its own (no merge crossed its edges, and left-to-right replacement inside it started from the
+  same place). If merge k joined (x, y) over bytes u that an earlier id t = (p, q) already spells, then u alone
+  was [p, q] before t's merge, hence [t] ever after, yet [x, y] just before merge k: a contradiction.
+  `finish_result` checks it on every training anyway (tests/test_bpe.py also checks it on random tables).
 
 Three implementations of that rule, which must give identical merges (tests check them against a slow reference
 and against each other): the two below, and `native.train_merges_native`, the Python loop's algorithm in C
@@ -74,23 +76,22 @@ def tie_key(token_bytes):
 class MergeResult:
     merges: list  # [(left_id, right_id)], merge k made id 256 + k
     counts: list  # the pair's count when it was merged
-    mergeable_ranks: dict = field(default_factory=dict)  # bytes → earliest id spelling them
-    duplicates: int = 0  # merges whose bytes an earlier id already spelled
+    mergeable_ranks: dict = field(default_factory=dict)  # bytes → id, all 256 + len(merges) of them
 
 
 def finish_result(merges, counts):
-    """MergeResult with mergeable_ranks (earliest id wins for duplicate bytes) and the duplicate count."""
+    """MergeResult with mergeable_ranks; a merge that spells an existing token's bytes means a broken engine."""
     vocab = [bytes([i]) for i in range(256)]
     ranks = {b: i for i, b in enumerate(vocab)}
-    duplicates = 0
-    for a, b in merges:
+    for k, (a, b) in enumerate(merges):
         token = vocab[a] + vocab[b]
-        vocab.append(token)
         if token in ranks:
-            duplicates += 1
-        else:
-            ranks[token] = len(vocab) - 1
-    return MergeResult(list(merges), list(counts), ranks, duplicates)
+            raise RuntimeError(f"merge {k} ({a}, {b}) spells {token!r}, which id {ranks[token]} already spells; exact "
+                               "BPE never does this (see gptlab/bpe/trainer.py), so the merge loop is wrong: please "
+                               "report it with the input text")
+        ranks[token] = len(vocab)
+        vocab.append(token)
+    return MergeResult(list(merges), list(counts), ranks)
 
 
 def _out_of_pairs(done, wanted):
