@@ -509,6 +509,14 @@ class Adam(torch.optim.Optimizer):
             torch._foreach_addcdiv_(params, exp_avg, denom, -group["lr"] / (1 - beta1 ** t))
 
 
+def _reduce_scatter(dist):  # torch 2.13 renamed reduce_scatter_tensor (same arguments) and warns on the old name
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _all_gather(dist):  # likewise all_gather_into_tensor
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton–Schulz (Keller Jordan, modded-nanogpt Muon records, 2024-10), distributed
     as in record #26: same-shape matrices are dealt out in chunks of world_size, one per rank; each rank receives
@@ -562,7 +570,7 @@ class Muon(torch.optim.Optimizer):
         slots = stacked.view(self.world_size, *chunk[0][0].shape)
         for j, (p, _) in enumerate(chunk):
             slots[j].copy_(p.grad) if p.grad is not None else slots[j].zero_()
-        handle = dist.reduce_scatter_tensor(mine, stacked, op=dist.ReduceOp.SUM, async_op=True)
+        handle = _reduce_scatter(dist)(mine, stacked, op=dist.ReduceOp.SUM, async_op=True)
         self._reduced[c] = (mine if self.rank < len(chunk) else None, handle)
 
     @torch.no_grad()
@@ -608,7 +616,7 @@ class Muon(torch.optim.Optimizer):
         stacked, _ = self._chunk_buffers(c)
         slots = stacked.view(self.world_size, *tensors[0].shape)
         mine = tensors[self.rank] if self.rank < len(tensors) else slots[self.rank]
-        return c, tensors, dist.all_gather_into_tensor(stacked, mine.contiguous(), async_op=True)
+        return c, tensors, _all_gather(dist)(stacked, mine.contiguous(), async_op=True)
 
     def _finish_gathers(self, gathers):
         for c, tensors, handle in gathers:

@@ -79,10 +79,38 @@ def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
     backend = None
     if world_size > 1:
         backend = "nccl" if dev.type == "cuda" else "gloo"
+        import_group_defaults_first()
         if not dist.is_initialized():
             kwargs = {"device_id": dev} if dev.type == "cuda" else {}
             dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     return DistContext(rank, local_rank, world_size, dev, backend)
+
+
+def import_group_defaults_first():
+    """Import, before any process group exists, the torch modules that take `group.WORLD` as a default argument
+    when imported: torch.distributed.nn.functional (torch <= 2.13), pulled in by torch._inductor whenever the
+    first optimizer is built. Imported after init_process_group, ten of its functions keep the group forever, so
+    destroy_process_group cannot free it: its gloo threads outlive training into interpreter shutdown, where a
+    late teardown killed ranks with SIGABRT ("terminate called without an active exception")."""
+    import torch.distributed.nn  # noqa: F401
+
+
+def live_process_group_threads():
+    """Names of this process's gloo/NCCL threads (Linux /proc); [] once every process group is really gone."""
+    names = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover (not Linux)
+        return names
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if "gloo" in name or "nccl" in name.lower():
+            names.append(name)
+    return sorted(names)
 
 
 def rendezvous_store(timeout_s=DEFAULT_TIMEOUT_S):

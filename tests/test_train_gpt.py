@@ -525,6 +525,21 @@ def test_simulated_two_node_launch_trains(tiny, tmp_path):
     assert sorted(train_losses(run_dir)) == list(range(1, 7))
 
 
+def test_no_process_group_thread_outlives_main(tiny, tmp_path):
+    """A group that destroy_process_group could not free kept its gloo threads into interpreter shutdown, where
+    ranks sometimes died with SIGABRT after a finished run (torch.distributed.nn, imported lazily once a group
+    existed, holds group.WORLD in ten default arguments; gptlab.distributed imports it first)."""
+    out = str(tmp_path / "threads.json")
+    argv = tiny_args(tiny, tmp_path, train_steps=2, val_loss_every=0)
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
+                "tests/helpers/threads_after_main.py", out, "--"] + argv, check=True)
+    for rank in range(2):
+        with open(f"{out}.rank{rank}") as f:
+            seen = json.load(f)
+        assert any("gloo" in name for name in seen["during"]), seen  # the probe sees a live group's threads
+        assert seen["after"] == [], (rank, seen)
+
+
 def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     argv = tiny_args(tiny, tmp_path / "straight", train_steps=10, val_loss_every=5, checkpoint_every=5)
     run_script(["train_gpt.py"] + argv, check=True)

@@ -30,11 +30,14 @@ def main():
         return {"host_reads": run_module.HOST_READS["count"], "item": counts["item"],
                 "collectives": dict(counts["collectives"])}
 
-    for name in ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter", "all_gather",
-                 "broadcast", "barrier", "all_gather_object", "broadcast_object_list"):
+    # the Muon collectives under the name train_gpt calls (torch 2.13 renamed them), counted under the old one
+    renamed = {train_gpt._reduce_scatter(dist).__name__: "reduce_scatter_tensor",
+               train_gpt._all_gather(dist).__name__: "all_gather_into_tensor"}
+    for name in ("all_reduce", *renamed, "reduce_scatter", "all_gather", "broadcast", "barrier", "all_gather_object",
+                 "broadcast_object_list"):
         original = getattr(dist, name)
 
-        def counted(*args, _original=original, _name=name, **kwargs):
+        def counted(*args, _original=original, _name=renamed.get(name, name), **kwargs):
             counts["collectives"][_name] = counts["collectives"].get(_name, 0) + 1
             return _original(*args, **kwargs)
         setattr(dist, name, counted)

@@ -40,8 +40,7 @@ def save_tiny_tokenizer(path, texts, n_merges=256):
         script = f.read() + "\n" + script_content()
     return save_tokenizer(path, pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
                           mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 256 + len(result.merges)},
-                          metadata={"source": "tests/helpers/tiny_data.py", "merge_counts": result.counts,
-                                    "duplicates": result.duplicates},
+                          metadata={"source": "tests/helpers/tiny_data.py", "merge_counts": result.counts},
                           script_content=script, overwrite=True)
 
 

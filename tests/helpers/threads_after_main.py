@@ -1,0 +1,34 @@
+"""Run train_gpt.main on this rank, then record which process-group threads (gloo/NCCL) are still alive.
+
+    torchrun --nproc_per_node=2 tests/helpers/threads_after_main.py OUT.json -- <train_gpt.py flags>
+
+Each rank writes OUT.json.rank{r}: {"during": threads while training, "after": threads once main returned}. After
+main every process group must be gone (tests/test_train_gpt.py)."""
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+
+def main():
+    import train_gpt
+    from gptlab import distributed as dist_utils
+
+    out, flags = sys.argv[1], sys.argv[3:]
+    seen = {"during": []}
+    cleanup = dist_utils.cleanup
+
+    def observed_cleanup(ctx):  # the threads a group has, just before main tears it down
+        seen["during"] = dist_utils.live_process_group_threads()
+        cleanup(ctx)
+    dist_utils.cleanup = observed_cleanup
+    train_gpt.main(flags)
+    seen["after"] = dist_utils.live_process_group_threads()
+    with open(f"{out}.rank{os.environ['RANK']}", "w") as f:
+        json.dump(seen, f)
+
+
+if __name__ == "__main__":
+    main()
