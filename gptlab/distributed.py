@@ -95,24 +95,6 @@ def import_group_defaults_first():
     import torch.distributed.nn  # noqa: F401
 
 
-def live_process_group_threads():
-    """Names of this process's gloo/NCCL threads (Linux /proc); [] once every process group is really gone."""
-    names = []
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:  # pragma: no cover (not Linux)
-        return names
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        if "gloo" in name or "nccl" in name.lower():
-            names.append(name)
-    return sorted(names)
-
-
 def rendezvous_store(timeout_s=DEFAULT_TIMEOUT_S):
     """torchrun's key-value store (RANK, WORLD_SIZE, MASTER_ADDR/PORT from the environment), without starting a
     process group: for small messages between ranks, such as rank 0's error, before the group exists. A group

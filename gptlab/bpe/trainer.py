@@ -288,7 +288,7 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
     nz = dense[0].nonzero().squeeze(1)
     main = ((nz // 256) * S + nz % 256, dense[0, nz], dense[1, nz])  # keys ascending, counts, positions
 
-    # ---- tie-break ranks: rank[i] = place of bytes(i) among the distinct token byte strings, sorted
+    # ---- tie-break ranks: rank[i] = place of bytes(i) among the token byte strings, sorted
     rank = torch.zeros(S, **i64)
     rank[:256] = torch.arange(256, **i64)
     sorted_tokens = list(vocab_bytes)
@@ -435,11 +435,10 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
             index_pos, index_keys = build_index()
             log_len = 0
 
-        # 6. ranks: insert the new token's bytes (equal bytes share a rank)
+        # 6. ranks: insert the new token's bytes (never equal to an existing token's, see the module docstring)
         place = bisect.bisect_left(sorted_tokens, token)
-        if place == len(sorted_tokens) or sorted_tokens[place] != token:
-            sorted_tokens.insert(place, token)
-            rank += rank >= place
+        sorted_tokens.insert(place, token)
+        rank += rank >= place
         rank[new_id:new_id + 1].fill_(place)
 
         if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):

@@ -12,6 +12,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 
+def live_process_group_threads():
+    """Names of this process's gloo/NCCL threads (Linux /proc); [] once every process group is really gone."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if "gloo" in name or "nccl" in name.lower():
+            names.append(name)
+    return sorted(names)
+
+
 def main():
     import train_gpt
     from gptlab import distributed as dist_utils
@@ -21,11 +35,11 @@ def main():
     cleanup = dist_utils.cleanup
 
     def observed_cleanup(ctx):  # the threads a group has, just before main tears it down
-        seen["during"] = dist_utils.live_process_group_threads()
+        seen["during"] = live_process_group_threads()
         cleanup(ctx)
     dist_utils.cleanup = observed_cleanup
     train_gpt.main(flags)
-    seen["after"] = dist_utils.live_process_group_threads()
+    seen["after"] = live_process_group_threads()
     with open(f"{out}.rank{os.environ['RANK']}", "w") as f:
         json.dump(seen, f)
 
