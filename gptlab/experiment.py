@@ -38,7 +38,9 @@ METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", 
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
 
 CHECKPOINT_FORMAT = "gptlab-checkpoint"
-CHECKPOINT_VERSION = 2  # 2: carries "sha256", a digest of everything else in it, verified on load
+CHECKPOINT_VERSION = 3  # 2: carries "sha256", a digest of everything else in it, verified on load; 3: carries
+#                          "model_source", the model.py that made it (gptlab.train.model_source builds from it)
+CONVERT_HINT = "python -m gptlab.train.convert_checkpoint"
 
 
 # ------------------------------------------------------------------------------------------------ run folder
@@ -453,21 +455,23 @@ def _tuplify(x):
 
 
 def save_checkpoint(path, *, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
-                    dataloader_state=None, rng_states=None, extra=None, data=None):
+                    dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None):
     """Write one training checkpoint atomically (never over an existing file).
 
     The file is a `torch.save` of plain values only (tensors, numbers, strings, lists, dicts), so
     `load_checkpoint` can open it with `weights_only=True`:
         format, format_version, step (optimizer steps done), model (plain state dict: no `_orig_mod.`
-        prefixes from torch.compile), model_config (GPT(**model_config) rebuilds the network), args (every
-        flag), tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
+        prefixes from torch.compile), model_config (GPT(GPTConfig(**model_config)) rebuilds the network),
+        model_source {file, code, sha256} (the model.py that defines GPT and GPTConfig), args (every flag),
+        tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
         data {train_sha256, val_sha256} (gptlab.dataloader.data_fingerprint), sha256 (of all the rest).
     """
     import torch
 
     state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model_state.items()}
     payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
-               "model": state, "model_config": dict(model_config), "args": dict(args or {}),
+               "model": state, "model_config": dict(model_config), "model_source": model_source,
+               "args": dict(args or {}),
                "tokenizer": dict(tokenizer or {}), "optimizers": list(optimizer_states or []),
                "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
     payload["sha256"] = payload_sha256(payload)
@@ -517,15 +521,12 @@ def payload_sha256(payload):
     return digest.hexdigest()
 
 
-def load_checkpoint(path, map_location="cpu"):
+def load_checkpoint(path, map_location="cpu", allow_old=False):
     """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
 
-    Typical use:
-        ckpt = load_checkpoint("experiments/<run>/checkpoints/step_001000.pt")
-        from train_gpt import GPT
-        model = GPT(**ckpt["model_config"]); model.load_state_dict(ckpt["model"])
-        encoding = gptlab.tokenizer.load_tokenizer(ckpt["tokenizer"]["name"])
-    Loading never runs code from the file (weights_only=True).
+    The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
+    never runs code from the file (weights_only=True). A checkpoint of an older format is refused with the command
+    that converts it (allow_old=True reads it anyway: the converter does).
     """
     import torch
 
@@ -548,6 +549,9 @@ def load_checkpoint(path, map_location="cpu"):
     if payload.get("format_version", 0) >= 2 and payload.get("sha256") != payload_sha256(payload):
         raise UserError(f"checkpoint {path} is damaged: its content does not match the checksum it was saved with; "
                         "resume from another checkpoint of the run")
+    if payload.get("format_version", 0) < CHECKPOINT_VERSION and not allow_old:
+        raise UserError(f"checkpoint {path} has format_version {payload.get('format_version', 0)}, from before "
+                        f"checkpoints carried their model's source; convert it once with: {CONVERT_HINT} {path}")
     return payload
 
 

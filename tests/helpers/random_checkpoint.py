@@ -1,4 +1,4 @@
-"""A train_gpt checkpoint with random weights, for tests of what reads checkpoints (export, sampling).
+"""A train_gpt.py checkpoint with random weights, for tests of what reads checkpoints (export, sampling).
 
 A freshly initialised GPT has zero output projections and head, so its logits ignore the input; these weights are
 random everywhere, so every part of the network (windows, documents, value embeddings, skips) moves the logits.
@@ -11,25 +11,37 @@ sys.path.insert(0, REPO)
 
 
 def save_random_checkpoint(path, tokenizer_path, *, num_layers=6, num_heads=2, model_dim=64, num_val_emb=2,
-                           window_size=256, train_steps=10, max_seq_len=256, seed=0):
+                           window_size=256, train_steps=10, max_seq_len=256, seed=0, model_source=None):
     """Write a checkpoint at path for the tokenizer at tokenizer_path; its final windows are window_size tokens
-    (long) and half that (short). Returns the checkpoint's model_config."""
+    (long) and half that (short). model_source: a {file, code, sha256} dict (default: today's model.py; the model
+    is built from it). Returns the checkpoint's model_config."""
+    import dataclasses
+
     import torch
 
-    import train_gpt
     from gptlab import experiment as exp
     from gptlab.tokenizer import open_tokenizer
+    from gptlab.train import model_source as ms
 
     tok = open_tokenizer(tokenizer_path)
-    model_config = {"vocab_size": tok.encoding.n_vocab, "num_layers": num_layers, "num_heads": num_heads,
-                    "head_dim": model_dim // num_heads, "model_dim": model_dim, "mlp_ratio": 4.0,
-                    "num_val_emb": num_val_emb, "max_seq_len": max_seq_len}
+    source = model_source or ms.current_source()
+    module = ms._import_file(ms.MODEL_FILE, ms.MODULE_NAME) if model_source is None else None
+    if module is None:
+        import tempfile
+        folder = tempfile.mkdtemp()
+        with open(os.path.join(folder, "m.py"), "w") as f:
+            f.write(source["code"])
+        module = ms._import_file(os.path.join(folder, "m.py"), f"random_ckpt_model_{source['sha256'][:12]}")
+    config = module.GPTConfig(vocab_size=tok.encoding.n_vocab, num_layers=num_layers, num_heads=num_heads,
+                              model_dim=model_dim, num_val_emb=num_val_emb, window_size=window_size,
+                              max_seq_len=max_seq_len)
+    model_config = dataclasses.asdict(config)
     torch.manual_seed(seed)
-    model = train_gpt.GPT(**model_config)
+    model = module.GPT(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * (1.0 if name == "lm_head.weight" else 0.2))
     exp.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=train_steps,
                         args={"tokenizer": tokenizer_path, "train_steps": train_steps, "window_size": window_size},
-                        tokenizer={"name": tok.name, "ranks_sha256": tok.ranks_sha256})
+                        tokenizer={"name": tok.name, "ranks_sha256": tok.ranks_sha256}, model_source=source)
     return model_config

@@ -21,6 +21,7 @@ def main():
     import train_gpt
     from gptlab import dataloader
     from gptlab import run as run_module
+    from gptlab.train import comm
 
     out, flags = sys.argv[1], sys.argv[3:]
     counts = {"host_reads": 0, "item": 0, "collectives": {}}
@@ -31,8 +32,7 @@ def main():
                 "collectives": dict(counts["collectives"])}
 
     # the Muon collectives under the name train_gpt calls (torch 2.13 renamed them), counted under the old one
-    renamed = {train_gpt._reduce_scatter(dist).__name__: "reduce_scatter_tensor",
-               train_gpt._all_gather(dist).__name__: "all_gather_into_tensor"}
+    renamed = {comm.REDUCE_SCATTER: "reduce_scatter_tensor", comm.ALL_GATHER: "all_gather_into_tensor"}
     for name in ("all_reduce", *renamed, "reduce_scatter", "all_gather", "broadcast", "barrier", "all_gather_object",
                  "broadcast_object_list"):
         original = getattr(dist, name)

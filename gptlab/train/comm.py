@@ -1,0 +1,210 @@
+"""Gradient communication across ranks, kept out of train_gpt.py's research surface.
+
+- MatrixShards: the matrices of a sharded optimizer (Muon) dealt out in same-shape chunks of world_size, one
+  matrix per rank (modded-nanogpt record #26): a reduce-scatter hands each rank the rank-summed gradients of the
+  matrices it owns, the optimizer updates only those, and an all-gather hands every rank every updated matrix.
+- GradientSync: sums every trainable parameter's gradient over ranks while backward still runs
+  (post-accumulate-grad hooks), in one fixed order on every rank; it refuses a model with a trainable parameter
+  that no optimizer holds, or that two hold, so a parameter a researcher adds can never silently stay
+  unsynchronised (or frozen) across ranks.
+"""
+import torch
+import torch.distributed as dist
+
+# torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor (same arguments) and warns on the old names;
+# torch 2.11, preinstalled on the GPU machines, has only the old ones (names, looked up at each call)
+REDUCE_SCATTER = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+
+
+class MatrixShards:
+    """Who owns which matrix of an optimizer's param_groups, and the collectives that move them.
+
+    chunks: [(param, group index)] of one shape and group, at most world_size long; entry j belongs to rank j.
+    Each chunk's communication buffers are allocated once, on the first step."""
+
+    def __init__(self, param_groups, rank=0, world_size=1):
+        self.rank, self.world_size = rank, world_size
+        by_shape = {}
+        for g, group in enumerate(param_groups):  # group index, not the dict: load_state_dict replaces those
+            for p in group["params"]:
+                by_shape.setdefault((tuple(p.shape), g), []).append((p, g))
+        self.chunks, self.chunks_by_shape = [], []
+        for members in by_shape.values():
+            first = len(self.chunks)
+            self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
+            self.chunks_by_shape.append(range(first, len(self.chunks)))
+        self._buffers = [None] * len(self.chunks)  # per chunk: (world_size stacked matrices, this rank's matrix)
+        self._reduced = [None] * len(self.chunks)  # per chunk: (summed gradient of the owned matrix or None, handle)
+
+    def params(self):
+        return [p for chunk in self.chunks for p, _ in chunk]
+
+    def _chunk_buffers(self, c):
+        """(stacked, mine): stacked (world_size x rows, cols) holds one matrix per rank, rows beyond the chunk's
+        members stay zero (padding); mine is this rank's matrix. Flat along dim 0, as gloo and NCCL want them."""
+        if self._buffers[c] is None:
+            p = self.chunks[c][0][0]
+            stacked = torch.zeros((self.world_size * p.size(0),) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device)
+            self._buffers[c] = (stacked, torch.empty_like(p))
+        return self._buffers[c]
+
+    def start_reduce(self, c):
+        """Start summing chunk c's gradients over ranks (each rank receives its own matrix's); idempotent."""
+        if self._reduced[c] is not None:
+            return
+        chunk = self.chunks[c]
+        if self.world_size == 1:
+            p = chunk[0][0]
+            self._reduced[c] = (p.grad if p.grad is not None else torch.zeros_like(p), None)
+            return
+        stacked, mine = self._chunk_buffers(c)
+        slots = stacked.view(self.world_size, *chunk[0][0].shape)
+        for j, (p, _) in enumerate(chunk):
+            slots[j].copy_(p.grad) if p.grad is not None else slots[j].zero_()
+        handle = getattr(dist, REDUCE_SCATTER)(mine, stacked, op=dist.ReduceOp.SUM, async_op=True)
+        self._reduced[c] = (mine if self.rank < len(chunk) else None, handle)
+
+    def owned(self):
+        """For each shape: (this rank's matrices, their rank-summed gradients, group index), for the optimizer to
+        update in place. When the caller moves on to the next shape, this shape's all-gathers start (they overlap
+        the next shape's work); after the last, every rank holds every updated matrix."""
+        for c in range(len(self.chunks)):  # without GradientSync (or for chunks it did not start)
+            self.start_reduce(c)
+        gathers = []
+        for chunk_ids in self.chunks_by_shape:
+            params, grads, group = [], [], None
+            for c in chunk_ids:
+                grad, handle = self._reduced[c]
+                if handle is not None:
+                    handle.wait()
+                if self.rank < len(self.chunks[c]):
+                    p, group = self.chunks[c][self.rank]
+                    params.append(p)
+                    grads.append(grad)
+            if params:
+                yield params, grads, group
+            if self.world_size > 1:
+                gathers += [self._start_gather(c, [p for p, _ in self.chunks[c]]) for c in chunk_ids]
+        self._finish_gathers(gathers)
+        self._reduced = [None] * len(self.chunks)
+
+    def _start_gather(self, c, tensors):
+        """Start giving every rank rank j's tensors[j] (tensors: one per member of chunk c; an idle rank of a short
+        chunk sends its padding slot); _finish_gathers copies them in place."""
+        stacked, _ = self._chunk_buffers(c)
+        slots = stacked.view(self.world_size, *tensors[0].shape)
+        mine = tensors[self.rank] if self.rank < len(tensors) else slots[self.rank]
+        return c, tensors, getattr(dist, ALL_GATHER)(stacked, mine.contiguous(), async_op=True)
+
+    def _finish_gathers(self, gathers):
+        for c, tensors, handle in gathers:
+            handle.wait()
+            slots = self._buffers[c][0].view(self.world_size, *tensors[0].shape)
+            for j, tensor in enumerate(tensors):
+                if j != self.rank:
+                    tensor.copy_(slots[j])
+
+    @torch.no_grad()
+    def gather(self, tensor_of):
+        """Collective: give every rank every owner's tensor_of(param) (e.g. a momentum buffer before a checkpoint)."""
+        if self.world_size == 1:
+            return
+        self._finish_gathers([self._start_gather(c, [tensor_of(p) for p, _ in chunk])
+                              for c, chunk in enumerate(self.chunks)])
+
+
+class GradientSync:
+    """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
+    2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
+    parameters of a sharded optimizer (one with a `shards` MatrixShards) are reduce-scattered chunk by chunk, every
+    other optimizer's are all-reduced in buckets (each large tensor alone, the small ones flattened into one
+    preallocated buffer), each as soon as it is complete. Collectives must start in the same order on every rank,
+    so they start in one fixed order (the expected backward order: parameters registered last first), each only
+    when everything before it is ready, as DistributedDataParallel does with its buckets. Under torch.compile the
+    whole backward is one graph and the hooks fire when it ends: no overlap then, but the same result."""
+
+    SMALL_NUMEL = 1 << 15  # all-reduced tensors below this share one flat bucket (the scalars: lambdas, skip weights)
+
+    def __init__(self, model, optimizers, world_size):
+        self.world_size = world_size
+        names = {p: n for n, p in model.named_parameters()}
+        sharded = [opt.shards for opt in optimizers if isinstance(getattr(opt, "shards", None), MatrixShards)]
+        reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
+                   for g in opt.param_groups for p in g["params"]]
+        held = reduced + [p for shards in sharded for p in shards.params()]
+        twice = sorted({names.get(p, "?") for p in held if held.count(p) > 1})
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in set(held)]
+        if twice or missing:
+            raise ValueError("every trainable parameter must be in exactly one optimizer group (so its gradient is "
+                             "summed over ranks and it is updated): "
+                             + (f"in no group: {', '.join(missing)}" if missing else "")
+                             + ("; " if twice and missing else "") + (f"in two: {', '.join(twice)}" if twice else "")
+                             + "; fix build_optimizers in train_gpt.py")
+        position = {p: i for i, p in enumerate(model.parameters())}
+        small = [p for p in reduced if p.numel() < self.SMALL_NUMEL]
+        self.buckets = [[p] for p in reduced if p.numel() >= self.SMALL_NUMEL] + ([small] if small else [])
+        units = [(max(position[p] for p in bucket), "bucket", b, None) for b, bucket in enumerate(self.buckets)]
+        units += [(min(position[p] for p, _ in chunk), "chunk", c, shards)
+                  for shards in sharded for c, chunk in enumerate(shards.chunks)]
+        self.units = [(kind, item, shards) for _, kind, item, shards in sorted(units, key=lambda u: -u[0])]
+        self.unit_of = {}  # param → its unit
+        for u, (kind, item, shards) in enumerate(self.units):
+            for p in self.buckets[item] if kind == "bucket" else [p for p, _ in shards.chunks[item]]:
+                self.unit_of[p] = u
+        self.members = [len(self.buckets[item]) if kind == "bucket" else len(shards.chunks[item])
+                        for kind, item, shards in self.units]
+        self.flat = {}  # bucket index → its preallocated flat buffer (buckets of several tensors)
+        self.armed = False  # True during the backward of the last micro-batch of a step
+        self._reset()
+        if world_size > 1:
+            for p in self.unit_of:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _reset(self):
+        self.ready = [0] * len(self.units)
+        self.next_unit = 0  # units before this one have started
+        self.handles = []
+
+    def _grad_ready(self, p):
+        if not self.armed:
+            return
+        self.ready[self.unit_of[p]] += 1
+        while self.next_unit < len(self.units) and self.ready[self.next_unit] == self.members[self.next_unit]:
+            self._start(self.next_unit)
+
+    def _start(self, u):
+        kind, item, shards = self.units[u]
+        if kind == "chunk":
+            shards.start_reduce(item)
+        else:
+            bucket = self.buckets[item]
+            for p in bucket:
+                if p.grad is None:  # no gradient this step: counts as zero
+                    p.grad = torch.zeros_like(p)
+            if len(bucket) == 1:
+                self.handles.append((None, dist.all_reduce(bucket[0].grad, async_op=True)))
+            else:
+                if item not in self.flat:
+                    self.flat[item] = torch.empty(sum(p.numel() for p in bucket), dtype=bucket[0].dtype,
+                                                  device=bucket[0].device)
+                flat = self.flat[item]
+                torch.cat([p.grad.view(-1) for p in bucket], out=flat)
+                self.handles.append((item, dist.all_reduce(flat, async_op=True)))
+        self.next_unit = u + 1
+
+    def finish(self):
+        """After the last backward: start what has not started (e.g. parameters without a gradient), wait for the
+        all-reduces and unflatten their buckets (a sharded optimizer waits for its own in its step)."""
+        self.armed = False
+        if self.world_size > 1:
+            while self.next_unit < len(self.units):
+                self._start(self.next_unit)
+            for item, handle in self.handles:
+                handle.wait()
+                if item is not None:
+                    offset = 0
+                    for p in self.buckets[item]:
+                        p.grad.view(-1).copy_(self.flat[item][offset:offset + p.numel()])
+                        offset += p.numel()
+        self._reset()

@@ -1,0 +1,122 @@
+"""train_gpt.py's flags turned into a checked configuration: the model's flags made from its config dataclass (the
+one list of architecture fields, in model.py), every flag checked before any data is read, the micro-batch split,
+dtype, compile and attention derived for the device."""
+import argparse
+import dataclasses
+import math
+
+import torch
+
+from gptlab.cli import require_non_negative, require_positive
+from gptlab.dataloader import micro_batch_candidates, split_batch
+from gptlab.distributed import device_memory_bytes
+from gptlab.errors import UserError
+
+
+def _flag_type(f):
+    kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool, "str": str}.get(
+        str(f.type).split(" ")[0].split("|")[0].strip(), str)
+    return kind
+
+
+def model_flags(config_class):
+    """The config dataclass's fields that are flags (metadata flag=False leaves one out)."""
+    return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag", True)]
+
+
+def add_model_flags(parser, config_class):
+    """A --flag per field of the model's config dataclass, with its default and help (bool fields get
+    --name / --no-name)."""
+    g = parser.add_argument_group("model (fields of GPTConfig in model.py)")
+    for f in model_flags(config_class):
+        kind = _flag_type(f)
+        default = None if f.default is dataclasses.MISSING else f.default
+        if kind is bool:
+            g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
+                           help=f.metadata.get("help"))
+        else:
+            g.add_argument(f"--{f.name}", type=kind, default=default, help=f.metadata.get("help"))
+
+
+def arch_fields(config_class):
+    """The fields that change what the weights mean: a resumed run must keep them."""
+    return [f.name for f in dataclasses.fields(config_class) if f.metadata.get("arch", True)]
+
+
+def model_config_of(cfg, config_class):
+    """The model's config (a dict of the dataclass's fields) from resolved flags; max_seq_len is the longest row."""
+    fields = {f.name: getattr(cfg, f.name) for f in model_flags(config_class)}
+    return dataclasses.asdict(config_class(**fields, max_seq_len=max(cfg.train_seq_len, cfg.val_seq_len)))
+
+
+def parameter_count(model_module, model_config):
+    """Parameters of model_module.GPT(model_config), counted on a model built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = model_module.GPT(model_module.GPTConfig(**model_config))
+    return sum(p.numel() for p in model.parameters())
+
+
+def check_model_fits(model_module, model_config, device):
+    """Refuse a model whose weights, gradients and optimizer state (~16 bytes a parameter) exceed the device's
+    memory, before anything is allocated."""
+    n_params = parameter_count(model_module, model_config)
+    need, have = 16 * n_params, device_memory_bytes(device)
+    if need > have:
+        raise UserError(f"the model has {n_params:,} parameters: with gradients and optimizer state ~{need / 2**30:,.0f}"
+                        f" GiB, more than the {have / 2**30:,.0f} GiB of {device}; lower --vocab_size, --model_dim "
+                        "or --num_layers")
+
+
+def resolve_config(args, world_size, device, model_module):
+    """Check every flag that can be checked without data (the model's through its config dataclass); derive
+    head_dim, the micro-batch split, dtype, compile and attention."""
+    cfg = argparse.Namespace(**vars(args))
+    require_positive(cfg, ("train_steps", "batch_size", "val_steps", "train_seq_len", "val_seq_len"))
+    if cfg.device_batch_size != "auto":
+        require_positive(cfg, ("device_batch_size",))
+    require_non_negative(cfg, ("val_loss_every", "hellaswag_every", "checkpoint_every", "sample_tokens",
+                               "log_every"))
+    fields = {f.name: getattr(cfg, f.name) for f in model_flags(model_module.GPTConfig)}
+    try:  # the model checks its own fields (the vocabulary comes from the tokenizer later)
+        checked = model_module.GPTConfig(**dict(fields, vocab_size=fields["vocab_size"] or 1))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    cfg.head_dim = checked.head_dim
+    multiple = model_module.SEQ_MULTIPLE
+    for name in ("train_seq_len", "val_seq_len"):
+        value = getattr(cfg, name)
+        if value % multiple:
+            raise UserError(f"--{name} {value} is not a multiple of {multiple} (FlexAttention's block size; "
+                            f"required on CPU too so configs stay portable); use {-(-value // multiple) * multiple}")
+    if not 0 <= cfg.cooldown_frac <= 1:
+        raise UserError(f"--cooldown_frac {cfg.cooldown_frac} must be between 0 and 1")
+    if cfg.device_batch_size == "auto" and cfg.grad_acc_steps is None:
+        split_batch(cfg.batch_size, cfg.train_seq_len, world_size, cfg.train_seq_len)  # the batch divides at all
+        if device.type != "cuda":  # no memory to probe: micro-batches of about 4096 tokens, at least one row
+            cfg.device_batch_size = max(t for t in micro_batch_candidates(cfg.batch_size // world_size,
+                                                                          cfg.train_seq_len)
+                                        if t <= max(4096, cfg.train_seq_len))
+    if cfg.device_batch_size != "auto" or cfg.grad_acc_steps is not None:  # else train() probes the GPU first
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
+                                                                cfg.device_batch_size, cfg.grad_acc_steps)
+    if cfg.val_batch_size is None:
+        cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
+    if cfg.val_batch_size % cfg.val_seq_len:
+        raise UserError(f"--val_batch_size {cfg.val_batch_size} is not a multiple of --val_seq_len {cfg.val_seq_len}")
+    if cfg.dtype == "auto":
+        cfg.dtype = "bfloat16" if device.type == "cuda" else "float32"
+    if cfg.compile is None:
+        cfg.compile = device.type == "cuda"
+    if cfg.attention == "auto":
+        cfg.attention = "flex" if device.type == "cuda" else "sdpa"
+    if cfg.attention == "flex" and device.type != "cuda":
+        raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
+                        "--attention sdpa (the same mask, evaluated densely) or auto")
+    if not math.isfinite(cfg.lr_scale) or cfg.lr_scale <= 0:
+        raise UserError(f"--lr_scale {cfg.lr_scale} must be a positive number (it multiplies every learning rate; "
+                        "1 keeps them)")
+    if not 0 <= cfg.seed < 2**63:
+        raise UserError(f"--seed {cfg.seed} must be between 0 and 2**63 - 1")
+    if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
+        raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
+    return cfg
