@@ -40,6 +40,8 @@ def add_run_flags(parser):
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
     g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps (the loop reads its "
                    "figures back from the GPU only then, at evaluations and at checkpoints)")
+    g.add_argument("--trust_model_code", action="store_true", help="--resume from a checkpoint whose model code "
+                   "differs from model.py and was trained on another machine: run its code (read it first)")
     g.add_argument("--allow_new_data", action="store_true", help="--resume on shards other than the checkpoint's "
                    "(refused by default: its curve would continue on other data)")
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
@@ -54,7 +56,8 @@ def add_run_flags(parser):
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb")
+_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb",
+                    "trust_model_code")
 
 
 def explicit_flags(build_parser, argv):
@@ -90,6 +93,9 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     return args, ckpt
 
 
+_IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+
+
 def restore_training_state(ckpt, model, optimizers, train_loader):
     """Put a --resume checkpoint's weights, optimizer states, data position and random generators back; a
     checkpoint that lacks a part or does not fit the model is one UserError."""
@@ -98,7 +104,11 @@ def restore_training_state(ckpt, model, optimizers, train_loader):
         if len(ckpt["optimizers"]) != len(optimizers):
             raise ValueError(f"it holds {len(ckpt['optimizers'])} optimizer states for {len(optimizers)} optimizers")
         for opt, state in zip(optimizers, ckpt["optimizers"]):
+            # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
+            here = [{k: g[k] for k in _IMPLEMENTATION_KEYS if k in g} for g in opt.param_groups]
             opt.load_state_dict(state)
+            for group, keys in zip(opt.param_groups, here):
+                group.update(keys)
         train_loader.load_state_dict(ckpt["dataloader"])
         exp.set_rng_states(ckpt["rng"])
     except KeyError as err:
@@ -157,16 +167,18 @@ class Run:
     """One training run: experiments/{YYYYmmdd_HHMMSS}_{model_name}/ and everything written into it.
 
     cfg: the resolved flags (recorded whole in config.json and in every checkpoint); model_config: the model's
-    constructor arguments (a checkpoint rebuilds it from them); extra_config: more facts for config.json;
+    config fields (a checkpoint rebuilds it from them); model_source: the model.py it trains ({file, code, sha256};
+    every checkpoint carries it); extra_config: more facts for config.json;
     checkpoint: the --resume checkpoint (its step, train time and wall time carry on); warnings: lines printed
     now and logged once the folder exists."""
 
     def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
-                 checkpoint=None, warnings=(), extra_config=None):
+                 model_source=None, checkpoint=None, warnings=(), extra_config=None):
         import torch
 
         self.cfg, self.ctx = cfg, ctx
         self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
+        self.model_source = model_source
         self.repo_root, self.extra_config = repo_root, dict(extra_config or {})
         self.n_params = sum(p.numel() for p in model.parameters())
         self.n_params_embeddings = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding)
@@ -219,6 +231,7 @@ class Run:
             "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"], "usd_per_gpu_hour": self.price,
             "usd_per_gpu_hour_source": price_source,
             "n_params": self.n_params, "n_params_embeddings": self.n_params_embeddings, **self.extra_config,
+            "model_source_sha256": (self.model_source or {}).get("sha256"),
             "tokenizer_name": tok.name, "tokenizer_path": tok.path, "tokenizer_ranks_sha256": tok.ranks_sha256,
             "tokenizer_n_vocab": tok.encoding.n_vocab, "eot_id": tok.eot, "train_shards": self.shards.train_paths,
             "val_shards": self.shards.val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(
@@ -413,7 +426,8 @@ class Run:
                             dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
                             extra={"elapsed_s": self.train_time_s, "run_dir": self.dir, "train_flops": self.train_flops,
                                    "wall_time_s": time.perf_counter() - self._wall_start},
-                            data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256})
+                            data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256},
+                            model_source=self.model_source)
         self.last_checkpoint = path
         self.log(f"checkpoint: {path}", echo=False)
 
