@@ -132,9 +132,9 @@ class GradientSync:
         sharded = [opt.shards for opt in optimizers if isinstance(getattr(opt, "shards", None), MatrixShards)]
         reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
                    for g in opt.param_groups for p in g["params"]]
-        held = reduced + [p for shards in sharded for p in shards.params()]
-        twice = sorted({names.get(p, "?") for p in held if held.count(p) > 1})
-        missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in set(held)]
+        held = [id(p) for p in reduced + [p for shards in sharded for p in shards.params()]]
+        twice = sorted({n for n, p in model.named_parameters() if held.count(id(p)) > 1})
+        missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
         if twice or missing:
             raise ValueError("every trainable parameter must be in exactly one optimizer group (so its gradient is "
                              "summed over ranks and it is updated): "
