@@ -29,6 +29,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--no_cache", action="store_true", help="a full forward pass per token, no KV cache")
+    p.add_argument("--trust_model_code", action="store_true", help="run the model code of a checkpoint trained on "
+                   "another machine (it differs from model.py; read it first)")
     return p
 
 
@@ -55,29 +57,24 @@ def prompts_from_stdin():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_flags(args)
-    import contextlib
-
     import torch
 
-    import train_gpt
     from gptlab import experiment as exp
     from gptlab.distributed import resolve_device
-    from gptlab.generate import KVCache, TextStream, cached_next_logits, generate, uncached_next_logits
+    from gptlab.generate import TextStream, cached_next_logits, generate, uncached_next_logits
+    from gptlab.train.model_source import load_model
 
     device = resolve_device(args.device)
-    model, ckpt = train_gpt.load_model(args.checkpoint, device)
+    model, module, ckpt = load_model(args.checkpoint, device, args.trust_model_code)  # the checkpoint's own model.py
     tok = exp.checkpoint_tokenizer(ckpt, args.checkpoint)
-    windows = train_gpt.checkpoint_windows(ckpt)
     n_vocab = tok.encoding.n_vocab
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     for prompt in prompts_from_stdin() if args.interactive else [args.prompt]:
         prompt_tokens = [tok.eot] + tok.encoding.encode(prompt, allowed_special="all")
         if args.no_cache:
-            next_logits = uncached_next_logits(train_gpt.make_logits_fn(model, tok.eot, windows, False,
-                                                                        contextlib.nullcontext, n_vocab), device)
+            next_logits = uncached_next_logits(lambda tokens: model.predict(tokens, tok.eot)[..., :n_vocab], device)
         else:
-            cache = KVCache(model, windows, tok.eot, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
-            next_logits = cached_next_logits(cache, device, n_vocab)
+            next_logits = cached_next_logits(module.KVCache(model, tok.eot), device, n_vocab)
         stream = TextStream(tok.encoding)
         print(prompt, end="", flush=True)
         start, n_tokens, ended = time.perf_counter(), 0, False

@@ -45,9 +45,9 @@ Fairness:
   step lines are not synchronised with the GPU, which shifts both ends alike in steady state; at the last step
   of a whole run its synchronised validation line is used); ours: the sum of metrics.csv step_time_s (each step
   synchronised at both ends).
-- FLOPs: one count for both sides, train_gpt.training_flops of our GPT built from our run's config (6 x tokens x
+- FLOPs: one count for both sides, model.training_flops of our GPT built from our run's config (6 x tokens x
   multiplied parameters + 12 x head_dim x heads x allowed query-key pairs per layer), with each side's window at
-  each measured step and pairs per token counted exactly (train_gpt.attention_pairs) on rows of the benchmark's
+  each measured step and pairs per token counted exactly (model.attention_pairs) on rows of the benchmark's
   own data: the average over the measured steps, not the end-of-training windows. MFU = those FLOPs / time /
   the GPU's dense bf16 peak. The anchor's figure with its own architecture (no attention in layer 7, long windows
   in layers 0, 4, 11) is reported beside it.
@@ -506,37 +506,42 @@ def run_ours(label, flags, paths, tokenizer, exp_dir, train_steps, stop_at, batc
 # ------------------------------------------------------------------------------------------------ FLOPs
 def pairs_per_token(train_path, max_blocks, rows=8, seed=0):
     """{window blocks: allowed query-key pairs per token} of the document-causal sliding-window mask, counted
-    exactly with train_gpt.attention_pairs on `rows` rows of 49,152 tokens that start at document starts."""
+    exactly with model.attention_pairs on `rows` rows of 49,152 tokens that start at document starts."""
     import torch
 
-    import train_gpt
+    import model as arch
     from gptlab.shards import read_shard
 
     tokens = read_shard(train_path)
     starts = np.flatnonzero(np.asarray(tokens[: len(tokens) - ANCHOR_SEQ_LEN]) == EOT)
     pick = np.random.default_rng(seed).choice(starts, size=min(rows, len(starts)), replace=False)
     x = torch.from_numpy(np.stack([np.asarray(tokens[s:s + ANCHOR_SEQ_LEN], dtype=np.int64) for s in pick]))
-    return {b: int(train_gpt.attention_pairs(x, EOT, b)) / x.numel() for b in range(1, max_blocks + 1)}
+    return {b: int(arch.attention_pairs(x, EOT, b)) / x.numel() for b in range(1, max_blocks + 1)}
 
 
-def our_model(config):
-    """Our GPT as the run built it (from its config.json), on the meta device: shapes only, no memory."""
+def our_model(config, run_dir):
+    """(our GPT as the run built it, on the meta device: shapes only, no memory; its module): from the model.py
+    in the run's code backup (a run trained here: its source is trusted) and its config.json."""
     import torch
 
-    import train_gpt
+    from gptlab.train import model_source as ms
+    from gptlab.train.config import model_config_of
 
+    path = os.path.join(run_dir, "code", "model.py")
+    with open(path, "r", encoding="utf-8") as f:
+        code = f.read()
+    module = ms.module_for({"file": "model.py", "code": code, "sha256": ms.sha256_text(code)}, path)
     with torch.device("meta"):
-        return train_gpt.GPT(**train_gpt.model_config_of(argparse.Namespace(**config)))
+        return module.GPT(module.GPTConfig(**model_config_of(argparse.Namespace(**config), module.GPTConfig))), module
 
 
 def flops(model, tokens_per_step, windows, ppt):
-    """Our training_flops summed over steps whose (long, short) windows are `windows`."""
-    import train_gpt
-
+    """Our training_flops (the model's own count) summed over steps whose (long, short) windows are `windows`."""
+    model, module = model
     total = 0.0
     for long_b, short_b in windows:
         pairs = {"long": ppt[long_b] * tokens_per_step, "short": ppt[short_b] * tokens_per_step}
-        total += sum(train_gpt.training_flops(model, tokens_per_step, pairs))
+        total += sum(module.training_flops(model, tokens_per_step, pairs))
     return total
 
 
@@ -640,7 +645,7 @@ def main(argv=None):
         matched = run_ours("ours_step_matched", ours_flags + ["--batch_size", str(ANCHOR_SEQ_LEN)], paths, tokenizer,
                            exp_dir, ANCHOR_STEPS, args.steps, ANCHOR_SEQ_LEN, args.timeout)
 
-    model = our_model(ours["config"])
+    model = our_model(ours["config"], ours["run_dir"])
     max_blocks = max(ours["config"]["window_size"], ANCHOR_WINDOW_GROWTH + BLOCK) // BLOCK
     ppt = pairs_per_token(paths["ours_train"], max_blocks)
 
@@ -670,7 +675,7 @@ def main(argv=None):
               "ours_flags": ours_flags, "anchor": anchor_report, "ours": ours_report,
               "ours_step_matched": matched_report if matched else None, "ratio_tokens_per_s": ratio,
               "ratio_step_matched": matched_report["tokens_per_s"] / anchor_report["tokens_per_s"] if matched else None,
-              "flops_note": "one FLOP count for all sides: train_gpt.training_flops of our GPT (from our run's "
+              "flops_note": "one FLOP count for all sides: model.training_flops of our GPT (from our run's "
                             "config), with each side's attention window at each measured step and pairs per token "
                             "counted on rows of the benchmark data (average over the measured steps); the anchor's "
                             "own-architecture figure (no attention in layer 7) in mfu_own_architecture",

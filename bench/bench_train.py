@@ -12,9 +12,9 @@ ranks, and the Adam/Muon update, `--steps` times after `--warmup` untimed steps 
 between two device synchronisations. The model-alone figure times forward+backward of one fixed micro-batch
 (no loader, no sync, no update): what a benchmark without the rest would flatter a run with.
 
-FLOPs (train_gpt.training_flops, the count train_gpt.py's log uses too): 6 x tokens x multiplied parameters
+FLOPs (model.training_flops, the count train_gpt.py's log uses too): 6 x tokens x multiplied parameters
 (embeddings and value embeddings are look-ups and count 0), plus 12 x head_dim x heads per query-key pair that the
-step's document-causal sliding-window masks allow (train_gpt.attention_pairs counts them from the batches, so
+step's document-causal sliding-window masks allow (model.attention_pairs counts them from the batches, so
 masked-out work is not credited). Steps run with the end-of-training windows (the largest). MFU = FLOPs per
 second per GPU / the GPU's dense bf16 peak (--peak_tflops, else a known GPU's; CPU: n/a).
 """
@@ -62,7 +62,9 @@ def build_parser():
 
 def resolve(args, device, world_size):
     """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace)."""
+    import model as arch
     import train_gpt
+    from gptlab.train.config import resolve_config
 
     if device.type == "cuda":
         values = dict(train_gpt.build_parser().parse_args([]).__dict__)
@@ -83,7 +85,7 @@ def resolve(args, device, world_size):
         values["device_batch_size"] = train_gpt.int_or_auto(args.device_batch_size)
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
                   attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None)
-    return train_gpt.resolve_config(argparse.Namespace(**values), world_size, device)
+    return resolve_config(argparse.Namespace(**values), world_size, device, arch)
 
 
 def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
@@ -104,22 +106,22 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
 def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     import torch
 
+    import model as arch
     import train_gpt
     from gptlab.dataloader import BOSAlignedLoader, split_batch
+    from gptlab.train.comm import GradientSync
+    from gptlab.train.config import model_config_of
 
     device = ctx.device
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model = train_gpt.GPT(**train_gpt.model_config_of(cfg)).to(device)
+    model = arch.GPT(arch.GPTConfig(**model_config_of(cfg, arch.GPTConfig))).to(device)
     optimizers = train_gpt.build_optimizers(model, ctx.rank, ctx.world_size)
-    adam, muon = optimizers
-    grad_sync = train_gpt.GradientSync(model, [p for g in adam.param_groups for p in g["params"]], muon,
-                                       ctx.world_size)
+    grad_sync = GradientSync(model, optimizers, ctx.world_size)
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
-    train_gpt.use_compiled_flex_attention(use_flex and not compiled)
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
 
     def autocast():
@@ -155,7 +157,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     totals = all_reduce_sum(ctx, torch.stack(sums)).tolist()
     if not all(torch.isfinite(torch.tensor(loss)) for loss, _, _ in totals):
         raise RuntimeError("benchmark loss is not finite")
-    flops = [train_gpt.training_flops(model, cfg.batch_size, {"long": pl, "short": ps}) for _, pl, ps in totals]
+    flops = [arch.training_flops(model, cfg.batch_size, {"long": pl, "short": ps}) for _, pl, ps in totals]
     matmul_flops = sum(f[0] for f in flops) / steps
     attn_flops = sum(f[1] for f in flops) / steps
     per_gpu = ctx.world_size
@@ -164,9 +166,9 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     x_np, y_np = loader.next_batch()[0]
     x, y = torch.from_numpy(x_np).to(device), torch.from_numpy(y_np).to(device)
     windows = train_gpt.window_blocks(last, cfg.train_steps, cfg.window_size)
-    pairs = {name: int(train_gpt.attention_pairs(x, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
-    model_flops = sum(train_gpt.training_flops(model, x.numel(), pairs))
-    masks = train_gpt.build_attention_masks(x, eot, *windows, use_flex)
+    pairs = {name: int(arch.attention_pairs(x, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
+    model_flops = sum(arch.training_flops(model, x.numel(), pairs))
+    masks = model.attention_masks(x, eot, windows, use_flex)
     for i in range(warmup + steps):
         if i == warmup:
             sync()

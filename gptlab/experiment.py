@@ -4,7 +4,8 @@
     metrics.csv        one row per train step and per eval (METRICS_COLUMNS; empty cell = not measured)
     training_log.txt   human-readable log
     results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
-    code/              backup of every project source the run used + requirements.txt + tokenizer_train_script.py
+    code/              train_gpt.py and model.py whole, the rest as git commit + uncommitted.patch (a full copy
+                       outside git), tokenizer_train_script.py (gptlab/train/code_backup.py)
     checkpoints/       --save_model checkpoints (git-ignored)
     heartbeat.json     the training process (host, pid, its start time) and its last reported step, so a reader
                        on the same host knows at once whether a run without results.json is alive
@@ -18,7 +19,6 @@ import math
 import os
 import platform
 import random
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -300,36 +300,6 @@ def heartbeat_process(run_dir):
     return "alive", beat
 
 
-# ------------------------------------------------------------------------------------------------ code backup
-def project_source_files(repo_root):
-    """Relative paths of every project source a run uses: top-level *.py, gptlab/**/*.py and gptlab/**/*.c (the C
-    merge loop), requirements.txt."""
-    files = sorted(f for f in os.listdir(repo_root) if f.endswith(".py") and os.path.isfile(os.path.join(repo_root, f)))
-    for dirpath, dirnames, filenames in os.walk(os.path.join(repo_root, "gptlab")):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        files += sorted(os.path.relpath(os.path.join(dirpath, f), repo_root) for f in filenames
-                        if f.endswith((".py", ".c")))
-    if os.path.isfile(os.path.join(repo_root, "requirements.txt")):
-        files.append("requirements.txt")
-    return files
-
-
-def backup_code(repo_root, run_dir, tokenizer_script=""):
-    """Copy the project sources into run_dir/code/ (plus the tokenizer's training script) and return the list."""
-    code_dir = os.path.join(run_dir, CODE_DIR)
-    copied = []
-    for rel in project_source_files(repo_root):
-        dest = os.path.join(code_dir, rel)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copy2(os.path.join(repo_root, rel), dest)
-        copied.append(rel)
-    os.makedirs(code_dir, exist_ok=True)
-    atomic_write_text(os.path.join(code_dir, "tokenizer_train_script.py"),
-                      tokenizer_script or "# the tokenizer pickle carried no training script\n")
-    copied.append("tokenizer_train_script.py")
-    return copied
-
-
 # ------------------------------------------------------------------------------------------------ environment
 def git_commit(repo_root):
     """HEAD's commit (with '-dirty' when the tree has changes), or None outside a git checkout."""
@@ -455,8 +425,9 @@ def _tuplify(x):
 
 
 def save_checkpoint(path, *, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
-                    dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None):
-    """Write one training checkpoint atomically (never over an existing file).
+                    dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None,
+                    overwrite=False):
+    """Write one training checkpoint atomically (never over an existing file unless overwrite).
 
     The file is a `torch.save` of plain values only (tensors, numbers, strings, lists, dicts), so
     `load_checkpoint` can open it with `weights_only=True`:
@@ -476,7 +447,7 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
                "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
     payload["sha256"] = payload_sha256(payload)
     try:
-        with atomic_write(path, "wb") as f:
+        with atomic_write(path, "wb", overwrite=overwrite) as f:
             torch.save(payload, f)
     except (OSError, RuntimeError) as err:  # torch's zip writer turns a failed write (disk full) into RuntimeErrors
         failed_write = err if isinstance(err, OSError) else err.__context__

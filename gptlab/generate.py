@@ -1,7 +1,7 @@
-"""Text from a model: sampling (temperature, top-k, top-p), a generation loop that streams tokens, and a KV cache
-for train_gpt's GPT that keeps, per layer, only the keys and values its sliding window and document can still see.
+"""Text from a model: sampling (temperature, top-k, top-p) and a generation loop that streams tokens. The KV cache
+is the model's own (model.py's KVCache, from the checkpoint's source):
 
-    cache = KVCache(model, windows, eot, train_gpt.document_window_mask_mod)
+    cache = module.KVCache(model, eot)
     for token in generate(cached_next_logits(cache), prompt_tokens, 200, generator=gen): ...
 
 The uncached path (uncached_next_logits) runs a full forward over every token so far for each new one; both feed
@@ -61,7 +61,7 @@ def generate(next_logits, prompt_tokens, max_tokens, *, temperature=1.0, top_k=N
 
 def uncached_next_logits(logits_fn, device="cpu"):
     """next_logits for generate(): a full forward pass over all the tokens so far, for every new token.
-    logits_fn: LongTensor (1, T) → logits (1, T, V) (train_gpt.make_logits_fn / checkpoint_logits_fn)."""
+    logits_fn: LongTensor (1, T) → logits (1, T, V) (e.g. gptlab.train.model_source.checkpoint_logits_fn's)."""
     import torch
 
     tokens = []
@@ -73,8 +73,8 @@ def uncached_next_logits(logits_fn, device="cpu"):
 
 
 def cached_next_logits(cache, device="cpu", n_vocab=None):
-    """next_logits for generate(): only the new tokens go through the cache's model (a KVCache); the logits are
-    cut to the first n_vocab (the tokenizer's ids)."""
+    """next_logits for generate(): only the new tokens go through the cache's model (model.py's KVCache: its
+    forward(tokens) returns their logits); the logits are cut to the first n_vocab (the tokenizer's ids)."""
     import torch
 
     def next_logits(new_tokens):
@@ -97,88 +97,6 @@ class TextStream:
 
     def flush(self):
         return self.decoder.decode(b"", final=True)
-
-
-class KVCache:
-    """Keys and values of the tokens fed so far to train_gpt's GPT, one entry per layer (GPT.forward(idx, None,
-    cache=cache) passes cache.layer(i) to block i's attention, which calls extend()).
-
-    windows: the model's (long, short) window in 128-token blocks (train_gpt.checkpoint_windows); eot: the id that
-    starts a new document; mask_mod_for: train_gpt.document_window_mask_mod, so the cache's masks follow the very
-    rule training used (causal, same document, within the window's blocks). After each forward every layer drops
-    the keys no later token can see: those before its window's first block and those of finished documents, so
-    the keys and values stay within the window however long the generation runs (the document index of every
-    position, 8 bytes a token, is kept whole: the mask rule reads it by position)."""
-
-    def __init__(self, model, windows, eot, mask_mod_for, block_size=128):
-        import torch
-
-        self.model, self.eot, self.block_size = model, eot, block_size
-        blocks = dict(zip(("long", "short"), windows))
-        self.layers = [_LayerCache(self, torch.tensor(blocks[kind])) for kind in model.layer_window]
-        self.mask_mod_for = mask_mod_for
-        self.docs = None  # (B, positions so far): document index of every position (attention masks read it)
-        self.start = 0  # position of the first token of the forward in progress
-        self.end = 0  # one past its last token
-
-    def layer(self, i):
-        return self.layers[i]
-
-    def forward(self, tokens):
-        """tokens (B, T): the next tokens → the model's logits (B, T, padded vocab) at their positions."""
-        import torch
-
-        last_doc = self.docs[:, -1:] if self.docs is not None else tokens.new_zeros(tokens.size(0), 1)
-        new_docs = last_doc + (tokens == self.eot).cumsum(dim=1)
-        self.docs = new_docs if self.docs is None else torch.cat([self.docs, new_docs], dim=1)
-        self.end = self.start + tokens.size(1)
-        logits = self.model(tokens, None, cache=self)
-        self.start = self.end
-        # the first position of the last document of each row (a document starts at its <|endoftext|>)
-        positions = torch.arange(self.end, device=tokens.device)
-        doc_start = int(torch.where(self.docs == self.docs[:, -1:], positions, self.end).amin())
-        for layer in self.layers:
-            layer.drop_before(max(doc_start, (self.end // self.block_size - int(layer.window_blocks) + 1)
-                                  * self.block_size))
-        return logits
-
-
-class _LayerCache:
-    """One layer's keys and values of positions first, ..., the last one fed; held as (B, H, n, D), the layout
-    attention reads (SDPA on CPU is many times slower on the transposed one)."""
-
-    def __init__(self, cache, window_blocks):
-        self.cache, self.window_blocks = cache, window_blocks
-        self.k = self.v = None
-        self.first = 0
-
-    @property
-    def start(self):  # the position of the first new token (rotary embeddings)
-        return self.cache.start
-
-    def extend(self, k, v):
-        """Append the new tokens' k, v (B, T, H, D) → (all keys, all values as (B, n, H, D) views, their bool mask
-        (B, 1, T, n))."""
-        import torch
-
-        k, v = k.transpose(1, 2), v.transpose(1, 2)
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        cache, device = self.cache, k.device
-        q_idx = torch.arange(cache.start, cache.end, device=device).view(1, 1, -1, 1)
-        kv_idx = torch.arange(self.first, cache.end, device=device).view(1, 1, 1, -1)
-        b = torch.arange(k.size(0), device=device).view(-1, 1, 1, 1)
-        mask = cache.mask_mod_for(cache.docs, self.window_blocks)(b, None, q_idx, kv_idx)
-        return self.k.transpose(1, 2), self.v.transpose(1, 2), mask
-
-    @property
-    def size(self):
-        return 0 if self.k is None else self.k.size(2)
-
-    def drop_before(self, position):
-        if self.k is not None and position > self.first:
-            self.k, self.v = self.k[:, :, position - self.first:], self.v[:, :, position - self.first:]
-            self.first = position
 
 
 def sample_continuations(logits_fn, encoding, n_tokens, seed, device, prompts=DEFAULT_PROMPTS, temperature=0.8,

@@ -26,6 +26,7 @@ from gptlab import experiment as exp
 from gptlab.distributed import broadcast_object
 from gptlab.errors import UserError
 from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.train import code_backup
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -244,7 +245,8 @@ class Run:
                       "evaluations"}
         if ctx.is_main:
             exp.write_config(self.dir, self.config)
-            exp.backup_code(self.repo_root, self.dir, tok.train_script)
+            backup = code_backup.backup_code(self.repo_root, self.dir, tok.train_script, research_texts={
+                "model.py": self.model_source["code"]} if self.model_source else None)
             log = self._log_file
             log(f"command: {self.config['command']}")
             for warning in self.warnings:
@@ -253,6 +255,7 @@ class Run:
                 self.log(f"resuming {cfg.resume} at step {self.start_step} with its settings: " + ", ".join(
                     f"--{k} {getattr(cfg, k)}" for k in cfg.from_checkpoint))
             log(f"run folder: {self.dir}")
+            log(code_backup.describe_backup(backup))
             log("config: " + json.dumps(self.config, indent=2, default=str))
             log(f"versions: {json.dumps(versions)}")
             log(f"hardware: cpu {hw['cpu_model']} x{hw['cpu_count']}; gpu {hw['gpu_name']} x{hw['gpu_count']}")

@@ -94,13 +94,19 @@ def test_results_and_config_are_written_once(tmp_path):
         exp.write_results(str(tmp_path / "other"), {"status": "running"})
 
 
-def test_code_backup_copies_project_sources_and_the_tokenizer_script(tmp_path):
+def test_code_backup_keeps_every_project_source_and_the_tokenizer_script(tmp_path):
+    """This checkout backed up (research files whole, the rest as commit + patch, or whole outside git) and
+    rebuilt: every project source comes back as it is in the worktree now."""
+    from gptlab.train import code_backup
+
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    copied = exp.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
-    for rel in ("train_gpt.py", "gptlab/experiment.py", "gptlab/dataloader.py", "gptlab/bpe/merge_loop.c",
-                "requirements.txt", "tokenizer_train_script.py"):
-        assert rel in copied and os.path.isfile(tmp_path / exp.CODE_DIR / rel)
-    assert not any("__pycache__" in rel or rel.startswith("tests") for rel in copied)
+    code_backup.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
+    rebuilt = code_backup.rebuild_sources(str(tmp_path))
+    for rel in ("train_gpt.py", "model.py", "gptlab/experiment.py", "gptlab/dataloader.py", "gptlab/bpe/merge_loop.c",
+                "requirements.txt"):
+        with open(os.path.join(repo, rel), "rb") as f:
+            assert rebuilt[rel] == f.read(), rel
+    assert not any("__pycache__" in rel or rel.startswith("tests") for rel in rebuilt)
     assert (tmp_path / exp.CODE_DIR / "tokenizer_train_script.py").read_text() == "print('tokenizer trainer')\n"
 
 

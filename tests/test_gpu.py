@@ -17,6 +17,7 @@ import torch
 from conftest import FINEWEB_150, REPO, SHARED_DATA, TINY_SHAKESPEARE, run_script
 
 sys.path.insert(0, REPO)
+import model as arch  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
               pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs the shared data (GPTLAB_SHARED_DATA)")]
@@ -42,12 +43,10 @@ def test_torch_engine_on_cuda_gives_the_cpu_merges():
 
 
 def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
-    import train_gpt
-
     torch.manual_seed(0)
     device = torch.device("cuda")
-    model = train_gpt.GPT(vocab_size=1000, num_layers=4, num_heads=4, head_dim=32, model_dim=128,
-                          max_seq_len=512).to(device)
+    model = arch.GPT(arch.GPTConfig(vocab_size=1000, num_layers=4, num_heads=4, head_dim=32, model_dim=128,
+                          max_seq_len=512)).to(device)
     with torch.no_grad():  # zero-initialised projections would make every layer's attention output 0
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
@@ -57,16 +56,12 @@ def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
     idx[1, [0, 257]] = eot
     targets = torch.randint(0, eot, (2, 512), device=device)
     results = []
-    train_gpt.use_compiled_flex_attention(True)
-    try:
-        for use_flex in (True, False):
-            model.zero_grad(set_to_none=True)
-            masks = train_gpt.build_attention_masks(idx, eot, 3, 1, use_flex)
-            loss = model(idx, masks, targets)
-            loss.backward()
-            results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
-    finally:
-        train_gpt.use_compiled_flex_attention(False)
+    for use_flex in (True, False):  # eager on CUDA: attend() runs FlexAttention through its own compiled kernel
+        model.zero_grad(set_to_none=True)
+        masks = arch.build_attention_masks(idx, eot, 3, 1, use_flex)
+        loss = model(idx, masks, targets)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
     (flex_loss, flex_grads), (dense_loss, dense_grads) = results
     assert torch.allclose(flex_loss, dense_loss, rtol=1e-4)
     for a, b in zip(flex_grads, dense_grads):
@@ -100,3 +95,23 @@ def test_train_gpt_gpu_recipe_trains(tmp_path):
     assert len(val) == 3 and val[-1] < val[0] - 0.5
     with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
         assert "nvidia-smi" in f.read()
+
+
+def test_torch_adam_steps_without_a_host_sync():
+    """build_optimizers' Adam on CUDA (fused: step counts on the GPU) never makes the host wait for the GPU: the
+    reason a hand-written Adam was once kept."""
+    import train_gpt
+
+    model = arch.GPT(arch.GPTConfig(vocab_size=1000, num_layers=2, num_heads=2, model_dim=64)).cuda()
+    adam, _ = train_gpt.build_optimizers(model)
+    assert all(g["fused"] for g in adam.param_groups)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    adam.step()  # the first step creates the state
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            adam.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)

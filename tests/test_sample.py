@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from conftest import FINEWEB_150, REPO, SHARED_DATA, run_script
-from gptlab.generate import (KVCache, TextStream, cached_next_logits, generate, next_token_probs, sample_next,
+from gptlab.generate import (TextStream, cached_next_logits, generate, next_token_probs, sample_next,
                              uncached_next_logits)
 
 sys.path.insert(0, REPO)
-import train_gpt  # noqa: E402
+import model as arch  # noqa: E402
+from gptlab.train import model_source  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -76,16 +77,16 @@ def test_text_stream_holds_back_a_character_split_between_tokens():
 
 def test_kv_cache_gives_the_full_forward_logits_and_keeps_only_what_attention_can_see(checkpoint):
     ckpt_path, _ = checkpoint
-    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
-    model, _ = train_gpt.load_model(ckpt_path)
-    windows = train_gpt.checkpoint_windows(ckpt)
+    logits_fn, enc, ckpt = model_source.checkpoint_logits_fn(ckpt_path)
+    model, _, _ = model_source.load_model(ckpt_path)
+    windows = model.final_windows()
     assert windows == (2, 1)
     eot = enc.eot_token
     tokens = document_tokens(enc, 4, 180)[:690]  # documents start at 0, 181, 362, 543
     tokens[600] = eot  # a one-token document at 600
     tokens[601] = eot  # and the last one from 601 to 689
     full = logits_fn(torch.tensor([tokens]))[0]
-    cache = KVCache(model, windows, eot, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
+    cache = arch.KVCache(model, eot)
     # a long prompt, single tokens across the 128 boundaries and documents, a chunk across a boundary (250..299)
     chunks, start = [], 0
     for size in [200] + [1] * 50 + [50] + [1] * 390:
@@ -105,14 +106,13 @@ def test_kv_cache_gives_the_full_forward_logits_and_keeps_only_what_attention_ca
 
 def test_cached_and_uncached_generation_give_the_same_tokens(checkpoint):
     ckpt_path, _ = checkpoint
-    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
-    model, _ = train_gpt.load_model(ckpt_path)
-    windows = train_gpt.checkpoint_windows(ckpt)
+    logits_fn, enc, ckpt = model_source.checkpoint_logits_fn(ckpt_path)
+    model, _, _ = model_source.load_model(ckpt_path)
     prompt = document_tokens(enc, 2, 100)  # 202 tokens: past the short window (128) and across a document
     runs = {}
     for name in ("cached", "uncached"):
         if name == "cached":
-            cache = KVCache(model, windows, enc.eot_token, train_gpt.document_window_mask_mod, train_gpt.BLOCK_SIZE)
+            cache = arch.KVCache(model, enc.eot_token)
             next_logits = cached_next_logits(cache, n_vocab=enc.n_vocab)
         else:
             next_logits = uncached_next_logits(logits_fn)

@@ -19,9 +19,12 @@ from gptlab import experiment as exp
 from gptlab.dataloader import check_shards_match_tokenizer, default_shard_folder
 from gptlab.errors import UserError
 from gptlab.shards import read_shard, write_shard
+from gptlab.train.config import resolve_config
 
 sys.path.insert(0, REPO)
+import model as arch  # noqa: E402
 import train_gpt  # noqa: E402
+from gptlab.train import model_source  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -99,8 +102,8 @@ def test_flex_block_mask_and_dense_mask_agree_and_give_the_same_model_output():
     idx[1, [0, 250]] = eot
     docs = (idx == eot).cumsum(1)
     for window in (1, 2, 3):
-        mask_mod = train_gpt.document_window_mask_mod(docs, torch.tensor(window))
-        dense = train_gpt.dense_mask(mask_mod, B, T, "cpu")  # (B, 1, T, T)
+        mask_mod = arch.document_window_mask_mod(docs, torch.tensor(window))
+        dense = arch.dense_mask(mask_mod, B, T, "cpu")  # (B, 1, T, T)
         # the same rule written out by hand: causal, same document, within `window` blocks
         q = torch.arange(T).view(T, 1)
         k = torch.arange(T).view(1, T)
@@ -109,13 +112,13 @@ def test_flex_block_mask_and_dense_mask_agree_and_give_the_same_model_output():
         block_mask = create_block_mask(mask_mod, B, None, T, T, device="cpu")
         blocks_touched = dense.view(B, 1, T // 128, 128, T // 128, 128).any(dim=(3, 5))
         assert torch.equal(block_mask.to_dense().bool(), blocks_touched)
-    model = train_gpt.GPT(vocab_size=50, num_layers=3, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
-                          max_seq_len=T).eval()
+    model = arch.GPT(arch.GPTConfig(vocab_size=50, num_layers=3, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=T)).eval()
     with torch.no_grad():
         for p in model.parameters():  # non-zero output projections, so attention matters for the logits
             p.add_(torch.randn_like(p) * 0.05)
-        flex = model(idx, train_gpt.build_attention_masks(idx, eot, 2, 1, use_flex=True))
-        dense = model(idx, train_gpt.build_attention_masks(idx, eot, 2, 1, use_flex=False))
+        flex = model(idx, arch.build_attention_masks(idx, eot, 2, 1, use_flex=True))
+        dense = model(idx, arch.build_attention_masks(idx, eot, 2, 1, use_flex=False))
     assert flex.shape == (B, T, 128)  # vocab 50 padded to 128
     assert torch.allclose(flex, dense, atol=1e-5, rtol=1e-5)
 
@@ -129,8 +132,8 @@ def test_attention_pairs_counts_exactly_what_the_mask_allows():
     idx[1, [200]] = eot  # row 1 starts mid-document (no <|endoftext|> at 0); row 2 has none at all
     docs = (idx == eot).cumsum(1)
     for window in (1, 2, 3, 4, 9):
-        dense = train_gpt.dense_mask(train_gpt.document_window_mask_mod(docs, torch.tensor(window)), B, T, "cpu")
-        pairs = train_gpt.attention_pairs(idx, eot, window)
+        dense = arch.dense_mask(arch.document_window_mask_mod(docs, torch.tensor(window)), B, T, "cpu")
+        pairs = arch.attention_pairs(idx, eot, window)
         assert pairs.dtype == torch.int64 and int(pairs) == int(dense.sum())
 
 
@@ -138,14 +141,14 @@ def test_attention_runs_in_the_matmul_dtype_under_autocast(monkeypatch):
     """CUDA autocast runs rms_norm in float32 and FlexAttention is not autocast: q, k, v must still reach attention
     in bfloat16. Emulated on CPU by a norm that returns float32, as CUDA autocast's does."""
     seen = []
-    real_attend, real_norm = train_gpt.attend, train_gpt.norm
-    monkeypatch.setattr(train_gpt, "norm", lambda x: real_norm(x.float()))
-    monkeypatch.setattr(train_gpt, "attend", lambda q, k, v, m: seen.append((q.dtype, k.dtype, v.dtype))
+    real_attend, real_norm = arch.attend, arch.norm
+    monkeypatch.setattr(arch, "norm", lambda x: real_norm(x.float()))
+    monkeypatch.setattr(arch, "attend", lambda q, k, v, m: seen.append((q.dtype, k.dtype, v.dtype))
                         or real_attend(q, k, v, m))
-    model = train_gpt.GPT(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128))
     idx = torch.randint(0, 40, (1, 128))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        model(idx, train_gpt.build_attention_masks(idx, 3, 1, 1, False), idx)
+        model(idx, arch.build_attention_masks(idx, 3, 1, 1, False), idx)
     assert seen and all(dtypes == (torch.bfloat16,) * 3 for dtypes in seen)
 
 
@@ -153,7 +156,7 @@ def test_document_mask_isolates_documents():
     """A token's logits depend on earlier tokens of its own document only."""
     torch.manual_seed(0)
     eot = 3
-    model = train_gpt.GPT(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128).eval()
+    model = arch.GPT(arch.GPTConfig(vocab_size=40, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -162,22 +165,22 @@ def test_document_mask_isolates_documents():
         a[0, 64] = eot  # second document starts at 64
         b = a.clone()
         b[0, 1:64] = torch.randint(4, 40, (63,))  # change only the first document
-        la = model(a, train_gpt.build_attention_masks(a, eot, 1, 1, False))
-        lb = model(b, train_gpt.build_attention_masks(b, eot, 1, 1, False))
+        la = model(a, arch.build_attention_masks(a, eot, 1, 1, False))
+        lb = model(b, arch.build_attention_masks(b, eot, 1, 1, False))
     assert torch.allclose(la[0, 64:], lb[0, 64:], atol=1e-6)
     assert not torch.allclose(la[0, 1:64], lb[0, 1:64])
 
 
 @pytest.mark.parametrize("num_layers,num_val_emb", [(1, 1), (2, 2), (3, 2), (5, 3), (4, 0)])
 def test_value_embeddings_and_unet_work_for_any_depth(num_layers, num_val_emb):
-    model = train_gpt.GPT(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
-                          num_val_emb=num_val_emb, max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
+                          num_val_emb=num_val_emb, max_seq_len=128))
     assert len(model.value_embeds) == num_val_emb
     used = {i for i in model.ve_index if i is not None}
     assert used == set(range(num_val_emb))
     assert model.ve_index[0] == (0 if num_val_emb else None)
     idx = torch.randint(0, 100, (2, 128))
-    loss = model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False), idx)
+    loss = model(idx, arch.build_attention_masks(idx, 99, 1, 1, False), idx)
     loss.backward()
     assert math.isclose(loss.item() / idx.numel(), math.log(128), rel_tol=1e-4)  # zero head → uniform logits
     opts = train_gpt.build_optimizers(model)
@@ -186,7 +189,7 @@ def test_value_embeddings_and_unet_work_for_any_depth(num_layers, num_val_emb):
 
 def test_long_and_short_window_layers_follow_modded_nanogpt():
     def long_layers(n):
-        model = train_gpt.GPT(vocab_size=10, num_layers=n, num_heads=1, head_dim=4, model_dim=4, num_val_emb=0)
+        model = arch.GPT(arch.GPTConfig(vocab_size=10, num_layers=n, num_heads=1, head_dim=4, model_dim=4, num_val_emb=0))
         return [i for i, w in enumerate(model.layer_window) if w == "long"]
     assert long_layers(12) == [0, 4, 7, 11]  # record #26: L S S S L S | S L S S S L
     assert long_layers(4) == [0, 3] and long_layers(1) == [0]
@@ -196,13 +199,13 @@ def test_logit_soft_cap_is_30_sigmoid_of_z_over_7_5_sqrt_d():
     """modded-nanogpt's soft-cap: logits = 30 * sigmoid(z / (7.5 * sqrt(model_dim))) of the head's raw output z,
     so every logit lies in (0, 30) however large z grows."""
     torch.manual_seed(0)
-    model = train_gpt.GPT(vocab_size=100, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=2, num_heads=2, head_dim=8, model_dim=16, max_seq_len=128))
     with torch.no_grad():
         model.lm_head.weight.normal_(0, 40.0)  # raw logits in the hundreds: far into the cap
     raw = []
     model.lm_head.register_forward_hook(lambda mod, args, out: raw.append(out.detach().float()))
     idx = torch.randint(0, 100, (1, 128))
-    logits = model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False)).detach()
+    logits = model(idx, arch.build_attention_masks(idx, 99, 1, 1, False)).detach()
     z = raw[0]
     assert z.abs().max() > 300
     expected = 30 / (1 + torch.exp(-z / (7.5 * math.sqrt(16))))
@@ -214,7 +217,7 @@ def test_rotary_turns_half_the_head_dims_by_position():
     """Half-truncated RoPE (modded-nanogpt): head dim 8 = halves x1 = x[:4], x2 = x[4:]; pair i = (x1[i], x2[i])
     turns by angle t * f_i with f = (1, 1/1024, 0, 0): y1 = x1 cos + x2 sin, y2 = x2 cos - x1 sin. Pairs 2 and 3
     (dims 2, 3, 6, 7) never turn."""
-    rotary = train_gpt.Rotary(head_dim=8, max_seq_len=128)
+    rotary = arch.Rotary(head_dim=8, max_seq_len=128)
     torch.manual_seed(0)
     x = torch.randn(1, 128, 3, 8)
     y = rotary(x)
@@ -236,11 +239,11 @@ def test_qk_norm_makes_attention_blind_to_the_scale_of_q_and_k():
     """q and k are RMS-normalised per head before the dot product (QK-norm), so scaling their weights changes
     nothing, while scaling v scales the output."""
     torch.manual_seed(0)
-    attn = train_gpt.CausalSelfAttention(dim=16, num_heads=2, head_dim=8, max_seq_len=128)
+    attn = arch.CausalSelfAttention(dim=16, num_heads=2, head_dim=8, max_seq_len=128)
     with torch.no_grad():
         attn.c_proj.weight.normal_(0, 0.3)  # zero-initialised: make the output visible
     x = torch.randn(2, 128, 16)
-    mask = train_gpt.build_attention_masks(torch.zeros(2, 128, dtype=torch.long), 1, 1, 1, False)["long"]
+    mask = arch.build_attention_masks(torch.zeros(2, 128, dtype=torch.long), 1, 1, 1, False)["long"]
     with torch.no_grad():
         before = attn(x, None, mask)
         attn.qkv_w[0] *= 7.0
@@ -259,8 +262,8 @@ def test_unet_skips_and_x0_mixing_feed_each_block_what_the_design_says(num_layer
     reverse order (an odd middle block gets none). x0 mixing: each block starts from l0 * x + l1 * x0, x0 being
     the normalised embedding; with zero-initialised output projections a block returns exactly that."""
     torch.manual_seed(0)
-    model = train_gpt.GPT(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
-                          num_val_emb=1, max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=num_layers, num_heads=2, head_dim=8, model_dim=16,
+                          num_val_emb=1, max_seq_len=128))
     lambdas = [(0.5 + 0.1 * i, 2.0 - 0.3 * i) for i in range(num_layers)]
     with torch.no_grad():
         model.skip_weights.copy_(torch.tensor([0.3, -0.7]))
@@ -272,7 +275,7 @@ def test_unet_skips_and_x0_mixing_feed_each_block_what_the_design_says(num_layer
         block.register_forward_hook(lambda mod, args, out: outputs.append(out))
     idx = torch.randint(0, 100, (1, 128))
     with torch.no_grad():
-        model(idx, train_gpt.build_attention_masks(idx, 99, 1, 1, False))
+        model(idx, arch.build_attention_masks(idx, 99, 1, 1, False))
     x0 = F.rms_norm(model.embed(idx), (16,)).detach()
     for i in range(num_layers):
         assert torch.allclose(x0s[i], x0)
@@ -358,7 +361,8 @@ def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
 
     ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
     byte_lengths = token_byte_lengths(enc, 640)
-    loss_fn = train_gpt.make_loss_fn(model_fwd, enc.eot_token, (1, 1), False, contextlib.nullcontext)
+    dense = arch.GPT(arch.GPTConfig(vocab_size=640, num_layers=1, num_heads=1, model_dim=4, num_val_emb=0))  # masks only
+    loss_fn = train_gpt.make_loss_fn(dense, model_fwd, enc.eot_token, (1, 1), False, contextlib.nullcontext)
     loss, bpb = evaluate_val(loss_fn, val_set, 4, byte_lengths, ctx)
     assert grad_enabled == [False, False]  # 6 rows in batches of 4
     all_targets = torch.cat([t.reshape(-1) for t in targets])
@@ -437,19 +441,23 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
         assert needle in log, needle
 
     code = os.path.join(run_dir, exp.CODE_DIR)
-    for rel in ("train_gpt.py", "gptlab/dataloader.py", "gptlab/experiment.py", "requirements.txt",
-                "tokenizer_train_script.py"):
-        assert os.path.isfile(os.path.join(code, rel)), rel
+    from gptlab.train.code_backup import rebuild_sources
+
+    rebuilt = rebuild_sources(run_dir)  # research files whole; the rest from the commit + uncommitted.patch
+    for rel in ("train_gpt.py", "model.py", "gptlab/dataloader.py", "gptlab/experiment.py", "requirements.txt"):
+        with open(os.path.join(REPO, rel), "rb") as f:
+            assert rebuilt[rel] == f.read(), rel
+    assert os.path.isfile(os.path.join(code, "model.py")) and os.path.isfile(os.path.join(code, "train_gpt.py"))
     with open(os.path.join(code, "tokenizer_train_script.py")) as f:
         assert "def train_tiny_bpe" in f.read()
 
     ckpt_path = os.path.join(run_dir, exp.CHECKPOINT_DIR, "step_000040.pt")
-    model, ckpt = train_gpt.load_model(ckpt_path)
+    model, _, ckpt = model_source.load_model(ckpt_path)
     assert ckpt["step"] == 40 and ckpt["tokenizer"]["ranks_sha256"] == config["tokenizer_ranks_sha256"]
     assert not any(k.startswith("_orig_mod.") for k in ckpt["model"])
     assert len(ckpt["optimizers"]) == 2 and ckpt["dataloader"]["pos"] > 0
     # the final HellaSwag figures are those of these final weights, scored one ending at a time
-    logits_fn, enc, _ = train_gpt.checkpoint_logits_fn(ckpt_path)
+    logits_fn, enc, _ = model_source.checkpoint_logits_fn(ckpt_path)
     acc, acc_norm = reference_hellaswag(logits_fn, enc, 8)
     assert (results["hellaswag"]["acc"], results["hellaswag"]["acc_norm"]) == (acc, acc_norm)
     assert "error" not in proc.stderr.lower()
@@ -610,7 +618,7 @@ def test_a_checkpoint_scores_on_hellaswag_through_checkpoint_logits_fn(tiny, tmp
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0, save_model=True),
                check=True)
     ckpt_path = os.path.join(only_run_dir(tmp_path), exp.CHECKPOINT_DIR, "step_000003.pt")
-    logits_fn, enc, ckpt = train_gpt.checkpoint_logits_fn(ckpt_path)
+    logits_fn, enc, ckpt = model_source.checkpoint_logits_fn(ckpt_path)
     assert enc.n_vocab == tiny["n_vocab"] and ckpt["step"] == 3
     tokens = torch.tensor([enc.encode_ordinary("The quick brown fox jumps over the lazy dog. " * 6)])
     logits = logits_fn(tokens)
@@ -786,7 +794,7 @@ def test_device_flags_are_checked_before_any_gpu_is_touched():
 def test_more_ranks_than_data(tiny):
     args = train_gpt.build_parser().parse_args(tiny_args(tiny, "/tmp/unused", batch_size=128, device_batch_size=128))
     with pytest.raises(UserError, match="fewer than one row of 128 per rank for 2 ranks"):
-        train_gpt.resolve_config(args, world_size=2, device=torch.device("cpu"))
+        resolve_config(args, world_size=2, device=torch.device("cpu"), model_module=arch)
     from gptlab.dataloader import ValidationSet
     with pytest.raises(UserError, match="every rank needs at least one"):
         ValidationSet(glob.glob(tiny["val"]), 128, n_rows=2, rank=0, world_size=4)
@@ -855,21 +863,21 @@ def test_resume_with_a_different_architecture_is_refused(tiny, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ benchmark
 def test_flop_count_is_honest_about_the_mask():
-    """train_gpt.training_flops (the log's MFU and bench_train.py's): matmuls, plus attention for allowed pairs only."""
-    model = train_gpt.GPT(vocab_size=256, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
-                          max_seq_len=256)
+    """arch.training_flops (the log's MFU and bench_train.py's): matmuls, plus attention for allowed pairs only."""
+    model = arch.GPT(arch.GPTConfig(vocab_size=256, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=256))
     assert model.layer_window == ["long", "short", "short", "long"]
     idx = torch.randint(0, 255, (1, 256))
     idx[0, 0] = 255
-    pairs = {"long": train_gpt.attention_pairs(idx, 255, 2), "short": train_gpt.attention_pairs(idx, 255, 1)}
-    matmul, attn = train_gpt.training_flops(model, 256, pairs)
+    pairs = {"long": arch.attention_pairs(idx, 255, 2), "short": arch.attention_pairs(idx, 255, 1)}
+    matmul, attn = arch.training_flops(model, 256, pairs)
     n_matmul = 4 * (3 * 32 * 32 + 32 * 32 + 2 * 32 * 128) + 32 * 256  # qkv, proj, MLP per layer; lm_head
     assert matmul == 6 * 256 * n_matmul
     causal, first_block_only = 256 * 257 // 2, 2 * 128 * 129 // 2  # the short window: each query's own block
     assert attn == 3 * 4 * 16 * 2 * (2 * causal + 2 * first_block_only)
     idx[0, 128] = 255  # two documents of 128: the second one's queries lose the first one's keys
-    pairs = {"long": train_gpt.attention_pairs(idx, 255, 2), "short": train_gpt.attention_pairs(idx, 255, 1)}
-    assert train_gpt.training_flops(model, 256, pairs)[1] == 3 * 4 * 16 * 2 * 4 * first_block_only
+    pairs = {"long": arch.attention_pairs(idx, 255, 2), "short": arch.attention_pairs(idx, 255, 1)}
+    assert arch.training_flops(model, 256, pairs)[1] == 3 * 4 * 16 * 2 * 4 * first_block_only
 
 
 def test_bench_runs_on_cpu(tmp_path):

@@ -14,6 +14,7 @@ import torch
 from conftest import REPO, SHARED_DATA, free_port, run_script
 
 sys.path.insert(0, REPO)
+import model as arch  # noqa: E402
 import train_gpt  # noqa: E402
 
 
@@ -53,8 +54,8 @@ def test_quiet_steps_read_nothing_back_and_issue_a_stated_number_of_collectives(
 
 def test_bf16_autocast_keeps_the_residual_stream_in_bf16_and_the_loss_in_fp32():
     torch.manual_seed(0)
-    model = train_gpt.GPT(vocab_size=100, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
-                          max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=4, num_heads=2, head_dim=16, model_dim=32, num_val_emb=1,
+                          max_seq_len=128))
     with torch.no_grad():  # the zero-initialised projections would hide a dtype that only shows in values
         for p in model.parameters():
             p.normal_(0, 0.1)
@@ -62,7 +63,7 @@ def test_bf16_autocast_keeps_the_residual_stream_in_bf16_and_the_loss_in_fp32():
     for block in model.blocks:
         block.register_forward_hook(lambda mod, args, out: seen.append((args[0].dtype, args[1].dtype, out.dtype)))
     idx = torch.randint(0, 99, (2, 128))
-    masks = train_gpt.build_attention_masks(idx, 99, 1, 1, use_flex=False)
+    masks = arch.build_attention_masks(idx, 99, 1, 1, use_flex=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(idx, masks, idx)
         logits = model(idx, masks)
@@ -75,8 +76,8 @@ def test_bf16_autocast_keeps_the_residual_stream_in_bf16_and_the_loss_in_fp32():
 
 def test_the_chunked_eager_loss_equals_the_plain_cross_entropy_in_value_and_gradient(monkeypatch):
     torch.manual_seed(0)
-    model = train_gpt.GPT(vocab_size=300, num_layers=2, num_heads=2, head_dim=8, model_dim=16, num_val_emb=0,
-                          max_seq_len=128)
+    model = arch.GPT(arch.GPTConfig(vocab_size=300, num_layers=2, num_heads=2, head_dim=8, model_dim=16, num_val_emb=0,
+                          max_seq_len=128))
     with torch.no_grad():
         model.lm_head.weight.normal_(0, 0.5)
     x = torch.randn(2, 128, 16, requires_grad=True)
@@ -84,7 +85,7 @@ def test_the_chunked_eager_loss_equals_the_plain_cross_entropy_in_value_and_grad
     # reference: one F.cross_entropy over every row's soft-capped logits
     reference = torch.nn.functional.cross_entropy(model.logits(x).flatten(0, 1), targets.flatten(), reduction="sum")
     (grad_reference,) = torch.autograd.grad(reference, x)
-    monkeypatch.setattr(train_gpt, "LOSS_CHUNK_ELEMENTS", 40 * 384)  # 40 rows of the padded vocab per chunk: 7 chunks
+    monkeypatch.setattr(arch, "LOSS_CHUNK_ELEMENTS", 40 * 384)  # 40 rows of the padded vocab per chunk: 7 chunks
     chunked = model.cross_entropy_sum(x, targets)
     (grad_chunked,) = torch.autograd.grad(chunked, x)
     assert torch.allclose(chunked, reference, rtol=1e-6) and torch.allclose(grad_chunked, grad_reference, atol=1e-6)
@@ -97,14 +98,14 @@ def test_the_eager_loss_peak_memory_does_not_scale_with_the_logits():
     script = textwrap.dedent("""
         import resource, sys, torch
         sys.path.insert(0, %r)
-        import train_gpt
-        train_gpt.LOSS_CHUNK_ELEMENTS = 2 ** 22  # 16 MiB of fp32 logits per chunk
+        import model as arch
+        arch.LOSS_CHUNK_ELEMENTS = 2 ** 22  # 16 MiB of fp32 logits per chunk
         torch.manual_seed(0)
-        model = train_gpt.GPT(vocab_size=8192, num_layers=1, num_heads=1, head_dim=16, model_dim=16, num_val_emb=0,
-                              max_seq_len=1024)
+        model = arch.GPT(arch.GPTConfig(vocab_size=8192, num_layers=1, num_heads=1, head_dim=16, model_dim=16, num_val_emb=0,
+                              max_seq_len=1024))
         idx = torch.randint(0, 8191, (8, 1024))
-        masks = train_gpt.build_attention_masks(idx, 8191, 1, 1, use_flex=False)
-        model(idx[:1, :128], train_gpt.build_attention_masks(idx[:1, :128], 8191, 1, 1, False), idx[:1, :128]).backward()
+        masks = arch.build_attention_masks(idx, 8191, 1, 1, use_flex=False)
+        model(idx[:1, :128], arch.build_attention_masks(idx[:1, :128], 8191, 1, 1, False), idx[:1, :128]).backward()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         model(idx, masks, idx).backward()
         print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
@@ -130,36 +131,49 @@ def test_compiled_newton_schulz_matches_the_eager_iteration():
 
 
 def test_the_attention_scale_keeps_the_largest_qk_normed_logit_at_the_anchors():
-    assert train_gpt.attention_scale(128) == 0.12  # record #26's scale for its 128-dim heads
+    assert arch.attention_scale(128) == 0.12  # record #26's scale for its 128-dim heads
     for head_dim in (32, 64, 128, 256):
         # q = k with RMS 1: q.k = head_dim, so the largest logit is head_dim x scale = 128 x 0.12
-        assert head_dim * train_gpt.attention_scale(head_dim) == pytest.approx(15.36)
+        assert head_dim * arch.attention_scale(head_dim) == pytest.approx(15.36)
 
 
-def test_our_adam_is_torch_adam_bit_for_bit_and_resumes_from_its_state():
+def test_the_adam_in_build_optimizers_takes_the_papers_steps_and_resumes_exactly():
+    """The Adam of build_optimizers against Kingma & Ba's update worked out in float64 (bias-corrected moments,
+    eps added to the corrected root: torch's placement), over 12 steps with the schedule's lr changing; then a
+    state_dict round trip continues bit for bit. On CPU it runs foreach (the baselines' arithmetic)."""
     torch.manual_seed(0)
-    params = [torch.randn(50, 7), torch.randn(3), torch.randn(4, 4)]
-    ours = [p.clone().requires_grad_() for p in params]
-    theirs = [p.clone().requires_grad_() for p in params]
-    groups = lambda ps: [dict(params=ps[:2], lr=0.6), dict(params=ps[2:], lr=0.04)]  # noqa: E731
-    adam = train_gpt.Adam(groups(ours), betas=(0.8, 0.95), eps=1e-10)
-    reference = torch.optim.Adam(groups(theirs), betas=(0.8, 0.95), eps=1e-10, foreach=False)
-    for _ in range(12):
-        for a, b in zip(ours, theirs):
-            a.grad = torch.randn_like(a)
-            b.grad = a.grad.clone()
+    model = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=2, num_heads=2, model_dim=16, num_val_emb=1,
+                                    max_seq_len=128))
+    adam, _ = train_gpt.build_optimizers(model)
+    assert isinstance(adam, torch.optim.Adam) and all(g["foreach"] and not g["fused"] for g in adam.param_groups)
+    params = [p for g in adam.param_groups for p in g["params"]]
+    lrs = {id(p): g["lr"] for g in adam.param_groups for p in g["params"]}
+    ref = {id(p): (p.detach().double().clone(), torch.zeros_like(p, dtype=torch.float64),
+                   torch.zeros_like(p, dtype=torch.float64)) for p in params}
+    beta1, beta2, eps = 0.8, 0.95, 1e-10
+    for t in range(1, 13):
+        mult = 1.0 if t < 8 else 0.5
+        for g in adam.param_groups:
+            g["lr"] = g["initial_lr"] * mult
+        for p in params:
+            p.grad = torch.randn_like(p)
+            x, m, v = ref[id(p)]
+            gd = p.grad.double()
+            m.mul_(beta1).add_((1 - beta1) * gd)
+            v.mul_(beta2).add_((1 - beta2) * gd * gd)
+            x.sub_(lrs[id(p)] * mult * (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + eps))
         adam.step()
-        reference.step()
-    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
-    resumed = [p.detach().clone().requires_grad_() for p in theirs]
-    from_torch = train_gpt.Adam(groups(resumed), betas=(0.8, 0.95), eps=1e-10)
-    from_torch.load_state_dict(copy.deepcopy(reference.state_dict()))  # a checkpoint of torch's Adam
-    for a, b in zip(resumed, theirs):
+    for p in params:
+        assert torch.allclose(p.double(), ref[id(p)][0], rtol=1e-5, atol=1e-6)
+    twin = copy.deepcopy(model)
+    twin_adam, _ = train_gpt.build_optimizers(twin)
+    twin_adam.load_state_dict(copy.deepcopy(adam.state_dict()))
+    for a, b in zip(model.parameters(), twin.parameters()):
         a.grad = torch.randn_like(a)
         b.grad = a.grad.clone()
-    from_torch.step()
-    reference.step()
-    assert all(torch.equal(a, b) for a, b in zip(resumed, theirs))
+    adam.step()
+    twin_adam.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
 
 
 # ------------------------------------------------------------------------------------------------ micro-batch and presets
@@ -238,5 +252,16 @@ def test_a_preset_with_a_flag_beside_it_resolves_without_a_folder_or_data(tmp_pa
                                    dict(num_layers=5, num_heads=3, head_dim=8, model_dim=40, num_val_emb=2,
                                         mlp_ratio=2.5)])
 def test_the_parameter_count_used_before_building_matches_a_built_model(shape):
-    built = train_gpt.GPT(vocab_size=300, max_seq_len=128, **shape)
-    assert train_gpt.parameter_count(vocab_size=300, **shape) == sum(p.numel() for p in built.parameters())
+    """parameter_count (a model on the meta device) against the count worked out by hand: embeddings and head over
+    the vocabulary padded to 128, value embeddings, per block q, k, v, out, the MLP and two lambda pairs, and one
+    skip weight per pair of layers."""
+    from gptlab.train.config import parameter_count
+
+    vocab, hdim = 384, shape["num_heads"] * shape["head_dim"]  # 300 padded to a multiple of 128
+    dim, hidden = shape["model_dim"], int(shape.get("mlp_ratio", 4.0) * shape["model_dim"])
+    per_block = 4 * hdim * dim + 2 * dim * hidden + 4
+    by_hand = 2 * vocab * dim + shape["num_val_emb"] * vocab * hdim + shape["num_layers"] * per_block \
+        + shape["num_layers"] // 2
+    config = dict(vocab_size=300, max_seq_len=128, **shape)
+    assert parameter_count(arch, config) == by_hand
+    assert sum(p.numel() for p in arch.GPT(arch.GPTConfig(**config)).parameters()) == by_hand

@@ -5,33 +5,69 @@ import os
 
 from gptlab.compare.stats import VOLATILE_CONFIG_KEYS
 from gptlab.experiment import CODE_DIR, CONFIG_FILE, read_run_json
+from gptlab.train import code_backup
 
 
 def _fmt_value(value):
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _code_files(run_path):
+class _CodeView:
+    """What one run's code/ stands for: `files` {path: bytes}; `copied` the paths read from code/ itself (shown as
+    code/PATH), the rest rebuilt from the recorded commit + patch; `kind` "copy" (a full copy), "rebuilt" (commit +
+    patch rebuilt here) or "unrebuilt" (commit + patch, its commit not at hand: copied files and the patch only)."""
+
+    def __init__(self, files, copied, kind, describe, commit=None, reason=None):
+        self.files, self.copied, self.kind, self.describe = files, copied, kind, describe
+        self.commit, self.reason = commit, reason
+
+
+def _code_view(run_path, repo=None):
     root = os.path.join(run_path, CODE_DIR)
-    files = {}
-    if os.path.isdir(root):
-        for dirpath, _, names in os.walk(root):
-            for name in names:
-                full = os.path.join(dirpath, name)
-                files[os.path.relpath(full, root).replace(os.sep, "/")] = full
-    return files
+    if not os.path.isdir(root):
+        return None
+    try:
+        record = code_backup.read_record(root)
+    except code_backup.CannotRebuild as err:
+        record = {"commit": "?", "unreadable": str(err)}
+    plain = code_backup.read_files(root)
+    if record is None:
+        return _CodeView(plain, set(plain), "copy", f"full copy ({len(plain)} files)")
+    patch_name = record.get("patch", code_backup.PATCH_FILE)
+    copied = {rel: data for rel, data in plain.items() if rel not in (code_backup.GIT_FILE, patch_name)}
+    commit = record["commit"]
+    patch_lines = plain.get(patch_name, b"").count(b"\n")
+    patch = f"+ {patch_name} ({patch_lines} lines)" if patch_lines else "(no uncommitted changes)"
+    whole = sorted(rel for rel in copied if rel != code_backup.TOKENIZER_SCRIPT)
+    try:
+        if "unreadable" in record:
+            raise code_backup.CannotRebuild(record["unreadable"])
+        files, used = code_backup.rebuild_code_dir(root, code_backup.repo_candidates(run_path, repo))
+    except code_backup.CannotRebuild as err:
+        files = dict(copied)
+        if patch_name in plain:
+            files[code_backup.PATCH_FILE] = plain[patch_name]
+        return _CodeView(files, set(files), "unrebuilt",
+                         f"{', '.join(whole) or 'no research file'} copied; commit {commit[:12]} {patch}", commit,
+                         str(err))
+    return _CodeView(files, set(copied), "rebuilt",
+                     f"{', '.join(whole) or 'no research file'} copied; the other {len(files) - len(copied)} "
+                     f"file(s) rebuilt from commit {commit[:12]} {patch} in {used}", commit)
 
 
-def _read_lines(path):
-    with open(path, "rb") as f:
-        data = f.read()
+def _lines(data):
     if b"\0" in data:
         return None
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
-def diff_runs(path_a, path_b):
-    """Text of what changed from run A to run B: config keys (both values) and code backups (unified diffs)."""
+def diff_runs(path_a, path_b, repo=None):
+    """Text of what changed from run A to run B: config keys (both values) and code backups (unified diffs).
+
+    A backup in the commit + patch layout (gptlab.train.code_backup) is rebuilt into the run's whole source tree
+    (its commit looked up in `repo`, the checkout the run recorded, the repository holding the run folder, this
+    checkout) and compared file by file, with a full copy as well; when its commit is nowhere at hand, the commits,
+    the patches and the copied files are compared instead, and a line says so."""
     notes_a, notes_b = [], []
     name_a, name_b = os.path.basename(os.path.normpath(path_a)), os.path.basename(os.path.normpath(path_b))
     config_a, config_b = read_run_json(path_a, CONFIG_FILE, notes_a), read_run_json(path_b, CONFIG_FILE, notes_b)
@@ -55,23 +91,38 @@ def diff_runs(path_a, path_b):
         out += [f"  + {k}: {_fmt_value(config_b[k])}  (only in B)" for k in only_b]
 
     out += ["", f"== code ({CODE_DIR}/) =="]
-    files_a, files_b = _code_files(path_a), _code_files(path_b)
-    if not files_a or not files_b:
-        missing = " and ".join(n for n, f in ((name_a, files_a), (name_b, files_b)) if not f)
+    view_a, view_b = _code_view(path_a, repo), _code_view(path_b, repo)
+    if not (view_a and view_a.files) or not (view_b and view_b.files):
+        missing = " and ".join(n for n, v in ((name_a, view_a), (name_b, view_b)) if not (v and v.files))
         out.append(f"  cannot compare code: no {CODE_DIR}/ backup in {missing}")
         return "\n".join(out) + "\n"
+    files_a, files_b = view_a.files, view_b.files
+    if view_a.kind != "copy" or view_b.kind != "copy":
+        out += [f"  A: {view_a.describe}", f"  B: {view_b.describe}"]
+    stuck = [(n, v) for n, v in (("A", view_a), ("B", view_b)) if v.kind == "unrebuilt"]
+    if stuck:
+        # Without the commit the rest of the tree is unknown here: compare what each run carries itself.
+        keep = set().union(*(v.files for _, v in stuck))
+        files_a = {rel: data for rel, data in files_a.items() if rel in keep}
+        files_b = {rel: data for rel, data in files_b.items() if rel in keep}
+        out.append(f"  cannot rebuild the sources of {' and '.join(n for n, _ in stuck)} ("
+                   + "; ".join(f"{n}: {v.reason}" for n, v in stuck) + "): comparing the commits "
+                   f"({view_a.commit or 'none, a full copy'} -> {view_b.commit or 'none, a full copy'}), "
+                   f"the uncommitted patches and the copied files only")
     removed = sorted(set(files_a) - set(files_b))
     added = sorted(set(files_b) - set(files_a))
     patches, changed_files = [], []
     for rel in sorted(set(files_a) & set(files_b)):
-        lines_a, lines_b = _read_lines(files_a[rel]), _read_lines(files_b[rel])
-        if lines_a == lines_b:
+        if files_a[rel] == files_b[rel]:
             continue
+        lines_a, lines_b = _lines(files_a[rel]), _lines(files_b[rel])
         changed_files.append(rel)
         if lines_a is None or lines_b is None:
             patches.append(f"Binary file {rel} differs\n")
             continue
-        patch = difflib.unified_diff(lines_a, lines_b, fromfile=f"A/{CODE_DIR}/{rel}", tofile=f"B/{CODE_DIR}/{rel}")
+        label_a = f"A/{CODE_DIR}/{rel}" if rel in view_a.copied else f"A/{rel}"
+        label_b = f"B/{CODE_DIR}/{rel}" if rel in view_b.copied else f"B/{rel}"
+        patch = difflib.unified_diff(lines_a, lines_b, fromfile=label_a, tofile=label_b)
         patches.append("".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                                for line in patch))
     if not (removed or added or changed_files):

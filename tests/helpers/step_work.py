@@ -1,6 +1,10 @@
 """Count, per optimizer step, what train_gpt.py asks of the device: host reads (gptlab.run.HOST_READS), `.item()`-
 style reads seen at the dispatcher (aten._local_scalar_dense) and collectives (torch.distributed calls).
 
+torch.optim.Adam (foreach, as on CPU) reads its per-parameter step counters with .item(); those tensors live in
+host memory even on a GPU run (and fused Adam, the CUDA choice, does not read them), so they are no device sync:
+they are counted apart, as "adam_step_counter_reads", by the identity of the very tensors Adam keeps.
+
     torchrun --nproc_per_node=2 tests/helpers/step_work.py OUT.json -- <train_gpt.py flags>
 
 Each rank writes OUT.json.rank{r}: a list with one entry per call of the loader's next_batch (the start of a step),
@@ -24,7 +28,16 @@ def main():
     from gptlab.train import comm
 
     out, flags = sys.argv[1], sys.argv[3:]
-    counts = {"host_reads": 0, "item": 0, "collectives": {}}
+    counts = {"host_reads": 0, "item": 0, "collectives": {}, "adam_step_counter_reads": 0}
+    adam_counters = set()  # ids of the step-count tensors in torch.optim.Adam's state
+
+    adam_step = torch.optim.Adam.step
+
+    def noting_adam_step(self, *args, **kwargs):
+        out = adam_step(self, *args, **kwargs)
+        adam_counters.update(id(state["step"]) for state in self.state.values() if "step" in state)
+        return out
+    torch.optim.Adam.step = noting_adam_step
     steps = []
 
     def snapshot():
@@ -52,7 +65,8 @@ def main():
     class CountScalarReads(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default:
-                counts["item"] += 1
+                host_counter = id(args[0]) in adam_counters and args[0].device.type == "cpu"
+                counts["adam_step_counter_reads" if host_counter else "item"] += 1
             return func(*args, **(kwargs or {}))
 
     with CountScalarReads():
@@ -63,6 +77,8 @@ def main():
         per_step.append({"host_reads": after["host_reads"] - before["host_reads"], "item": after["item"] - before["item"],
                          "collectives": {k: v - before["collectives"].get(k, 0)
                                          for k, v in after["collectives"].items() if v - before["collectives"].get(k, 0)}})
+    with open(f"{out}.rank{int(os.environ.get('RANK', '0'))}.adam_step_counter_reads", "w") as f:
+        f.write(str(counts["adam_step_counter_reads"]))
     with open(f"{out}.rank{int(os.environ.get('RANK', '0'))}", "w") as f:
         json.dump(per_step, f)
 

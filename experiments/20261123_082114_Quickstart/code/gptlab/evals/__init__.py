@@ -1,1 +1,0 @@
-"""Evaluations of a trained model (HellaSwag, ...); each module imports torch only when called."""

@@ -1,0 +1,249 @@
+"""An architecture experiment flows through every tool: edit model.py in a copy of the repository, train with
+--save_model, sample and export; put model.py back and sample and export the experiment's checkpoint again. The
+checkpoint carries its model's source, so the text is the same before and after (greedy, and sampled with a seed,
+which moves with any change of the logits). Also: who may run a checkpoint's code, and checkpoints from before
+model sources (format 2) are refused with the command that converts them, which then resume exactly."""
+import dataclasses
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, SHARED_DATA, run_script
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
+
+# three kinds of edit a researcher makes, as (old text, new text) replacements in model.py
+EDITS = {
+    "new_weight_in_every_block": [  # SwiGLU: a gate matrix in every MLP
+        ("        self.c_fc = CastedLinear(dim, hidden)\n",
+         "        self.c_fc = CastedLinear(dim, hidden)\n        self.c_gate = CastedLinear(dim, hidden)\n"),
+        ("        return self.c_proj(F.relu(self.c_fc(x)).square())\n",
+         "        return self.c_proj(F.silu(self.c_gate(x)) * self.c_fc(x))\n")],
+    "removed_weight": [  # no x0 mixing: each block's lambdas go
+        ("        self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))\n", ""),
+        ("        a, b = self.lambdas.to(x.dtype)  # keep the residual stream in its (autocast) dtype\n"
+         "        x = a * x + b * x0\n", "")],
+    "changed_activation": [  # same weights, another computation
+        ("        return self.c_proj(F.relu(self.c_fc(x)).square())\n",
+         "        return self.c_proj(F.gelu(self.c_fc(x)))\n")],
+}
+
+
+def copy_repository(dest):
+    """The checkout's files (tracked and untracked-not-ignored, without experiments/) in a fresh git repository."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for rel in files:
+        if rel and not rel.startswith("experiments/") and os.path.isfile(os.path.join(REPO, rel)):
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, rel), os.path.join(dest, rel))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q"], cwd=dest, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=dest, check=True)
+    subprocess.run(git + ["commit", "-qm", "copy"], cwd=dest, check=True)
+    return dest
+
+
+def edit_model(repo, edit):
+    path = os.path.join(repo, "model.py")
+    with open(path) as f:
+        text = f.read()
+    for old, new in EDITS[edit]:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    with open(path, "w") as f:
+        f.write(text)
+    return text
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from helpers.tiny_data import make_dataset
+
+    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
+
+
+def train(repo, tiny, exp_dir, steps=10, extra=()):
+    flags = ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
+             "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_heads", "2",
+             "--num_layers", "4", "--batch_size", "1024", "--device_batch_size", "512", "--train_steps", str(steps),
+             "--val_loss_every", "0", "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0",
+             "--experiments_dir", str(exp_dir), "--log_every", "0", "--sample_tokens", "0", "--model_name", "edit",
+             *extra]
+    run_script(["train_gpt.py", *flags], cwd=repo, check=True)
+    return sorted(glob.glob(os.path.join(str(exp_dir), "*", "checkpoints", "*.pt")))
+
+
+def sample_texts(repo, ckpt, env_extra=None, extra=()):
+    """(greedy text, seeded sampled text) of sample.py in repo, or the failed CompletedProcess."""
+    texts = []
+    for flags in (["--temperature", "0"], ["--temperature", "1", "--seed", "3"]):
+        proc = run_script(["sample.py", ckpt, "--prompt", "The", "--max_tokens", "40", *flags, *extra], cwd=repo,
+                          env_extra=env_extra)
+        if proc.returncode:
+            return proc
+        texts.append(proc.stdout)
+    return tuple(texts)
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_reverted(edit, tiny, tmp_path):
+    pytest.importorskip("transformers")
+    repo = copy_repository(str(tmp_path / "repo"))
+    with open(os.path.join(repo, "model.py")) as f:
+        original = f.read()
+    edited = edit_model(repo, edit)
+    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model"])
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["model_source"]["code"] == edited  # the run trained the edited model and says so
+    assert saved["model_source"]["sha256"] == hashlib.sha256(edited.encode()).hexdigest()
+    if edit == "new_weight_in_every_block":
+        assert "blocks.0.mlp.c_gate.weight" in saved["model"]
+    if edit == "removed_weight":
+        assert not any(k.endswith(".lambdas") and "attn" not in k for k in saved["model"])
+    run_dir = os.path.dirname(os.path.dirname(ckpt))
+    with open(os.path.join(run_dir, "code", "model.py")) as f:
+        assert f.read() == edited  # the run folder keeps the experiment's model whole
+
+    before = sample_texts(repo, ckpt)
+    assert isinstance(before, tuple), before.stderr
+    export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_before")], cwd=repo)
+    assert export.returncode == 0, export.stderr
+    assert "tokenizer identical" in export.stdout
+
+    with open(os.path.join(repo, "model.py"), "w") as f:  # the researcher goes back to the baseline
+        f.write(original)
+    after = sample_texts(repo, ckpt)
+    assert isinstance(after, tuple), after.stderr
+    assert after == before
+    export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_after")], cwd=repo)
+    assert export.returncode == 0, export.stderr
+    assert "tokenizer identical" in export.stdout
+    with open(tmp_path / "hf_after" / "gptlab_model.py") as f:
+        assert f.read() == edited  # the export ships the checkpoint's model, not today's
+
+
+def test_a_checkpoint_from_another_machine_runs_its_code_only_when_trusted(tiny, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    with open(os.path.join(repo, "model.py")) as f:
+        original = f.read()
+    edit_model(repo, "changed_activation")
+    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model"])
+    with open(os.path.join(repo, "model.py"), "w") as f:
+        f.write(original)
+    trusted = sample_texts(repo, ckpt)
+    elsewhere = {"GPTLAB_HOME": str(tmp_path / "another_machine")}  # no record of the run that trained it
+    refused = sample_texts(repo, ckpt, env_extra=elsewhere)
+    assert not isinstance(refused, tuple) and refused.returncode == 2
+    assert refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+    assert "--trust_model_code" in refused.stderr and ckpt in refused.stderr
+    assert sample_texts(repo, ckpt, env_extra=elsewhere, extra=["--trust_model_code"]) == trusted
+    # the same source as today's model.py needs no trust anywhere
+    (baseline,) = train(repo, tiny, tmp_path / "exps2", steps=2, extra=["--save_model"])
+    assert isinstance(sample_texts(repo, baseline, env_extra=elsewhere), tuple)
+
+
+def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny, tmp_path):
+    """Train 6 steps of an edited model with a checkpoint at 3; revert model.py; --resume from step 3 gives the
+    very losses of steps 4-6 (the resumed run trains the checkpoint's model, not today's)."""
+    repo = copy_repository(str(tmp_path / "repo"))
+    with open(os.path.join(repo, "model.py")) as f:
+        original = f.read()
+    edited = edit_model(repo, "new_weight_in_every_block")
+    train(repo, tiny, tmp_path / "full", steps=6, extra=["--checkpoint_every", "3"])
+    ckpt = glob.glob(str(tmp_path / "full" / "*" / "checkpoints" / "step_000003.pt"))[0]
+    with open(os.path.join(repo, "model.py"), "w") as f:
+        f.write(original)
+    run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
+               check=True)
+    from gptlab import experiment as exp
+
+    def losses(folder):
+        (run_dir,) = glob.glob(str(folder / "*_edit*"))
+        return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, "metrics.csv"))
+                if r["train_loss"] is not None}, run_dir
+
+    (full, _), (resumed, resumed_dir) = losses(tmp_path / "full"), losses(tmp_path / "resumed")
+    assert sorted(resumed) == [4, 5, 6] and all(resumed[s] == full[s] for s in resumed)
+    with open(os.path.join(resumed_dir, "code", "model.py")) as f:
+        assert f.read() == edited
+
+
+def _as_format_2(path, out):
+    """The checkpoint at path as the previous format wrote it: no model source, no window_size in its
+    configuration, the former hand-written Adam's state (one step count per group), format_version 2."""
+    from gptlab import experiment as exp
+
+    old = torch.load(path, weights_only=True)
+    del old["model_source"]
+    old["model_config"].pop("window_size")
+    adam = old["optimizers"][0]
+    steps = {int(s.pop("step")) for s in adam["state"].values()}
+    (step,) = steps
+    adam["param_groups"] = [{k: g[k] for k in ("lr", "betas", "eps", "params", "name", "initial_lr")} | {"step": step}
+                            for g in adam["param_groups"]]
+    old["format_version"] = 2
+    old["sha256"] = exp.payload_sha256(old)
+    torch.save(old, out)
+
+
+def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_then_resumes_exactly(tiny, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    train(repo, tiny, tmp_path / "full", steps=6, extra=["--checkpoint_every", "3"])
+    ckpt = glob.glob(str(tmp_path / "full" / "*" / "checkpoints" / "step_000003.pt"))[0]
+    old = str(tmp_path / "old" / "step_000003.pt")
+    os.makedirs(os.path.dirname(old))
+    _as_format_2(ckpt, old)
+    for command in (["sample.py", old], ["train_gpt.py", "--resume", old], ["export_hf.py", old, str(tmp_path / "x")]):
+        proc = run_script(command, cwd=repo)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, command
+        assert f"python -m gptlab.train.convert_checkpoint {old}" in proc.stderr
+    converted = run_script([sys.executable and "-m", "gptlab.train.convert_checkpoint", old], cwd=repo, check=True)
+    new = str(tmp_path / "old" / "step_000003_v3.pt")
+    assert new in converted.stdout
+    assert run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo).returncode == 2  # never overwritten
+    run_script(["train_gpt.py", "--resume", new, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
+               check=True)
+    from gptlab import experiment as exp
+
+    def losses(folder):
+        (run_dir,) = glob.glob(str(folder / "*"))
+        return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, "metrics.csv"))
+                if r["train_loss"] is not None}
+
+    full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
+    assert sorted(resumed) == [4, 5, 6] and all(resumed[s] == full[s] for s in resumed)
+    a, b = torch.load(ckpt, weights_only=True), torch.load(new, weights_only=True)
+    assert a["model_config"] == b["model_config"] and a["model_source"] == b["model_source"]
+
+
+def test_a_format_2_checkpoint_whose_weights_do_not_fit_todays_model_is_not_converted(tiny, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))
+    edit_model(repo, "new_weight_in_every_block")
+    (ckpt,) = train(repo, tiny, tmp_path / "exps", steps=2, extra=["--save_model"])
+    subprocess.run(["git", "checkout", "-q", "model.py"], cwd=repo, check=True)
+    old = str(tmp_path / "step_000002.pt")
+    _as_format_2(ckpt, old)
+    proc = run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "c_gate" in proc.stderr
+    assert "--model_source" in proc.stderr and not os.path.exists(str(tmp_path / "step_000002_v3.pt"))
+
+
+def test_the_model_config_fields_are_the_flags_and_the_recorded_configuration():
+    """train_gpt.py's model flags are GPTConfig's fields (a field a researcher adds becomes a flag), and a
+    checkpoint's model_config is the dataclass whole."""
+    sys.path.insert(0, REPO)
+    import model as arch
+    import train_gpt
+
+    parser_flags = {a.dest for a in train_gpt.build_parser()._actions}
+    fields = [f.name for f in dataclasses.fields(arch.GPTConfig)]
+    assert set(fields) - {"max_seq_len"} <= parser_flags
+    assert fields == ["vocab_size", "num_layers", "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb",
+                      "window_size", "max_seq_len"]
