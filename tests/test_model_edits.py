@@ -6,6 +6,7 @@ model sources (format 2) are refused with the command that converts them, which 
 import dataclasses
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, SHARED_DATA, run_script
+from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -92,6 +93,16 @@ def sample_texts(repo, ckpt, env_extra=None, extra=()):
     return tuple(texts)
 
 
+def evaluate(repo, ckpt, out):
+    """python -m gptlab.evals.checkpoint's figures (val loss and bpb on the run's validation set, HellaSwag)."""
+    run_script(["-m", "gptlab.evals.checkpoint", ckpt, "--hellaswag_path", HELLASWAG_VAL, "--hellaswag_limit", "6",
+                "--json", str(out)], cwd=repo, check=True)
+    with open(out) as f:
+        figures = json.load(f)
+    figures.pop("checkpoint")
+    return figures
+
+
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_reverted(edit, tiny, tmp_path):
     pytest.importorskip("transformers")
@@ -99,7 +110,8 @@ def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_re
     with open(os.path.join(repo, "model.py")) as f:
         original = f.read()
     edited = edit_model(repo, edit)
-    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model"])
+    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model", "--hellaswag_limit", "6",
+                                                          "--hellaswag_path", HELLASWAG_VAL])
     saved = torch.load(ckpt, weights_only=True)
     assert saved["model_source"]["code"] == edited  # the run trained the edited model and says so
     assert saved["model_source"]["sha256"] == hashlib.sha256(edited.encode()).hexdigest()
@@ -113,6 +125,11 @@ def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_re
 
     before = sample_texts(repo, ckpt)
     assert isinstance(before, tuple), before.stderr
+    before += (evaluate(repo, ckpt, tmp_path / "eval_before.json"),)
+    with open(os.path.join(run_dir, "results.json")) as f:
+        results = json.load(f)  # the run's own final evaluation, in the training loop
+    assert before[2]["val_bpb"] == pytest.approx(results["final_val_bpb"], rel=1e-9)
+    assert before[2]["hellaswag"]["acc_norm"] == results["hellaswag"]["acc_norm"]
     export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_before")], cwd=repo)
     assert export.returncode == 0, export.stderr
     assert "tokenizer identical" in export.stdout
@@ -121,6 +138,7 @@ def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_re
         f.write(original)
     after = sample_texts(repo, ckpt)
     assert isinstance(after, tuple), after.stderr
+    after += (evaluate(repo, ckpt, tmp_path / "eval_after.json"),)
     assert after == before
     export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_after")], cwd=repo)
     assert export.returncode == 0, export.stderr

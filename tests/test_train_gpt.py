@@ -639,7 +639,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
     bad_ckpt = str(tmp_path / "poisoned.pt")
     exp.save_checkpoint(bad_ckpt, model_state=ckpt["model"], model_config=ckpt["model_config"], step=4,
                         args=ckpt["args"], tokenizer=ckpt["tokenizer"], optimizer_states=ckpt["optimizers"],
-                        dataloader_state=ckpt["dataloader"], rng_states=ckpt["rng"], extra=ckpt["extra"])
+                        dataloader_state=ckpt["dataloader"], rng_states=ckpt["rng"], extra=ckpt["extra"],
+                        model_source=ckpt["model_source"])
     proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "bad", train_steps=8, val_loss_every=0,
                                                    checkpoint_every=1, resume=bad_ckpt))
     assert proc.returncode == 2
@@ -1125,7 +1126,7 @@ def test_a_checkpoint_missing_a_part_or_not_fitting_the_model_is_one_error(tiny,
     def resave(name, **changes):
         fields = {new: saved[old] for new, old in rename.items()}
         fields.update(model_config=saved["model_config"], step=2, args=saved["args"], tokenizer=saved["tokenizer"],
-                      extra=saved["extra"], data=saved["data"])
+                      extra=saved["extra"], data=saved["data"], model_source=saved["model_source"])
         fields.update(changes)
         return exp.save_checkpoint(str(tmp_path / name), **fields)
 

@@ -13,10 +13,11 @@ from gptlab.distributed import device_memory_bytes
 from gptlab.errors import UserError
 
 
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}  # annotations written as strings
+
+
 def _flag_type(f):
-    kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool, "str": str}.get(
-        str(f.type).split(" ")[0].split("|")[0].strip(), str)
-    return kind
+    return f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), str)
 
 
 def model_flags(config_class):

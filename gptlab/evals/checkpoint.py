@@ -1,0 +1,91 @@
+"""Evaluate a saved checkpoint with the model it carries: val loss and bpb on its run's validation set, and
+HellaSwag, as the run's final evaluation computed them (final attention windows, dense masks, any device).
+
+    python -m gptlab.evals.checkpoint experiments/RUN/checkpoints/step_000120.pt
+    python -m gptlab.evals.checkpoint CKPT --val_files "data/other/val_*.bin" --hellaswag_limit 0 --json out.json
+"""
+import json
+
+import torch
+
+from gptlab import experiment as exp
+from gptlab.cli import ArgumentParser, HelpFormatter
+from gptlab.dataloader import ValidationSet, check_shards_match_tokenizer, expand_shard_files
+from gptlab.distributed import DistContext, resolve_device
+from gptlab.errors import UserError, run_cli
+from gptlab.evals.bpb import evaluate_val, token_byte_lengths
+from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag
+from gptlab.fileio import atomic_write_text
+from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.train.model_source import load_model
+
+
+def build_parser():
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("--val_files", nargs="+", default=None,
+                   help="validation shards (default: the ones the run recorded)")
+    p.add_argument("--val_rows", type=int, default=None,
+                   help="validation rows (default: the run's val_steps x val_batch_size / val_seq_len)")
+    p.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH, help="HellaSwag validation .jsonl")
+    p.add_argument("--hellaswag_limit", type=int, default=None, help="first N examples (default: all; 0: skip)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--trust_model_code", action="store_true",
+                   help="run the model code of a checkpoint trained on another machine (read it first)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON (a new file)")
+    return p
+
+
+def evaluate_checkpoint(path, *, val_files=None, val_rows=None, hellaswag_path=HELLASWAG_DEFAULT_PATH,
+                        hellaswag_limit=None, device="cpu", trust_code=False, progress=False):
+    """{"step", "val_loss", "val_bpb", "val_tokens", "hellaswag"} of the checkpoint at path (hellaswag None when
+    skipped)."""
+    device = torch.device(device)
+    model, _, ckpt = load_model(path, device, trust_code)
+    tok = exp.checkpoint_tokenizer(ckpt, path)
+    args, eot, windows = ckpt["args"], tok.eot, model.final_windows()
+    seq_len = int(args.get("val_seq_len", 1024))
+    paths = expand_shard_files(val_files or args.get("val_files") or [], "--val_files")
+    check_shards_match_tokenizer(paths, tok.ranks_sha256, tok.encoding.n_vocab, "--val_files")
+    if val_rows is None:
+        val_rows = int(args["val_steps"]) * (int(args["val_batch_size"]) // seq_len)
+    if val_rows <= 0:
+        raise UserError(f"--val_rows must be positive, got {val_rows}")
+    val_set = ValidationSet(paths, seq_len, val_rows, 0, 1)
+
+    def loss_fn(x, y):
+        return model(x, model.attention_masks(x, eot, windows), y)
+
+    ctx = DistContext(0, 0, 1, device, None)
+    rows_per_batch = max(1, 4096 // seq_len)
+    val_loss, val_bpb = evaluate_val(loss_fn, val_set, rows_per_batch, token_byte_lengths(tok.encoding,
+                                                                                          model.padded_vocab), ctx)
+    hellaswag = None
+    if hellaswag_limit != 0:
+        check_hellaswag_file(hellaswag_path, hellaswag_limit, required=True)
+        n_vocab = tok.encoding.n_vocab
+        result = evaluate_hellaswag(lambda t: model.predict(t, eot, windows)[..., :n_vocab], tok.encoding,
+                                    hellaswag_path, device=str(device), limit=hellaswag_limit, progress=progress)
+        hellaswag = {k: result[k] for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}
+    return {"checkpoint": path, "step": ckpt["step"], "val_loss": val_loss, "val_bpb": val_bpb,
+            "val_tokens": val_rows * seq_len, "hellaswag": hellaswag}
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    figures = evaluate_checkpoint(args.checkpoint, val_files=args.val_files, val_rows=args.val_rows,
+                                  hellaswag_path=args.hellaswag_path, hellaswag_limit=args.hellaswag_limit,
+                                  device=resolve_device(args.device), trust_code=args.trust_model_code,
+                                  progress=True)
+    print(f"step {figures['step']}: val_loss {figures['val_loss']:.6f} val_bpb {figures['val_bpb']:.6f} "
+          f"({figures['val_tokens']:,} tokens)")
+    if figures["hellaswag"]:
+        h = figures["hellaswag"]
+        print(f"hellaswag acc {h['acc']:.4f} acc_norm {h['acc_norm']:.4f} (n={h['n']})")
+    if args.json:
+        atomic_write_text(args.json, json.dumps(figures, indent=2) + "\n")
+    return figures
+
+
+if __name__ == "__main__":
+    run_cli(main)
