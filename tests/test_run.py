@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from conftest import REPO
 from gptlab import experiment as exp
 from gptlab.dataloader import RunShards
 from gptlab.distributed import DistContext
@@ -92,7 +93,10 @@ def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, 
     assert "warning: a test warning" in log and "step 0/4 val_loss 2.0000 val_bpb 1.5000 train_time 0.0s" in log
     assert "1,500 tokens in 2 shard(s); 4 steps x 256 tokens = 0.68 pass(es)" in log  # 1024 / 1500
     assert "parameters: 80 total, 40 in embeddings" in log
-    assert os.path.isfile(os.path.join(run.dir, exp.CODE_DIR, "gptlab", "run.py"))
+    from gptlab.train.code_backup import rebuild_sources
+
+    with open(os.path.join(REPO, "gptlab", "run.py"), "rb") as f:  # the code is kept: whole, or commit + patch
+        assert rebuild_sources(run.dir)["gptlab/run.py"] == f.read()
 
 
 def test_an_exception_records_a_failed_run_with_its_message(tmp_path, tokenizer):
