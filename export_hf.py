@@ -3,11 +3,14 @@
     python export_hf.py experiments/RUN/checkpoints/step_000120.pt hf/quickstart
     lm_eval --model hf --model_args pretrained=hf/quickstart,trust_remote_code=True --tasks hellaswag
 
-OUT_DIR gets model.safetensors, config.json, generation_config.json, modeling_gptlab.py (the architecture:
-AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True)) and the tokenizer as tokenizer.json +
-tokenizer_config.json (AutoTokenizer.from_pretrained(OUT_DIR)). Then, unless --no-check, it loads the folder back
-with transformers and compares its tokens and float32 logits with the checkpoint's own on a short text holding two
-documents.
+OUT_DIR gets model.safetensors, config.json, generation_config.json, gptlab_model.py (the model source the
+checkpoint carries: the architecture that trained it, whatever model.py says today), modeling_gptlab.py (a thin
+transformers wrapper around it: AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True)) and the
+tokenizer as tokenizer.json + tokenizer_config.json (encoding puts <|endoftext|> first, as training starts every
+document with it). AutoTokenizer.from_pretrained(OUT_DIR) loads it, but transformers 5 first reads config.json and
+asks whether to trust the folder's code (answer N, or pass trust_remote_code=True; PreTrainedTokenizerFast does
+not ask). Then, unless --no-check, it loads the folder back with transformers and compares its tokens and float32
+logits with the checkpoint's own on a short text holding two documents.
 """
 import argparse
 
@@ -23,32 +26,34 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="load the export with transformers and compare tokens and logits with the checkpoint")
+    p.add_argument("--trust_model_code", action="store_true",
+                   help="run model code from a checkpoint trained elsewhere (its model source differs from model.py "
+                        "and no run on this machine trained it)")
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_output_dir(args.out_dir, args.overwrite)  # before loading anything
-    import contextlib
-
-    import train_gpt
     from gptlab import experiment as exp
-    from gptlab.hf_export import check_export, hf_config, write_hf_folder
+    from gptlab.hf_export import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder
     from gptlab.tokenizer import read_tokenizer_file
+    from gptlab.train.model_source import load_model
 
-    model, ckpt = train_gpt.load_model(args.checkpoint)
+    model, _, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
     tok = exp.checkpoint_tokenizer(ckpt, args.checkpoint)
-    windows = train_gpt.checkpoint_windows(ckpt)
-    fields = hf_config(ckpt["model_config"], model.padded_vocab, windows,
-                       train_gpt.attention_scale(ckpt["model_config"]["head_dim"]), tok.eot, tok.encoding.n_vocab)
-    write_hf_folder(args.out_dir, model_state=model.state_dict(), config_fields=fields,
-                    tokenizer_data=read_tokenizer_file(tok.path), overwrite=args.overwrite)
-    print(f"wrote {args.out_dir}: model.safetensors, config.json, modeling_gptlab.py, tokenizer.json "
-          f"({model.num_layers} layers, dim {fields['model_dim']}, vocab {tok.encoding.n_vocab}, windows "
-          f"{windows[0]} and {windows[1]} blocks of {train_gpt.BLOCK_SIZE}; tokenizer {tok.name})")
+    windows = model.final_windows()
+    n_vocab = tok.encoding.n_vocab
+    fields = hf_config(ckpt["model_config"], windows, tok.eot, n_vocab, getattr(model, "padded_vocab", None))
+    write_hf_folder(args.out_dir, model_state=model.state_dict(), model_source=ckpt["model_source"],
+                    config_fields=fields, tokenizer_data=read_tokenizer_file(tok.path), overwrite=args.overwrite)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"wrote {args.out_dir}: model.safetensors, config.json, modeling_gptlab.py, {MODEL_SOURCE_FILE} (model "
+          f"source sha256 {ckpt['model_source']['sha256'][:12]}), tokenizer.json ({n_params:,} parameters, vocab "
+          f"{n_vocab}, final windows {windows[0]} and {windows[1]} blocks; tokenizer {tok.name})")
     if args.check:
-        logits_fn = train_gpt.make_logits_fn(model, tok.eot, windows, False, contextlib.nullcontext,
-                                             tok.encoding.n_vocab)
+        def logits_fn(tokens):
+            return model.predict(tokens, tok.eot)[..., :n_vocab]
         result = check_export(args.out_dir, logits_fn, tok.encoding)
         print(f"checked with transformers: {result['tokens']} tokens, tokenizer "
               f"{'identical' if result['same_tokens'] else 'DIFFERENT'}, max |logits difference| "

@@ -333,7 +333,7 @@ def test_converting_a_full_copy_keeps_every_file_and_git_applies(repo, tmp_path)
 
 
 BASELINES = sorted(os.path.join(REPO, "experiments", d) for d in os.listdir(os.path.join(REPO, "experiments"))
-                   if d.startswith("20261123_") and d.endswith("_Quickstart"))
+                   if d.startswith("2026") and d.endswith("_Quickstart"))
 
 
 def test_the_committed_baselines_rebuild_from_their_commit(tmp_path):
@@ -344,7 +344,7 @@ def test_the_committed_baselines_rebuild_from_their_commit(tmp_path):
             config_commit = json.load(f)["git_commit"]
         with open(os.path.join(run, "code", "git.json")) as f:
             record = json.load(f)
-        assert record["commit"] == config_commit and record["copied_whole"] == ["train_gpt.py"]
+        assert record["commit"] == config_commit and record["copied_whole"] == ["model.py", "train_gpt.py"]
         commits.add(config_commit)
     (commit,) = commits
     if subprocess.run(["git", "cat-file", "-e", commit + "^{commit}"], cwd=REPO).returncode != 0:
@@ -355,7 +355,9 @@ def test_the_committed_baselines_rebuild_from_their_commit(tmp_path):
     for run in BASELINES:
         rebuilt = cb.rebuild_sources(run)
         assert sorted(rebuilt) == sorted(sources + ["tokenizer_train_script.py"])
-        assert rebuilt["train_gpt.py"] == subprocess.run(["git", "show", f"{commit}:train_gpt.py"], cwd=REPO,
-                                                         check=True, capture_output=True).stdout
-    out = diff(os.path.join(REPO, "experiments"), "20261123_082114", "20261123_082234")
-    assert "identical (38 files)" in out and "~ seed: 0 -> 1" in out
+        for rel in ("train_gpt.py", "model.py"):  # trained from a clean clone: the commit's files exactly
+            assert rebuilt[rel] == subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True,
+                                                  capture_output=True).stdout
+    names = [os.path.basename(run)[:15] for run in BASELINES]  # seeds 1, 2, 0 in time order
+    out = diff(os.path.join(REPO, "experiments"), names[2], names[0])
+    assert f"identical ({len(sources) + 1} files)" in out and "~ seed: 0 -> 1" in out

@@ -96,3 +96,33 @@ def test_an_edited_architecture_exports_with_its_own_source(edited):
         missing, unexpected = today.load_state_dict(ckpt["model"], strict=False)
         assert not missing and unexpected and all(".c_gate." in name for name in unexpected)
         assert (today.predict(torch.tensor([row]), eot)[..., :enc.n_vocab] - got).abs().max() > 1e-2
+
+
+def test_the_wrapper_imports_its_sibling_afresh_whenever_it_runs(tmp_path, monkeypatch):
+    """transformers 4 names an export's modules after its folder alone, and runs modeling_gptlab.py again for
+    another folder of that name: the wrapper must then build that folder's gptlab_model, not the one imported
+    before under the same name."""
+    import importlib
+    import shutil
+    import sys
+    import types
+
+    from gptlab.hf_export import MODELING_FILE
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    shutil.copyfile(MODELING_FILE, tmp_path / "modeling_gptlab.py")
+    (tmp_path / "gptlab_model.py").write_text(ms.current_source()["code"], encoding="utf-8")
+    name = "gptlab_test_hf_folder"
+    package = types.ModuleType(name)
+    package.__path__ = [str(tmp_path)]
+    monkeypatch.setitem(sys.modules, name, package)
+    try:
+        config = dict(vocab_size=300, num_layers=2, num_heads=2, model_dim=32)
+        wrapper = importlib.import_module(f"{name}.modeling_gptlab")
+        assert not any(".c_gate." in key for key in wrapper.GPT(wrapper.GPTConfig(**config)).state_dict())
+        (tmp_path / "gptlab_model.py").write_text(swiglu_source()["code"], encoding="utf-8")
+        wrapper = importlib.reload(wrapper)  # what transformers 4 does when a folder's files differ
+        assert any(".c_gate." in key for key in wrapper.GPT(wrapper.GPTConfig(**config)).state_dict())
+    finally:
+        for key in [key for key in sys.modules if key.startswith(name + ".")]:
+            del sys.modules[key]

@@ -12,20 +12,19 @@ documents with --workers processes, the deduplicated (pre-token → count) table
 merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
 The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.
 """
-import argparse
 import os
 import time
 
 from gptlab.bpe.train import DATASET_CONFIG
-from gptlab.cli import HelpFormatter
+from gptlab.cli import ArgumentParser, HelpFormatter
 from gptlab.errors import UserError, run_cli
 
 
 def parse_args(argv=None):
     from gptlab.text_sources import HUB_DATASETS
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0],
+                        formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
     ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
     ap.add_argument("--name", default="tokenizer", help="file name prefix")
@@ -55,7 +54,9 @@ def main(argv=None):
 
     t0 = time.time()
     args = parse_args(argv)
-    if "/" in args.name or not args.name.strip():
+    if not args.name.strip():
+        raise UserError(f"--name {args.name!r} is empty; give a file name prefix, e.g. --name mytok")
+    if "/" in args.name:
         raise UserError(f"--name {args.name!r} must be a plain file name prefix (no '/')")
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
@@ -63,9 +64,8 @@ def main(argv=None):
                               workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite)
     if trained.is_main:
         meta = trained.metadata
-        dup = f", {meta['duplicates']} duplicate byte strings" if meta["duplicates"] else ""
         print(f"wrote {out_path} ({args.vocabsize} tokens + {EOT}, {meta['chars_used']:,} characters, "
-              f"{meta['docs']:,} documents{dup}) in {time.time() - t0:.1f}s", flush=True)
+              f"{meta['docs']:,} documents) in {time.time() - t0:.1f}s", flush=True)
     return out_path
 
 
@@ -94,7 +94,7 @@ _COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
 
 def encode_with_merges(text, pattern, merges):
     """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
-    a tiktoken Encoding of their ranks (the earliest id wins for duplicate byte strings, as in the trainer)."""
+    a tiktoken Encoding of their ranks."""
     from gptlab.bpe.trainer import finish_result
     from gptlab.tokenizer import encoding_from_dict
 
@@ -135,7 +135,7 @@ def render(text, pattern, merges):
  *   pairs      open-addressing hash table (key = left << 32 | right) → slot: 64-bit count + list of words that
  *              held the pair (appended lazily; stale or repeated entries are skipped when the pair is merged)
  *   heap       lazy max-heap of (count, slot): counts of existing pairs only decrease, so a stale top entry is
- *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)), then smallest ids.
+ *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)).
  * Built at run time by gptlab/bpe/native.py (cc -O2 -shared); without a C compiler the Python loop is used.
  */
 #include <stdint.h>
@@ -200,7 +200,7 @@ static int add_word(Slot *s, int32_t w) {
     return 0;
 }
 
-/* >0 when pair slot x ranks above y: larger count, then greater (bytes(left), bytes(right)), then smaller ids */
+/* >0 when pair slot x ranks above y: larger count, then greater (bytes(left), bytes(right)) */
 static int cmp_tokens(int32_t x, int32_t y) {
     int32_t lx = tok_len[x], ly = tok_len[y];
     int c = memcmp(tok_bytes + tok_off[x], tok_bytes + tok_off[y], lx < ly ? lx : ly);
@@ -215,7 +215,7 @@ static int above(Entry x, Entry y) {
     int c = cmp_tokens(ax, ay);
     if (!c) c = cmp_tokens(bx, by);
     if (c) return c > 0;
-    return kx < ky;
+    return kx < ky;  /* unreachable (no two ids spell the same bytes, trainer.py); keeps the order total */
 }
 
 static int heap_push(int64_t count, int32_t slot) {
@@ -690,10 +690,12 @@ def _get(queue, procs):
     trained = train_tokenizer(inputs=["data/sample/fineweb_edu_150docs.jsonl"], samples=400_000, vocabsize=1000,
                               out_path="tokenizers/t_v1000_n400000.pkl")
 
-Steps: check the settings → pick the engine and device → every rank pre-tokenizes its share of the documents → the
-ranks' (pre-token → count) tables are summed exactly → every rank runs the merge loop → the ranks' merges are compared → rank 0 saves the
-tokenizer with its metadata and the trainer's source. Under torchrun (RANK / WORLD_SIZE set) the ranks meet in a
-process group; a plain single-process CPU run never imports torch.
+Steps: check the settings → pick the engine and device → rank 0 checks that the output can be written and locks it
+(a second trainer of the same file is refused; every rank stops with the same error) → every rank pre-tokenizes its
+share of the documents → the ranks' (pre-token → count) tables are summed exactly → every rank runs the merge loop
+→ the ranks' merges are compared → rank 0 saves the tokenizer with its metadata and the trainer's source. Under
+torchrun (RANK / WORLD_SIZE set) the ranks meet in a process group; a plain single-process CPU run never imports
+torch.
 
 Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
 used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
@@ -701,6 +703,7 @@ W ranks train on the same text and give byte-identical merges. From the Hub, eac
 dataset (text_sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
 `samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
 """
+import contextlib
 import glob
 import os
 import platform
@@ -715,11 +718,12 @@ TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
 SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
+ERROR_ACK_TIMEOUT_S = 10  # how long rank 0 waits for the other ranks to read its error
 
 
 @dataclass
 class TrainedTokenizer:
-    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts, duplicates
+    result: object  # trainer.MergeResult: merges, mergeable_ranks, counts
     metadata: dict  # what the pickle records under "metadata" (the same on every rank)
     pattern_name: str
     pat_str: str
@@ -782,6 +786,23 @@ def choose_engine(device="auto", engine="auto"):
     if engine in ("python", "native") and device != "cpu":
         raise UserError(f"--engine {engine} runs on the CPU only; use --device cpu or --engine torch")
     return engine, device
+
+
+def choose_workers(requested, budget_chars, announce=True):
+    """Pre-tokenization processes for one rank: the request (default: this rank's cores), lowered to this rank's
+    cores and to one per chunk of its `budget_chars` characters (workers are handed whole chunks, so more would
+    sit idle). A lowered request is announced in a note."""
+    from gptlab.bpe.pretokenize import DEFAULT_CHUNK_CHARS
+    from gptlab.distributed import default_workers
+
+    cores = default_workers()
+    chunks = max(1, -(-budget_chars // DEFAULT_CHUNK_CHARS))
+    workers = min(requested or cores, cores, chunks)
+    if requested and workers < requested and announce:
+        print(f"note: --workers {requested} lowered to {workers}: each rank uses at most its {cores} core(s) and "
+              f"one worker per {DEFAULT_CHUNK_CHARS:,} characters of its text ({budget_chars:,} here)",
+              file=sys.stderr, flush=True)
+    return workers
 
 
 def rank_budget(samples, rank, world_size):
@@ -924,15 +945,65 @@ def run_merges(table, num_merges, engine, device, show_progress=False, demo_samp
 
 
 def save(trained, out_path, overwrite=False):
-    """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path."""
+    """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path. A failed write
+    (a full disk) is a UserError, with nothing half-written left."""
+    from gptlab.fileio import write_fix
     from gptlab.tokenizer import EOT, save_tokenizer
 
     result = trained.result
-    save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
-                   mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: trained.vocabsize},
-                   metadata=trained.metadata, script_content=script_content(), overwrite=overwrite)
+    try:
+        save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
+                       mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: trained.vocabsize},
+                       metadata=trained.metadata, script_content=script_content(), overwrite=overwrite)
+    except OSError as err:
+        raise UserError(f"could not write the tokenizer {out_path} ({err.strerror or err}); nothing half-written "
+                        f"was left; {write_fix(err)}, then train again") from None
     trained.out_path = out_path
     return out_path
+
+
+def lock_path_for(out_path):
+    """The lock file beside a tokenizer file: tokenizers/.NAME.pkl.lock."""
+    folder, name = os.path.split(out_path)
+    return os.path.join(folder, f".{name}.lock")
+
+
+@contextlib.contextmanager
+def claim_output(out_path, overwrite=False):
+    """Check that out_path can be written (by writing in its folder) and hold its lock for the block, so a second
+    trainer of the same file is refused at once, naming this one."""
+    from gptlab.fileio import check_writable, exclusive_lock
+
+    check_writable(out_path, overwrite)  # before the lock creates the folder
+    with exclusive_lock(lock_path_for(out_path), f"tokenizer {out_path}"):
+        check_writable(out_path, overwrite)  # again: a writer that just finished may have made it
+        yield
+
+
+def on_rank0_for_all(store, key, action):
+    """Run action() on rank 0 only (the rank that writes) and tell every rank its outcome through `store`
+    (distributed.rendezvous_store; None: a single process) under `key`: a UserError it raises is raised on every
+    rank, so all ranks stop together with the same clear error instead of waiting for rank 0 or being killed."""
+    if store is None:
+        action()
+        return
+    others = int(os.environ.get("WORLD_SIZE", "1")) - 1
+    if int(os.environ.get("RANK", "0")) == 0:
+        try:
+            action()
+        except UserError as err:
+            store.set(key, "error:" + str(err))
+            # wait (briefly) until the others have read it, so they exit with it rather than being killed
+            deadline = time.time() + ERROR_ACK_TIMEOUT_S
+            while store.add(key + "/read", 0) < others and time.time() < deadline:
+                time.sleep(0.05)
+            raise
+        store.set(key, "ok")
+        return
+    outcome = store.get(key).decode()  # waits for rank 0
+    if outcome.startswith("error:"):
+        store.add(key + "/read", 1)
+        raise UserError(outcome[len("error:"):])
 
 
 def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", seed=0, pattern="gpt4",
@@ -940,12 +1011,11 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
                     overwrite=False):
     """Train on `samples` characters of `inputs` (local files/globs) or, without them, the Hub `dataset`.
 
-    With out_path, an existing file is refused before any work (unless overwrite) and rank 0 saves there.
-    Under torchrun every rank calls this; all return the same TrainedTokenizer. progress: tqdm bars on rank 0;
-    demo: rank 0 prints a sample coloured by token during training."""
+    With out_path, before any work rank 0 refuses an existing file (unless overwrite) or an unwritable folder and
+    locks the file against a second trainer; it saves there at the end. Under torchrun every rank calls this; all
+    return the same TrainedTokenizer. progress: tqdm bars on rank 0; demo: rank 0 prints a sample coloured by
+    token during training."""
     from gptlab.bpe.pretokenize import pretokenize
-    from gptlab.distributed import default_workers
-    from gptlab.fileio import check_writable
     from gptlab.text_sources import ReadStats
 
     t0 = time.time()
@@ -953,82 +1023,86 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     is_main = rank == 0
-    if out_path is not None:
-        check_writable(out_path, overwrite)  # before any work
     requested_device = device
     engine, device = choose_engine(device, engine)
-    workers = workers or default_workers()
+    workers = choose_workers(workers, rank_budget(samples, rank, world_size), announce=is_main)
     num_merges = vocabsize - 256
 
-    # ---- this rank's documents → deduplicated pre-token table
-    stats = ReadStats()
-    sample_box = []
-    docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
-    bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
-               unit="char")
-    try:
-        table, chars, n_docs = pretokenize(docs, pat_str, workers=workers,
-                                           progress=_read_rate_updater(bar, stats) if bar is not None else None)
-    finally:
-        if bar is not None:
-            bar.close()
-    # every rank reads all the local text, so its count of replaced documents is already the total: rank 0 reports it
-    replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
-    local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
-             "sample": sample_box[0] if sample_box else ""}
-    if os.environ.get(TEST_DIE_ENV) == str(rank):
-        os._exit(1)
+    store = None
+    if world_size > 1:
+        from gptlab import distributed
 
+        store = distributed.rendezvous_store()  # the process group itself starts after pre-tokenization
     ctx = None
-    try:
-        # ---- combine the ranks' tables exactly (sum of counts)
-        if world_size > 1:
-            from gptlab import distributed
+    with contextlib.ExitStack() as held:  # the output's lock, held until the end
+        if out_path is not None:
+            on_rank0_for_all(store, "gptlab/train_tokenizer/claim",
+                             lambda: held.enter_context(claim_output(out_path, overwrite)))
+        try:
+            # ---- this rank's documents → deduplicated pre-token table
+            stats = ReadStats()
+            sample_box = []
+            docs, source = open_documents(inputs, dataset, seed, samples, rank, world_size, stats, sample_box)
+            bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
+                       unit="char")
+            try:
+                table, chars, n_docs = pretokenize(docs, pat_str, workers=workers, progress=(
+                    _read_rate_updater(bar, stats) if bar is not None else None))
+            finally:
+                if bar is not None:
+                    bar.close()
+            # every rank reads all the local text, so its count of replaced documents is already the total: rank 0
+            # reports it
+            replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
+            local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
+                     "sample": sample_box[0] if sample_box else ""}
+            if os.environ.get(TEST_DIE_ENV) == str(rank):
+                os._exit(1)
 
-            ctx = distributed.setup("cpu" if device == "cpu" else requested_device)  # it resolves it again
-            parts = distributed.all_gather_objects(ctx, local)
-            table = combine_tables(p["table"] for p in parts)
-        else:
-            parts = [local]
-        total_chars = sum(p["chars"] for p in parts)
-        total_docs = sum(p["docs"] for p in parts)
-        replaced_docs = sum(p["replaced_docs"] for p in parts)
-        sample = next((p["sample"] for p in parts if p["sample"]), "")
-        if total_chars == 0:
-            raise UserError("the input holds no text (0 characters in "
-                            f"{total_docs} documents); check --input or the dataset")
-        if total_chars < samples and is_main:
-            print(f"note: --samples {samples} asked for more text than the input has; trained on all "
-                  f"{total_chars} characters ({total_docs} documents) and recorded that in the metadata",
-                  file=sys.stderr, flush=True)
-        if replaced_docs and is_main:
-            print(f"note: {replaced_docs} documents held invalid UTF-8; those bytes were replaced with U+FFFD",
-                  file=sys.stderr, flush=True)
+            # ---- combine the ranks' tables exactly (sum of counts)
+            if world_size > 1:
+                ctx = distributed.setup("cpu" if device == "cpu" else requested_device)  # it resolves it again
+                parts = distributed.all_gather_objects(ctx, local)
+                table = combine_tables(p["table"] for p in parts)
+            else:
+                parts = [local]
+            total_chars = sum(p["chars"] for p in parts)
+            total_docs = sum(p["docs"] for p in parts)
+            replaced_docs = sum(p["replaced_docs"] for p in parts)
+            sample = next((p["sample"] for p in parts if p["sample"]), "")
+            if total_chars == 0:
+                raise UserError("the input holds no text (0 characters in "
+                                f"{total_docs} documents); check --input or the dataset")
+            if total_chars < samples and is_main:
+                print(f"note: --samples {samples} asked for more text than the input has; trained on all "
+                      f"{total_chars} characters ({total_docs} documents) and recorded that in the metadata",
+                      file=sys.stderr, flush=True)
+            if replaced_docs and is_main:
+                print(f"note: {replaced_docs} documents held invalid UTF-8; those bytes were replaced with U+FFFD",
+                      file=sys.stderr, flush=True)
 
-        # ---- the merge loop (every rank runs it; the results are compared below)
-        result = run_merges(table, num_merges, engine, device, show_progress=is_main and progress,
-                            demo_sample=sample if demo and is_main else "", pat_str=pat_str)
-        if ctx is not None:
-            digests = distributed.all_gather_objects(ctx, merges_digest(result))
-            if len(set(digests)) != 1:
-                raise RuntimeError(f"ranks disagree on the merges ({digests}); this is a bug, please report it")
-        metadata = {
-            "vocabsize": vocabsize, "samples_requested": samples, "chars_used": total_chars,
-            "docs": total_docs, "replaced_docs": replaced_docs, "source": source,
-            "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
-            "engine": engine, "world_size": world_size, "workers_per_rank": workers,
-            "versions": library_versions(engine == "torch" or world_size > 1),
-            "duplicates": result.duplicates, "merge_counts": result.counts,
-        }
-        trained = TrainedTokenizer(result=result, metadata=metadata, pattern_name=pattern_name, pat_str=pat_str,
-                                   vocabsize=vocabsize, is_main=is_main)
-        if out_path is not None and is_main:
-            save(trained, out_path, overwrite)
-        if ctx is not None:
-            distributed.barrier(ctx)  # the other ranks end only once rank 0 has saved
-    finally:
-        if ctx is not None:
-            distributed.cleanup(ctx)
+            # ---- the merge loop (every rank runs it; the results are compared below)
+            result = run_merges(table, num_merges, engine, device, show_progress=is_main and progress,
+                                demo_sample=sample if demo and is_main else "", pat_str=pat_str)
+            if ctx is not None:
+                digests = distributed.all_gather_objects(ctx, merges_digest(result))
+                if len(set(digests)) != 1:
+                    raise RuntimeError(f"ranks disagree on the merges ({digests}); this is a bug, please report it")
+            metadata = {
+                "vocabsize": vocabsize, "samples_requested": samples, "chars_used": total_chars,
+                "docs": total_docs, "replaced_docs": replaced_docs, "source": source,
+                "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
+                "engine": engine, "world_size": world_size, "workers_per_rank": workers,
+                "versions": library_versions(engine == "torch" or world_size > 1),
+                "merge_counts": result.counts,
+            }
+            trained = TrainedTokenizer(result=result, metadata=metadata, pattern_name=pattern_name,
+                                       pat_str=pat_str, vocabsize=vocabsize, is_main=is_main)
+            if out_path is not None:  # rank 0 saves; the others end only once it has, with its error if any
+                on_rank0_for_all(store, "gptlab/train_tokenizer/save", lambda: save(trained, out_path, overwrite))
+        finally:
+            if ctx is not None:
+                distributed.cleanup(ctx)
     return trained
 
 # ===== gptlab/bpe/trainer.py =====
@@ -1040,12 +1114,14 @@ The rule (the same on every backend, rank count and device):
   number of adjacent positions holding it, summed over words and weighted by how often each word occurs
   (`aaa` holds (a, a) twice).
 * Each step merges the pair with the highest count. Ties go to the lexicographically greatest
-  `(bytes(left), bytes(right))` (Python tuple-of-bytes order); if two distinct pairs still tie (possible only when
-  two ids spell the same bytes, see below) the smaller `(left_id, right_id)` wins.
+  `(bytes(left), bytes(right))` (Python tuple-of-bytes order).
 * Replacement inside a word is left to right and non-overlapping (`a a a` → `aa a`). Merge k gets id 256 + k.
-* Duplicate byte strings: a later merge may spell bytes an earlier one already produced ((ab, c) then (a, bc)).
-  The merge is kept (ids stay 256 + k) but `mergeable_ranks` keeps the EARLIEST id for those bytes, because
-  tiktoken needs bytes → id to be a function; `duplicates` counts such merges.
+* No two ids ever spell the same bytes, so that order is total and `mergeable_ranks` holds every id. Proof: a
+  stretch of a word that is a whole number of tokens after some merges is tokenized exactly as that stretch would
+  be as a word of its own (no merge crossed its edges, and left-to-right replacement inside it started from the
+  same place). If merge k joined (x, y) over bytes u that an earlier id t = (p, q) already spells, then u alone
+  was [p, q] before t's merge, hence [t] ever after, yet [x, y] just before merge k: a contradiction.
+  `finish_result` checks it on every training anyway (tests/test_bpe.py also checks it on random tables).
 
 Three implementations of that rule, which must give identical merges (tests check them against a slow reference
 and against each other): the two below, and `native.train_merges_native`, the Python loop's algorithm in C
@@ -1108,23 +1184,22 @@ def tie_key(token_bytes):
 class MergeResult:
     merges: list  # [(left_id, right_id)], merge k made id 256 + k
     counts: list  # the pair's count when it was merged
-    mergeable_ranks: dict = field(default_factory=dict)  # bytes → earliest id spelling them
-    duplicates: int = 0  # merges whose bytes an earlier id already spelled
+    mergeable_ranks: dict = field(default_factory=dict)  # bytes → id, all 256 + len(merges) of them
 
 
 def finish_result(merges, counts):
-    """MergeResult with mergeable_ranks (earliest id wins for duplicate bytes) and the duplicate count."""
+    """MergeResult with mergeable_ranks; a merge that spells an existing token's bytes means a broken engine."""
     vocab = [bytes([i]) for i in range(256)]
     ranks = {b: i for i, b in enumerate(vocab)}
-    duplicates = 0
-    for a, b in merges:
+    for k, (a, b) in enumerate(merges):
         token = vocab[a] + vocab[b]
-        vocab.append(token)
         if token in ranks:
-            duplicates += 1
-        else:
-            ranks[token] = len(vocab) - 1
-    return MergeResult(list(merges), list(counts), ranks, duplicates)
+            raise RuntimeError(f"merge {k} ({a}, {b}) spells {token!r}, which id {ranks[token]} already spells; exact "
+                               "BPE never does this (see gptlab/bpe/trainer.py), so the merge loop is wrong: please "
+                               "report it with the input text")
+        ranks[token] = len(vocab)
+        vocab.append(token)
+    return MergeResult(list(merges), list(counts), ranks)
 
 
 def _out_of_pairs(done, wanted):
@@ -1321,7 +1396,7 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
     nz = dense[0].nonzero().squeeze(1)
     main = ((nz // 256) * S + nz % 256, dense[0, nz], dense[1, nz])  # keys ascending, counts, positions
 
-    # ---- tie-break ranks: rank[i] = place of bytes(i) among the distinct token byte strings, sorted
+    # ---- tie-break ranks: rank[i] = place of bytes(i) among the token byte strings, sorted
     rank = torch.zeros(S, **i64)
     rank[:256] = torch.arange(256, **i64)
     sorted_tokens = list(vocab_bytes)
@@ -1468,11 +1543,10 @@ def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_
             index_pos, index_keys = build_index()
             log_len = 0
 
-        # 6. ranks: insert the new token's bytes (equal bytes share a rank)
+        # 6. ranks: insert the new token's bytes (never equal to an existing token's, see the module docstring)
         place = bisect.bisect_left(sorted_tokens, token)
-        if place == len(sorted_tokens) or sorted_tokens[place] != token:
-            sorted_tokens.insert(place, token)
-            rank += rank >= place
+        sorted_tokens.insert(place, token)
+        rank += rank >= place
         rank[new_id:new_id + 1].fill_(place)
 
         if progress is not None and (k + 1 - last_report >= 64 or k + 1 == num_merges):
