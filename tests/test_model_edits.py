@@ -169,7 +169,8 @@ def test_a_checkpoint_from_another_machine_runs_its_code_only_when_trusted(tiny,
 
 def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny, tmp_path):
     """Train 6 steps of an edited model with a checkpoint at 3; revert model.py; --resume from step 3 gives the
-    very losses of steps 4-6 (the resumed run trains the checkpoint's model, not today's)."""
+    losses of steps 4-6 (the resumed run trains the checkpoint's model, not today's, which could not even load
+    its weights)."""
     repo = copy_repository(str(tmp_path / "repo"))
     with open(os.path.join(repo, "model.py")) as f:
         original = f.read()
@@ -188,7 +189,8 @@ def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny,
                 if r["train_loss"] is not None}, run_dir
 
     (full, _), (resumed, resumed_dir) = losses(tmp_path / "full"), losses(tmp_path / "resumed")
-    assert sorted(resumed) == [4, 5, 6] and all(resumed[s] == full[s] for s in resumed)
+    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/test_train_gpt.py: 1e-6)
+    assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     with open(os.path.join(resumed_dir, "code", "model.py")) as f:
         assert f.read() == edited
 
@@ -236,7 +238,8 @@ def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_
                 if r["train_loss"] is not None}
 
     full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
-    assert sorted(resumed) == [4, 5, 6] and all(resumed[s] == full[s] for s in resumed)
+    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/test_train_gpt.py: 1e-6)
+    assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     a, b = torch.load(ckpt, weights_only=True), torch.load(new, weights_only=True)
     assert a["model_config"] == b["model_config"] and a["model_source"] == b["model_source"]
 

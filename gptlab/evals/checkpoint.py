@@ -57,7 +57,9 @@ def evaluate_checkpoint(path, *, val_files=None, val_rows=None, hellaswag_path=H
         return model(x, model.attention_masks(x, eot, windows), y)
 
     ctx = DistContext(0, 0, 1, device, None)
-    rows_per_batch = max(1, 4096 // seq_len)
+    # the run's own batching (its micro-batch), so the sums add up in the same order as in its log
+    micro = args.get("device_batch_size")
+    rows_per_batch = max(1, (micro if isinstance(micro, int) else 4096) // seq_len)
     val_loss, val_bpb = evaluate_val(loss_fn, val_set, rows_per_batch, token_byte_lengths(tok.encoding,
                                                                                           model.padded_vocab), ctx)
     hellaswag = None

@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import torch
+import torch.utils._device
 
 from gptlab.cli import require_non_negative, require_positive
 from gptlab.dataloader import micro_batch_candidates, split_batch
@@ -52,6 +53,10 @@ def model_config_of(cfg, config_class):
 
 def parameter_count(model_module, model_config):
     """Parameters of model_module.GPT(model_config), counted on a model built on the meta device (no memory)."""
+    # torch caches the set of functions a device context redirects on first use; if that was inside transformers'
+    # model loading, which patches torch.linspace for a while, linspace stays unredirected (a CPU tensor among meta
+    # ones): start from a fresh set
+    getattr(torch.utils._device._device_constructors, "cache_clear", lambda: None)()
     with torch.device("meta"):
         model = model_module.GPT(model_module.GPTConfig(**model_config))
     return sum(p.numel() for p in model.parameters())
