@@ -9,14 +9,14 @@
 """
 import sys
 
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import run_cli
 
 
 def parse_args(argv):
     from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL
-    from gptlab.cost import OVERHEAD_MINUTES_GPTLAB
-    from gptlab.experiment import EXPERIMENTS_DIR
+    from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
+    from gptlab.train.records import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run folders to compare (paths, folder names in --experiments, or a unique part of "
@@ -42,7 +42,7 @@ def parse_args(argv):
     g = parser.add_argument_group("cost and significance")
     g.add_argument("--usd_per_gpu_hour", type=float, default=None, metavar="USD",
                    help="price every run's GPU-hours at this (default: the price each run recorded, else "
-                        "gptlab/cost.py's typical rental price by GPU name)")
+                        "gptlab/train/cost.py's typical rental price by GPU name)")
     g.add_argument("--overhead", type=float, nargs="?", const=OVERHEAD_MINUTES_GPTLAB, default=0.0, metavar="MIN",
                    help=f"add MIN minutes per run to its GPU-hours (set-up, downloads, compilation); alone: "
                         f"gpt-lab's {OVERHEAD_MINUTES_GPTLAB:g} (default: 0)")
@@ -65,7 +65,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare import compare
-    from gptlab.errors import UserError
+    from gptlab.core.errors import UserError
     if args.diff and (args.runs or args.plot or args.sort or args.scaling):
         raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
                         "arguments")

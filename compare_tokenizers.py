@@ -6,8 +6,8 @@ compression by domain.
     python compare_tokenizers.py A.pkl B.pkl --text web.jsonl code.txt shakespeare.txt --plot tokenizers.png
 """
 
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import run_cli
 
 
 def parse_args(argv):
@@ -25,9 +25,9 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gptlab.errors import UserError
-    from gptlab.fileio import check_writable
-    from gptlab.tokenizer_report import plot_report, render_report, tokenizer_report
+    from gptlab.compare.tokenizers import plot_report, render_report, tokenizer_report
+    from gptlab.core.errors import UserError
+    from gptlab.core.files import check_writable
 
     if args.plot:
         if not args.plot.lower().endswith(".png"):

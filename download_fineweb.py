@@ -7,19 +7,19 @@
 
 Writes <out>/<dataset>_<tokenizer stem>/val_000000.bin, train_000001.bin, ... plus manifest.json. Re-running the
 same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun).
-See gptlab/fineweb.py for the exact layout, document order and resume rules.
+See gptlab/data/fineweb.py for the exact layout, document order and resume rules.
 """
 import os
 
-from gptlab.distributed import default_workers
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import UserError, run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.distributed import default_workers
+from gptlab.core.errors import UserError, run_cli
 
 DEFAULT_VERSION = "10Bedu"
 
 
 def parse_args(argv=None):
-    from gptlab.fineweb import VERSIONS
+    from gptlab.data.fineweb import VERSIONS
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
@@ -55,7 +55,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from gptlab.fineweb import make_shards
+    from gptlab.data.fineweb import make_shards
 
     args = parse_args(argv)
     manifest, out_dir = make_shards(args)

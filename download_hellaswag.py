@@ -7,10 +7,10 @@
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
 """
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import UserError, run_cli
-from gptlab.hellaswag_data import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ,
-                                   URL_ENV, default_source, fetch_hellaswag)
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import UserError, run_cli
+from gptlab.data.hellaswag import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ, URL_ENV,
+                                   default_source, fetch_hellaswag)
 
 
 def parse_args(argv=None):

@@ -14,9 +14,9 @@ logits with the checkpoint's own on a short text holding two documents.
 """
 import argparse
 
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import run_cli
-from gptlab.fileio import check_output_dir
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import run_cli
+from gptlab.core.files import check_output_dir
 
 
 def build_parser():
@@ -35,13 +35,13 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_output_dir(args.out_dir, args.overwrite)  # before loading anything
-    from gptlab import experiment as exp
-    from gptlab.hf_export import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder
-    from gptlab.tokenizer import read_tokenizer_file
+    from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder
+    from gptlab.tokenizer.format import read_tokenizer_file
+    from gptlab.train import checkpointing
     from gptlab.train.model_source import load_model
 
     model, _, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
-    tok = exp.checkpoint_tokenizer(ckpt, args.checkpoint)
+    tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)
     windows = model.final_windows()
     n_vocab = tok.encoding.n_vocab
     fields = hf_config(ckpt["model_config"], windows, tok.eot, n_vocab, getattr(model, "padded_vocab", None))

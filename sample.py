@@ -12,8 +12,8 @@ After each generation, a line on stderr gives the tokens and tokens/s.
 import sys
 import time
 
-from gptlab.cli import ArgumentParser, HelpFormatter, require_positive
-from gptlab.errors import UserError, run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter, require_positive
+from gptlab.core.errors import UserError, run_cli
 
 
 def build_parser():
@@ -59,14 +59,14 @@ def main(argv=None):
     check_flags(args)
     import torch
 
-    from gptlab import experiment as exp
-    from gptlab.distributed import resolve_device
-    from gptlab.generate import TextStream, cached_next_logits, generate, uncached_next_logits
+    from gptlab.core.distributed import resolve_device
+    from gptlab.export.generate import TextStream, cached_next_logits, generate, uncached_next_logits
+    from gptlab.train import checkpointing
     from gptlab.train.model_source import load_model
 
     device = resolve_device(args.device)
     model, module, ckpt = load_model(args.checkpoint, device, args.trust_model_code)  # the checkpoint's own model.py
-    tok = exp.checkpoint_tokenizer(ckpt, args.checkpoint)
+    tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)
     n_vocab = tok.encoding.n_vocab
     generator = torch.Generator(device="cpu").manual_seed(args.seed)
     for prompt in prompts_from_stdin() if args.interactive else [args.prompt]:

@@ -10,15 +10,15 @@ import argparse
 import os
 import sys
 
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import run_cli
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 TRAIN_SCRIPT = os.path.join(REPO_ROOT, "train_gpt.py")
 
 
 def parse_args(argv):
-    from gptlab.experiment import EXPERIMENTS_DIR
+    from gptlab.train.records import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2,...",
                         help="a train_gpt.py flag and its values (repeat --grid for more flags: every combination "
@@ -44,8 +44,8 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare import compare
-    from gptlab.errors import UserError
-    from gptlab.sweep import parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_run_dirs
+    from gptlab.core.errors import UserError
+    from gptlab.train.sweep import parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_run_dirs
     from train_gpt import build_parser
 
     known = {a.dest for a in build_parser()._actions if a.option_strings}

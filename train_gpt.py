@@ -14,7 +14,7 @@ passes of `--device_batch_size` tokens, so batch_size = world_size x grad_acc_st
 loss curve is the same for any number of ranks (exactly so in float32 on CPU, up to summation order).
 
 Everything that is not research lives in gptlab/: flag checks (gptlab/train/config.py), gradient communication
-(gptlab/train/comm.py), the run's folder, logs, metrics and checkpoints (gptlab/run.py, one Run object), data
+(gptlab/train/comm.py), the run's folder, logs, metrics and checkpoints (gptlab/train/run.py, one Run object), data
 loading, evaluations. EXPERIMENTING.md says which file to edit for which experiment.
 """
 import argparse
@@ -28,22 +28,22 @@ import random
 import torch
 
 import model as arch
-from gptlab import distributed as dist_utils
-from gptlab import experiment as exp
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.dataloader import (BOSAlignedLoader, ValidationSet, choose_micro_batch, micro_batch_candidates,
-                               select_run_shards, split_batch, to_device)
-from gptlab.errors import UserError, run_cli
+from gptlab.core import distributed as dist_utils
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import UserError, run_cli
+from gptlab.core.files import check_folder_creatable
+from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.data.loader import BOSAlignedLoader, ValidationSet, to_device
+from gptlab.data.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
-from gptlab.fileio import check_folder_creatable
-from gptlab.generate import sample_continuations
-from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.run import Run, add_run_flags, parse_flags, restore_training_state
-from gptlab.tokenizer import open_tokenizer
-from gptlab.train import model_source
+from gptlab.export.generate import sample_continuations
+from gptlab.tokenizer.format import open_tokenizer
+from gptlab.train import checkpointing, model_source
+from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, split_batch
 from gptlab.train.comm import GradientSync, MatrixShards
 from gptlab.train.config import add_model_flags, arch_fields, check_model_fits, model_config_of, resolve_config
+from gptlab.train.run import Run, add_run_flags, parse_flags, restore_training_state
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -303,7 +303,7 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
 
 def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, autocast):
     """--device_batch_size auto on CUDA: the largest micro-batch (tokens) whose forward+backward leaves 10% of the
-    GPU free, found by gptlab.dataloader.choose_micro_batch from one or two probes on random tokens (the compiled
+    GPU free, found by gptlab.train.batching.choose_micro_batch from one or two probes on random tokens (the compiled
     shape of the chosen probe is the one training uses). Every rank probes its own GPU; they take the smallest."""
     device = ctx.device
     windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)  # the largest windows
@@ -382,7 +382,7 @@ def train(args, ctx, ckpt=None):
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
                             ctx.rank, ctx.world_size)
     if ckpt is not None:
-        exp.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig), shards,
+        checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig), shards,
                                     cfg.allow_new_data)
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
@@ -417,7 +417,7 @@ def train(args, ctx, ckpt=None):
     def due(every, step):
         return every and step % every == 0
 
-    # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.run.Run's
+    # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
              optimizers=optimizers, train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
              warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab}) as run:

@@ -8,19 +8,19 @@
 world size; streamed from the Hub, --samples / world_size per rank. --vocabsize counts the 256 bytes plus the
 merges (the one special token, <|endoftext|>, gets id vocabsize). Every rank pre-tokenizes its own share of the
 documents with --workers processes, the deduplicated (pre-token → count) tables are combined exactly, and the
-merge loop (gptlab/bpe/trainer.py) gives the same merges on CPU, GPU and any number of ranks.
-The work is gptlab/bpe/train.py's train_tokenizer(); this file only reads the flags and reports.
+merge loop (gptlab/tokenizer/merges.py) gives the same merges on CPU, GPU and any number of ranks.
+The work is gptlab/tokenizer/job.py's train_tokenizer(); this file only reads the flags and reports.
 """
 import os
 import time
 
-from gptlab.bpe.train import DATASET_CONFIG
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import UserError, run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import UserError, run_cli
+from gptlab.tokenizer.job import DATASET_CONFIG
 
 
 def parse_args(argv=None):
-    from gptlab.text_sources import HUB_DATASETS
+    from gptlab.data.sources import HUB_DATASETS
 
     ap = ArgumentParser(description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -48,8 +48,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from gptlab.bpe.train import train_tokenizer
-    from gptlab.tokenizer import EOT, tokenizer_filename
+    from gptlab.tokenizer.format import EOT, tokenizer_filename
+    from gptlab.tokenizer.job import train_tokenizer
 
     t0 = time.time()
     args = parse_args(argv)

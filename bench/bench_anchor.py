@@ -14,7 +14,7 @@ step is one 48K-token row, the per-GPU work of the 8-GPU record), and started wi
 
 The data: one stream of random documents, written twice: for the anchor in the llm.c format it reads
 (OUT/anchor_run/data/fineweb10B/fineweb_{train_000001,val_000000}.bin: 256 int32 header, magic 20240520,
-version 1, token count, then uint16 tokens) and for ours with gptlab.shards.write_shard (OUT/ours_data/, no
+version 1, token count, then uint16 tokens) and for ours with gptlab.data.shards.write_shard (OUT/ours_data/, no
 manifest: train_gpt.py then checks that every id is below the tokenizer's n_vocab). Each document is <|endoftext|>
 (50256) then ids drawn uniformly below 50256, with geometric lengths of mean --doc_len (1000): random ids cost
 the GPU what real ones do, and both programs see the same documents. (Ids drawn uniformly below 50257 would put
@@ -78,8 +78,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from gptlab.cli import ArgumentParser  # noqa: E402
-from gptlab.errors import UserError, run_cli  # noqa: E402
+from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.core.errors import UserError, run_cli  # noqa: E402
 
 DEFAULT_ANCHOR = os.path.join(os.path.dirname(REPO), "shared", "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
@@ -179,7 +179,7 @@ def plan(steps, ours_batch, warmup_steps, doc_len=1000):
 
 def prepare(out, train_tokens, val_tokens, seed, doc_len):
     """Write (or reuse, when an earlier call wrote the same) both shard layouts; returns their paths."""
-    from gptlab.shards import read_header, write_shard
+    from gptlab.data.shards import read_header, write_shard
 
     anchor_data = os.path.join(out, "anchor_run", "data", "fineweb10B")
     ours_data = os.path.join(out, "ours_data")
@@ -226,8 +226,7 @@ def byte_pair_merges(n_merges=EOT - 256):
 
 def write_tokenizer(path):
     """A synthetic, valid BPE tokenizer with the anchor's 50,257 ids (see the module docstring); returns path."""
-    from gptlab.tokenizer import EOT as EOT_TEXT
-    from gptlab.tokenizer import PATTERNS, open_tokenizer, save_tokenizer
+    from gptlab.tokenizer.format import EOT as EOT_TEXT, PATTERNS, open_tokenizer, save_tokenizer
 
     merges = byte_pair_merges()
     ranks = {bytes([i]): i for i in range(256)}
@@ -450,7 +449,7 @@ def train_gpt_has_preset():
 def run_ours(label, flags, paths, tokenizer, exp_dir, train_steps, stop_at, batch_size, timeout_s):
     """train_gpt.py with `flags` + the benchmark's overrides, stopped (SIGINT: recorded as interrupted) once its
     metrics.csv has step stop_at, unless that is its last step. Returns rows, config, results, memory."""
-    from gptlab.experiment import read_metrics
+    from gptlab.train.records import read_metrics
 
     overrides = ["--tokenizer", tokenizer, "--train_files", paths["ours_train"], "--val_files", paths["ours_val"],
                  "--train_steps", str(train_steps), "--val_loss_every", "0", "--val_steps", "1",
@@ -510,7 +509,7 @@ def pairs_per_token(train_path, max_blocks, rows=8, seed=0):
     import torch
 
     import model as arch
-    from gptlab.shards import read_shard
+    from gptlab.data.shards import read_shard
 
     tokens = read_shard(train_path)
     starts = np.flatnonzero(np.asarray(tokens[: len(tokens) - ANCHOR_SEQ_LEN]) == EOT)
@@ -622,7 +621,7 @@ def main(argv=None):
     import torch
 
     name = gpu_name()
-    from gptlab.experiment import gpu_bf16_peak_tflops
+    from gptlab.train.environment import gpu_bf16_peak_tflops
 
     peak = gpu_bf16_peak_tflops(name)
     if args.ours_flags is not None:
@@ -683,7 +682,7 @@ def main(argv=None):
                              "sum of metrics.csv step_time_s; warm-up: ours' first --warmup_steps steps and the "
                              "anchor's steps holding the same tokens are left out"}
     print_table(sides, name, peak, ratio, report)
-    from gptlab.fileio import atomic_write_text
+    from gptlab.core.files import atomic_write_text
 
     report_path = os.path.join(out, "bench_anchor.json")
     atomic_write_text(report_path, json.dumps(report, indent=2) + "\n", overwrite=True)

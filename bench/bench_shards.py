@@ -71,7 +71,7 @@ def run_ours(corpus, tokenizer, workers, out_dir):
 
 
 def run_raw(tokenizer, docs, workers):
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     enc = load_tokenizer(tokenizer)  # fresh, untimed: starts as cold as download_fineweb's own Encoding
     t0, c0 = time.perf_counter(), time.process_time()
@@ -81,7 +81,7 @@ def run_raw(tokenizer, docs, workers):
 
 
 def main(argv=None):
-    from gptlab.cli import ArgumentParser
+    from gptlab.core.cli import ArgumentParser
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", help=".jsonl corpus (default: build one with make_corpus.py)")
@@ -93,7 +93,7 @@ def main(argv=None):
     p.add_argument("--workdir", default=os.path.join(REPO, "bench", "out"))
     args = p.parse_args(argv)
 
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     os.makedirs(args.workdir, exist_ok=True)
     corpus = args.corpus or build_corpus(args.mb, args.workdir)

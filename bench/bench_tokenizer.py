@@ -55,7 +55,7 @@ def run_child(cmd, env=None):
 
 def main(argv=None):
     sys.path.insert(0, REPO)
-    from gptlab.cli import ArgumentParser
+    from gptlab.core.cli import ArgumentParser
 
     ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=20, help="corpus size in MB when building one")
@@ -68,7 +68,7 @@ def main(argv=None):
                          "cpu, cuda), e.g. native:cpu torch:cuda; every one is timed against the same HF run")
     ap.add_argument("--skip-hf", action="store_true", help="time ours only")
     args = ap.parse_args(argv)
-    from gptlab.tokenizer import PATTERNS
+    from gptlab.tokenizer.format import PATTERNS
 
     with tempfile.TemporaryDirectory(prefix="bench_tok_") as tmp:
         corpus = args.corpus

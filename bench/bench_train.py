@@ -30,8 +30,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from gptlab.cli import ArgumentParser  # noqa: E402
-from gptlab.errors import UserError, run_cli  # noqa: E402
+from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.core.errors import UserError, run_cli  # noqa: E402
 
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
                    device_batch_size=512, window_size=256, num_val_emb=2)
@@ -92,7 +92,7 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
     """Shards of random documents (each starts with eot) for the loader: speed does not depend on the text."""
     import numpy as np
 
-    from gptlab.shards import write_shard
+    from gptlab.data.shards import write_shard
 
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, eot, size=n_tokens, dtype=np.int64)
@@ -108,7 +108,8 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
 
     import model as arch
     import train_gpt
-    from gptlab.dataloader import BOSAlignedLoader, split_batch
+    from gptlab.data.loader import BOSAlignedLoader
+    from gptlab.train.batching import split_batch
     from gptlab.train.comm import GradientSync
     from gptlab.train.config import model_config_of
 
@@ -143,7 +144,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    from gptlab.distributed import all_reduce_sum
+    from gptlab.core.distributed import all_reduce_sum
 
     t0 = time.perf_counter()
     for _ in range(warmup):
@@ -179,7 +180,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     sync()
     model_s = (time.perf_counter() - t0) / steps
     model.zero_grad(set_to_none=True)
-    from gptlab.experiment import peak_memory
+    from gptlab.train.environment import peak_memory
 
     mem = peak_memory(device)
     return {"compiled": compiled, "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
@@ -196,8 +197,8 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
 def main(argv=None):
     import torch
 
-    from gptlab import distributed as dist_utils
-    from gptlab.experiment import gpu_bf16_peak_tflops
+    from gptlab.core import distributed as dist_utils
+    from gptlab.train.environment import gpu_bf16_peak_tflops
 
     args = build_parser().parse_args(argv)
     ctx = dist_utils.setup(args.device)
@@ -243,7 +244,7 @@ def main(argv=None):
                   "peak_tflops": peak, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
                   "results": results, "torch": torch.__version__}
         if args.out and ctx.is_main:
-            from gptlab.fileio import atomic_write_text
+            from gptlab.core.files import atomic_write_text
             atomic_write_text(args.out, json.dumps(report, indent=2, default=str) + "\n", overwrite=True)
         return report
     finally:

@@ -6,12 +6,12 @@ from collections import Counter
 import pytest
 import regex
 
-from gptlab.bpe import native
-from gptlab.bpe.native import train_merges_native
-from gptlab.bpe.pretokenize import clean_document, pretokenize
-from gptlab.bpe.trainer import finish_result, tie_key, train_merges_python, train_merges_torch
-from gptlab.errors import UserError
-from gptlab.tokenizer import EOT, PATTERNS
+from gptlab.tokenizer import native
+from gptlab.tokenizer.native import train_merges_native
+from gptlab.tokenizer.pretokenize import clean_document, pretokenize
+from gptlab.tokenizer.merges import finish_result, tie_key, train_merges_python, train_merges_torch
+from gptlab.core.errors import UserError
+from gptlab.tokenizer.format import EOT, PATTERNS
 
 from conftest import FINEWEB_150
 
@@ -24,7 +24,7 @@ ENGINES = {"python": train_merges_python, "native": train_merges_native,
 
 def test_the_c_merge_loop_builds():
     assert native.available(), (
-        f"the C merge loop (gptlab/bpe/merge_loop.c, the default engine) could not be built: "
+        f"the C merge loop (gptlab/tokenizer/merge_loop.c, the default engine) could not be built: "
         f"{native.unavailable_reason()}. Install a C compiler (apt-get install gcc) so that its tests run")
 
 
@@ -148,7 +148,7 @@ def test_torch_trainer_equals_python_trainer(name, texts):
 
 def test_torch_trainer_without_nonzero_static_gives_the_same_merges(monkeypatch):
     """Where a torch build lacks nonzero_static for the device, the engine falls back to nonzero (same result)."""
-    from gptlab.bpe import trainer
+    from gptlab.tokenizer import trainer
 
     texts = corpora()[-1][1]
     table, _, _ = pretokenize(texts, PATTERNS["gpt4"])
@@ -191,7 +191,7 @@ def test_a_merge_spelling_an_existing_token_is_refused():
 
 
 def test_no_merge_repeats_a_token_on_overlap_heavy_tables():
-    # gptlab/bpe/trainer.py proves it; the reference checks it here on tables built to try: runs of one letter
+    # gptlab/tokenizer/merges.py proves it; the reference checks it here on tables built to try: runs of one letter
     # (overlapping pairs), two and three letters, every merge they allow. Each engine agrees with the reference.
     rng = random.Random(7)
     for trial in range(45):

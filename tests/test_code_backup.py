@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, run_script
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 from gptlab.train import code_backup as cb
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",

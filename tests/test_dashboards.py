@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import HELLASWAG_VAL, SHARED_DATA, run_script
-from gptlab import experiment as exp
-from gptlab.errors import UserError
+from gptlab.train import records as run_records
+from gptlab.core.errors import UserError
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -59,7 +59,7 @@ def test_a_run_logs_its_scalars_to_tensorboard_and_wandb(tmp_path):
            "WANDB_CACHE_DIR": str(tmp_path / "wandb_cache"), "WANDB_DATA_DIR": str(tmp_path / "wandb_data")}
     run_script(["train_gpt.py"] + argv, env_extra=env, check=True)
     run_dir = glob.glob(str(tmp_path / "runs" / "*_tiny"))[0]
-    metrics = exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    metrics = run_records.read_metrics(os.path.join(run_dir, run_records.METRICS_FILE))
     expected = {}  # column → {step: value}, from metrics.csv
     for row in metrics:
         for column, value in row.items():
@@ -95,7 +95,7 @@ def test_a_run_logs_its_scalars_to_tensorboard_and_wandb(tmp_path):
 
 
 def test_a_missing_package_is_named_with_its_install(monkeypatch):
-    from gptlab.dashboards import check_available
+    from gptlab.train.dashboards import check_available
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails as if not installed
     with pytest.raises(UserError, match=r"--tensorboard needs the tensorboard package: pip install tensorboard"):

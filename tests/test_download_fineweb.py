@@ -13,11 +13,11 @@ import pytest
 from conftest import FINEWEB_150, REPO, free_port, run_script, unreadable_file
 from helpers.tiny_data import save_tiny_tokenizer
 
-from gptlab import shards
-from gptlab.errors import UserError
-from gptlab.fineweb import buffered_shuffle, encode_document
-from gptlab.text_sources import iter_local_documents
-from gptlab.tokenizer import EOT, PATTERNS, load_tokenizer, save_tokenizer
+from gptlab.data import shards
+from gptlab.core.errors import UserError
+from gptlab.data.fineweb import buffered_shuffle, encode_document
+from gptlab.data.sources import iter_local_documents
+from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer, save_tokenizer
 
 TRICKY_DOCS = ["Hello 🌍 world 👩‍👩‍👧 emoji", "line one\r\nline two\r\n\r\n", "", "   ", "tabs\tand\u00a0nbsp",
                "literal <|endoftext|> inside a document", "日本語のテキスト。", "\n", "ends without newline",
@@ -394,7 +394,7 @@ def test_a_second_writer_of_a_shard_folder_is_refused_naming_the_first(tmp_path,
     import socket
     import tempfile
 
-    from gptlab.fileio import exclusive_lock
+    from gptlab.core.files import exclusive_lock
 
     common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 3, "--shard_size", 25_000,
               "--val_tokens", 20_000, "--out", tmp_path / "race"]

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from conftest import HELLASWAG_VAL, REPO, run_script, unreadable_file
-from gptlab.errors import UserError
-from gptlab.hellaswag_data import HELLASWAG_ROWS, HELLASWAG_SHA256, SAMPLE_GZ, fetch_hellaswag, sha256_file
+from gptlab.core.errors import UserError
+from gptlab.data.hellaswag import HELLASWAG_ROWS, HELLASWAG_SHA256, SAMPLE_GZ, fetch_hellaswag, sha256_file
 
 SCRIPT = os.path.join(REPO, "download_hellaswag.py")
 # Published facts about rowanz/hellaswag's data/hellaswag_val.jsonl (../shared/data/SOURCES.md: git blob

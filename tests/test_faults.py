@@ -17,8 +17,8 @@ import pytest
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, _drop_root_file_access, free_port, run_script
 from helpers.tiny_data import save_tiny_tokenizer
 
-from gptlab.errors import UserError
-from gptlab.fileio import exclusive_lock
+from gptlab.core.errors import UserError
+from gptlab.core.files import exclusive_lock
 
 PAGE = 4096
 
@@ -181,7 +181,7 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path, tokenizer_path, sc
 
 HOLDER = """
 import sys, time
-from gptlab.fileio import exclusive_lock
+from gptlab.core.files import exclusive_lock
 
 def child(started):
     started.set()

@@ -24,15 +24,15 @@ pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a 
 
 
 def _word_table(vocab_texts):
-    from gptlab.bpe.pretokenize import count_documents, to_bytes_table
-    from gptlab.tokenizer import PATTERNS
+    from gptlab.tokenizer.pretokenize import count_documents, to_bytes_table
+    from gptlab.tokenizer.format import PATTERNS
 
     return to_bytes_table(count_documents(vocab_texts, PATTERNS["gpt4"]))
 
 
 def test_torch_engine_on_cuda_gives_the_cpu_merges():
-    from gptlab.bpe import native
-    from gptlab.bpe.trainer import train_merges_python, train_merges_torch
+    from gptlab.tokenizer import native
+    from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
     from helpers.tiny_data import read_docs
 
     texts = read_docs(FINEWEB_150) + read_docs(TINY_SHAKESPEARE)[:2000] + ["aaaaaaa bbbb   \r\n\r\n 🙂🙂🙂 1234567"]
@@ -70,7 +70,7 @@ def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
 
 def test_train_gpt_gpu_recipe_trains(tmp_path):
     """Default CUDA settings: compile, FlexAttention, bfloat16 autocast, the probed micro-batch; one rank."""
-    from gptlab import experiment as exp
+    from gptlab.train import records
     from helpers.tiny_data import make_dataset
 
     tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
@@ -83,17 +83,17 @@ def test_train_gpt_gpu_recipe_trains(tmp_path):
     proc = run_script(args, check=True, timeout=1200)
     assert "--device_batch_size auto: probed 256 tokens" in proc.stdout  # one row first
     (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
-    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["compile"] is True and config["attention"] == "flex" and config["dtype"] == "bfloat16"
     assert config["device_batch_size"] == 8192 and config["grad_acc_steps"] == 1  # a tiny model fits whole
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "finished" and results["peak_mem_allocated_gb"] > 0
-    rows = exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    rows = records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
     val = [r["val_loss"] for r in rows if r["val_loss"] is not None]
     assert len(val) == 3 and val[-1] < val[0] - 0.5
-    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+    with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         assert "nvidia-smi" in f.read()
 
 

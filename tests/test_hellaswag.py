@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HELLASWAG_VAL, REPO, free_port, run_script
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 from gptlab.evals.hellaswag import evaluate_hellaswag, score_examples, wilson_interval
-from gptlab.hellaswag_data import SAMPLE_GZ, load_hellaswag
+from gptlab.data.hellaswag import SAMPLE_GZ, load_hellaswag
 
 HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")
 sys.path.insert(0, HELPERS)

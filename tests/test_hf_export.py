@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, SHARED_DATA, TINY_SHAKESPEARE, run_script
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 from gptlab.train.model_source import checkpoint_logits_fn, load_model
 
 transformers = pytest.importorskip("transformers")
@@ -92,7 +92,7 @@ def greedy_kv_cache(model, module, tokens, n, eot, n_vocab):
 
 # ------------------------------------------------------------------------------------------------ tokenizer
 def test_bytes_to_unicode_is_gpt2s_map():
-    from gptlab.hf_export import bytes_to_unicode
+    from gptlab.export.hf import bytes_to_unicode
 
     mapping = bytes_to_unicode()
     # printable Latin-1 stays; the 68 others get 256, 257, ... in byte order (GPT-2's encoder.py)
@@ -109,7 +109,7 @@ def test_merges_follow_tiktoken_where_the_trainers_merge_list_would_not():
     import tiktoken
     from tokenizers import Tokenizer
 
-    from gptlab.hf_export import tiktoken_merges, tokenizer_json
+    from gptlab.export.hf import tiktoken_merges, tokenizer_json
 
     ranks = {bytes([i]): i for i in range(256)}
     ranks.update({b"bc": 256, b"ab": 257, b"abc": 258})
@@ -182,7 +182,7 @@ def test_the_cli_checks_its_export_and_refuses_to_overwrite(export):
     assert config["vocab_size"] == 2257 and config["padded_vocab_size"] == 2304  # 256 + 2000 + 1, padded to 128s
     assert (config["long_window_blocks"], config["short_window_blocks"]) == (2, 1)
     # the architecture is the checkpoint's, whole: its GPTConfig fields and its model source, verbatim
-    from gptlab.experiment import load_checkpoint
+    from gptlab.train.checkpointing import load_checkpoint
 
     ckpt = load_checkpoint(ckpt_path)
     assert config["model_config"] == ckpt["model_config"]
@@ -282,7 +282,7 @@ def test_the_buffers_the_model_source_computes_survive_loading(export):
 
 
 def test_generate_continues_greedily_as_our_sampler_does(ours, hf):
-    from gptlab.generate import generate, uncached_next_logits
+    from gptlab.export.generate import generate, uncached_next_logits
 
     logits_fn, enc, _ = ours
     model, tokenizer = hf

@@ -24,9 +24,9 @@ from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, free_port, run_script
 from helpers.tiny_data import save_tiny_tokenizer
 from hub_standin import HELLASWAG_PATH, hub_env, split_evenly, standin_for_tests
 
-from gptlab import shards
-from gptlab.hellaswag_data import HELLASWAG_SHA256, sha256_file
-from gptlab.tokenizer import load_tokenizer, read_tokenizer_file
+from gptlab.data import shards
+from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
+from gptlab.tokenizer.format import load_tokenizer, read_tokenizer_file
 
 HUB_RUN = os.path.join(REPO, "tests", "helpers", "hub_run.py")
 RANK_DOCS = os.path.join(REPO, "tests", "helpers", "hub_rank_docs.py")
@@ -170,7 +170,7 @@ def test_each_rank_downloads_only_its_own_files(hub, docs, tmp_path, world_size)
 
 
 def test_hub_share_by_hand():
-    from gptlab.text_sources import hub_share
+    from gptlab.data.sources import hub_share
 
     # 14 files over 8 ranks: runs of 2, 2, 2, 2, 2, 2, 1, 1 files, each rank all the documents of its run
     assert [(s.first_file, s.file_count, s.row_offset, s.row_stride) for s in
@@ -206,7 +206,7 @@ def test_local_parquet_bytes_read_counts_utf8_bytes(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gptlab.text_sources import ReadStats, iter_local_documents
+    from gptlab.data.sources import ReadStats, iter_local_documents
 
     pq.write_table(pa.table({"text": ["héllo", "日本"]}), str(tmp_path / "t.parquet"))
     stats = ReadStats()

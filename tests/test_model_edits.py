@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script
+from gptlab.train import checkpointing, records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -181,11 +182,10 @@ def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny,
         f.write(original)
     run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
                check=True)
-    from gptlab import experiment as exp
 
     def losses(folder):
         (run_dir,) = glob.glob(str(folder / "*_edit*"))
-        return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, "metrics.csv"))
+        return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, "metrics.csv"))
                 if r["train_loss"] is not None}, run_dir
 
     (full, _), (resumed, resumed_dir) = losses(tmp_path / "full"), losses(tmp_path / "resumed")
@@ -198,7 +198,6 @@ def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny,
 def _as_format_2(path, out):
     """The checkpoint at path as the previous format wrote it: no model source, no window_size in its
     configuration, the former hand-written Adam's state (one step count per group), format_version 2."""
-    from gptlab import experiment as exp
 
     old = torch.load(path, weights_only=True)
     del old["model_source"]
@@ -209,7 +208,7 @@ def _as_format_2(path, out):
     adam["param_groups"] = [{k: g[k] for k in ("lr", "betas", "eps", "params", "name", "initial_lr")} | {"step": step}
                             for g in adam["param_groups"]]
     old["format_version"] = 2
-    old["sha256"] = exp.payload_sha256(old)
+    old["sha256"] = checkpointing.payload_sha256(old)
     torch.save(old, out)
 
 
@@ -230,11 +229,10 @@ def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_
     assert run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo).returncode == 2  # never overwritten
     run_script(["train_gpt.py", "--resume", new, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
                check=True)
-    from gptlab import experiment as exp
 
     def losses(folder):
         (run_dir,) = glob.glob(str(folder / "*"))
-        return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, "metrics.csv"))
+        return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, "metrics.csv"))
                 if r["train_loss"] is not None}
 
     full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")

@@ -1,4 +1,4 @@
-"""gptlab.run on its own: a run's records from a few calls (finished, failed, interrupted, diverged) and the flags
+"""gptlab.train.run on its own: a run's records from a few calls (finished, failed, interrupted, diverged) and the flags
 a --resume run takes from its checkpoint. Expected figures are worked out by hand from the inputs."""
 import argparse
 import json
@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from conftest import REPO
-from gptlab import experiment as exp
-from gptlab.dataloader import RunShards
-from gptlab.distributed import DistContext
-from gptlab.errors import UserError
-from gptlab.run import Run, add_run_flags, parse_flags
+from gptlab.train import checkpointing
+from gptlab.train import records
+from gptlab.data.selection import RunShards
+from gptlab.core.distributed import DistContext
+from gptlab.core.errors import UserError
+from gptlab.train.run import Run, add_run_flags, parse_flags
 
 CTX = DistContext(0, 0, 1, torch.device("cpu"), None)
 
@@ -22,7 +23,7 @@ CTX = DistContext(0, 0, 1, torch.device("cpu"), None)
 def tokenizer(tmp_path_factory):
     from helpers.tiny_data import save_tiny_tokenizer
 
-    from gptlab.tokenizer import open_tokenizer
+    from gptlab.tokenizer.format import open_tokenizer
 
     path = str(tmp_path_factory.mktemp("tok") / "runtest_v276.pkl")
     save_tiny_tokenizer(path, ["to be or not to be, that is the question " * 20], n_merges=20)
@@ -66,22 +67,22 @@ def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, 
         run.log_step(2, train_loss=2.5, lr=0.5, step_time_s=0.25, flops=2e12)
         run.save_checkpoint(2, model, [optimizer], FakeLoader())
         results = run.finish(val_loss=1.9, val_bpb=1.4, hellaswag=None)
-    config = read(run.dir, exp.CONFIG_FILE)
+    config = read(run.dir, records.CONFIG_FILE)
     assert (config["n_params"], config["n_params_embeddings"], config["padded_vocab"]) == (80, 40, 128)
     assert config["tokenizer_name"] == "runtest_v276" and config["train_shards"] == ["t1.bin", "t2.bin"]
     assert config["lr_column"].endswith("base learning rates: SGD matrices 0.1")
-    rows = exp.read_metrics(os.path.join(run.dir, exp.METRICS_FILE))
+    rows = records.read_metrics(os.path.join(run.dir, records.METRICS_FILE))
     assert [(r["step"], r["tokens"], r["val_bpb"], r["train_loss"]) for r in rows] == [
         (0, 0, 1.5, None), (1, 256, None, 3.0), (2, 512, None, 2.5)]
     assert rows[1]["tokens_per_s"] == 512 and rows[2]["tokens_per_s"] == 1024  # 256 tokens in 0.5 s, 0.25 s
     assert rows[1]["tflops_per_gpu"] == 4 and rows[2]["tflops_per_gpu"] == 8 and rows[2]["mfu"] is None
     assert rows[2]["elapsed_s"] == 0.75
     # results: the speed leaves out the first step (2e12 FLOPs in 0.25 s = 8 TFLOP/s)
-    on_disk = read(run.dir, exp.RESULTS_FILE)
+    on_disk = read(run.dir, records.RESULTS_FILE)
     assert on_disk == json.loads(json.dumps({"status": "finished", **results}))
     assert (results["steps"], results["tokens"], results["train_time_s"]) == (2, 512, 0.75)
     assert results["tflops_per_gpu"] == 8 and results["n_params"] == 80 and results["seed"] == 3
-    ckpt = exp.load_checkpoint(results["checkpoint"])
+    ckpt = checkpointing.load_checkpoint(results["checkpoint"])
     assert ckpt["step"] == 2 and ckpt["model_config"] == {"dims": 4} and ckpt["dataloader"] == {"pos": 7}
     assert ckpt["extra"]["elapsed_s"] == 0.75 and ckpt["tokenizer"]["ranks_sha256"] == tokenizer.ranks_sha256
     # paths absolute, so --resume PATH alone works from another folder
@@ -89,14 +90,14 @@ def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, 
     assert ckpt["args"]["tokenizer"] == os.path.abspath(tokenizer.path)
     assert ckpt["args"]["hellaswag_path"] == os.path.join(os.getcwd(), "elsewhere", "hs.jsonl")
     assert ckpt["args"]["experiments_dir"] == str(tmp_path)
-    log = read(run.dir, exp.LOG_FILE)
+    log = read(run.dir, records.LOG_FILE)
     assert "warning: a test warning" in log and "step 0/4 val_loss 2.0000 val_bpb 1.5000 train_time 0.0s" in log
     assert "1,500 tokens in 2 shard(s); 4 steps x 256 tokens = 0.68 pass(es)" in log  # 1024 / 1500
     assert "parameters: 80 total, 40 in embeddings" in log
     from gptlab.train.code_backup import rebuild_sources
 
     with open(os.path.join(REPO, "gptlab", "run.py"), "rb") as f:  # the code is kept: whole, or commit + patch
-        assert rebuild_sources(run.dir)["gptlab/run.py"] == f.read()
+        assert rebuild_sources(run.dir)["gptlab/train/run.py"] == f.read()
 
 
 def test_an_exception_records_a_failed_run_with_its_message(tmp_path, tokenizer):
@@ -105,10 +106,10 @@ def test_an_exception_records_a_failed_run_with_its_message(tmp_path, tokenizer)
         with run:
             run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=1e9)
             raise ValueError("boom")
-    results = read(run.dir, exp.RESULTS_FILE)
+    results = read(run.dir, records.RESULTS_FILE)
     assert results == {"status": "failed", "error": "ValueError: boom", "model_name": "unit", "world_size": 1,
                        "tokenizer": "runtest_v276", "seed": 3}
-    assert "run failed: ValueError: boom" in read(run.dir, exp.LOG_FILE)
+    assert "run failed: ValueError: boom" in read(run.dir, records.LOG_FILE)
 
 
 def test_ctrl_c_records_an_interrupted_run_naming_the_checkpoint(tmp_path, tokenizer):
@@ -119,10 +120,10 @@ def test_ctrl_c_records_an_interrupted_run_naming_the_checkpoint(tmp_path, token
             run.save_checkpoint(1, model, [optimizer], FakeLoader())
             run.log_step(2, train_loss=2.0, lr=1.0, step_time_s=0.5, flops=1e9)
             raise KeyboardInterrupt
-    results = read(run.dir, exp.RESULTS_FILE)
-    path = os.path.join(run.dir, exp.CHECKPOINT_DIR, "step_000001.pt")
+    results = read(run.dir, records.RESULTS_FILE)
+    path = os.path.join(run.dir, records.CHECKPOINT_DIR, "step_000001.pt")
     assert (results["status"], results["steps"], results["checkpoint"]) == ("interrupted", 2, path)
-    assert f"run interrupted (Ctrl-C) after step 2; resume with --resume {path}" in read(run.dir, exp.LOG_FILE)
+    assert f"run interrupted (Ctrl-C) after step 2; resume with --resume {path}" in read(run.dir, records.LOG_FILE)
 
 
 def test_a_non_finite_loss_stops_the_run_with_one_clear_error(tmp_path, tokenizer):
@@ -131,7 +132,7 @@ def test_a_non_finite_loss_stops_the_run_with_one_clear_error(tmp_path, tokenize
         with run:
             run.check_loss(2, 1.5)  # finite: nothing happens
             run.check_loss(3, math.nan)
-    assert read(run.dir, exp.RESULTS_FILE)["status"] == "failed"
+    assert read(run.dir, records.RESULTS_FILE)["status"] == "failed"
 
 
 def build_parser():
@@ -146,7 +147,7 @@ def build_parser():
 def test_resume_takes_the_checkpoints_flags_unless_given_again_or_hardware(tmp_path):
     path = str(tmp_path / "c.pt")
     old_args = {"width": 32, "lr": 0.5, "device": "cuda", "model_name": "Old", "log_every": 1, "resume": "x.pt"}
-    exp.save_checkpoint(path, model_state={}, model_config={}, step=3, args=old_args)
+    checkpointing.save_checkpoint(path, model_state={}, model_config={}, step=3, args=old_args)
     args, ckpt = parse_flags(build_parser, ["--resume", path, "--lr", "2"], fresh_on_resume=("device",))
     assert ckpt["step"] == 3
     assert (args.width, args.lr, args.device, args.model_name, args.log_every, args.resume) == (

@@ -1,4 +1,4 @@
-"""sample.py and gptlab.generate: the sampler's distribution worked out by hand, the KV cache against train_gpt's full
+"""sample.py and gptlab.export.generate: the sampler's distribution worked out by hand, the KV cache against train_gpt's full
 forward (logits at every position, and what each layer keeps), cached and uncached generation giving the same
 tokens, the streamed text, and the CLI."""
 import math
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import FINEWEB_150, REPO, SHARED_DATA, run_script
-from gptlab.generate import (TextStream, cached_next_logits, generate, next_token_probs, sample_next,
+from gptlab.export.generate import (TextStream, cached_next_logits, generate, next_token_probs, sample_next,
                              uncached_next_logits)
 
 sys.path.insert(0, REPO)
@@ -156,7 +156,7 @@ def test_uncached_sampling_of_training_logs_is_unchanged():
     temperature-scaled softmax and one generator for all prompts, checked here against that loop written out."""
     import tiktoken
 
-    from gptlab.generate import sample_continuations
+    from gptlab.export.generate import sample_continuations
 
     enc = tiktoken.Encoding("bytes", pat_str=r"[\s\S]", mergeable_ranks={bytes([i]): i for i in range(256)},
                             special_tokens={"<|endoftext|>": 256})

@@ -11,7 +11,7 @@ from scipy.optimize import curve_fit
 
 from conftest import run_script
 from gptlab.compare import scaling
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 from test_compare import finished_results, make_run, metrics_rows, variant
 
 # The law the synthetic runs are drawn from: L(C) = 1.5 + 40 C^-0.12 (val bpb against training FLOPs)
@@ -143,7 +143,7 @@ def test_training_flops_of_older_runs_come_from_their_metrics():
     """Without train_flops in results.json: the sum over step rows of tflops_per_gpu x step_time_s x world size
     (here 40 steps x 0.5 s x 2 TFLOP/s x 2 GPUs = 80e12), else 6 x parameters x tokens."""
     from gptlab.compare.runs import _train_flops
-    from gptlab.experiment import Metrics
+    from gptlab.train.records import Metrics
 
     rows = [dict(r, tflops_per_gpu=2.0) if r.get("train_loss") is not None else r for r in metrics_rows(40, 1.3, 0.3)]
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from gptlab import shards
-from gptlab.errors import UserError
+from gptlab.data import shards
+from gptlab.core.errors import UserError
 
 
 def modded_nanogpt_load(path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, SHARED_DATA, run_script
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 from test_compare import finished_results, make_run, metrics_rows, table_order, variant
 
 sys.path.insert(0, REPO)

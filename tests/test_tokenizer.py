@@ -8,10 +8,10 @@ import pytest
 
 from conftest import FINEWEB_150
 
-from gptlab.bpe.pretokenize import pretokenize
-from gptlab.bpe.trainer import train_merges_python
-from gptlab.errors import UserError
-from gptlab.tokenizer import (EOT, PATTERNS, encoding_from_dict, eot_id, load_tokenizer, merges_txt_path,
+from gptlab.tokenizer.pretokenize import pretokenize
+from gptlab.tokenizer.merges import train_merges_python
+from gptlab.core.errors import UserError
+from gptlab.tokenizer.format import (EOT, PATTERNS, encoding_from_dict, eot_id, load_tokenizer, merges_txt_path,
                               ranks_sha256, read_tokenizer_file, save_tokenizer, tokenizer_filename)
 
 TEXTS = ["aaaa aaa !!!!!!!! \n\n\n\n      x", "héllo wörld 日本語のテキスト 🙂🙂 👨‍👩‍👧‍👦", "don't WE'LL 12345678 3.14",
@@ -120,7 +120,7 @@ def test_a_failed_save_leaves_neither_file(tmp_path, monkeypatch, trained):
     leaves neither a tokenizer without its merges nor a temporary file."""
     import errno
 
-    from gptlab import tokenizer
+    from gptlab.tokenizer.format import format as tokenizer
 
     real_atomic_write = tokenizer.atomic_write
 

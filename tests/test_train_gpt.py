@@ -15,10 +15,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, unreadable_file
-from gptlab import experiment as exp
-from gptlab.dataloader import check_shards_match_tokenizer, default_shard_folder
-from gptlab.errors import UserError
-from gptlab.shards import read_shard, write_shard
+from gptlab.train import checkpointing
+from gptlab.train import environment
+from gptlab.train import records
+from gptlab.data.selection import check_shards_match_tokenizer, default_shard_folder
+from gptlab.core.errors import UserError
+from gptlab.data.shards import read_shard, write_shard
 from gptlab.train.config import resolve_config
 
 sys.path.insert(0, REPO)
@@ -61,7 +63,7 @@ def only_run_dir(exp_dir, name="tiny"):
 
 
 def train_losses(run_dir):
-    return {r["step"]: r["train_loss"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
             if r["train_loss"] is not None}
 
 
@@ -87,7 +89,7 @@ def reference_hellaswag(logits_fn, enc, n):
 
 
 def val_losses(run_dir):
-    return {r["step"]: r["val_loss"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    return {r["step"]: r["val_loss"] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
             if r["val_loss"] is not None}
 
 
@@ -331,7 +333,7 @@ def test_window_schedule_grows_linearly_in_whole_blocks():
 
 def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
     from gptlab.evals.bpb import bits_per_byte, token_byte_lengths
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     enc = load_tokenizer(tiny["tokenizer"])
     lengths = token_byte_lengths(enc, 640)
@@ -345,10 +347,11 @@ def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
 def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
     """gptlab.evals.bpb.evaluate_val runs under no_grad (a graph kept alive by the all-reduced totals wasted memory
     and, on gloo, was freed by a worker thread at interpreter exit: a rare abort) and sums loss, tokens and bytes."""
-    from gptlab.dataloader import ValidationSet, expand_shard_files
-    from gptlab.distributed import DistContext
+    from gptlab.data.loader import ValidationSet
+    from gptlab.data.selection import expand_shard_files
+    from gptlab.core.distributed import DistContext
     from gptlab.evals.bpb import evaluate_val, token_byte_lengths
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     enc = load_tokenizer(tiny["tokenizer"])
     val_set = ValidationSet(expand_shard_files(tiny["val"]), 128, 6, 0, 1)
@@ -383,9 +386,9 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     assert np.mean([losses[s] for s in range(36, 41)]) < np.mean([losses[s] for s in range(1, 6)]) - 0.8
     vals = val_losses(run_dir)
     assert sorted(vals) == [0, 20, 40] and vals[40] < vals[0] - 0.5
-    rows = exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
-    with open(os.path.join(run_dir, exp.METRICS_FILE)) as f:
-        assert f.readline().strip().split(",") == exp.METRICS_COLUMNS
+    rows = records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
+    with open(os.path.join(run_dir, records.METRICS_FILE)) as f:
+        assert f.readline().strip().split(",") == records.METRICS_COLUMNS
     step_rows = [r for r in rows if r["train_loss"] is not None]
     assert all(r["tokens"] == r["step"] * 1024 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0 for r in step_rows)
     assert all(r["val_loss"] is None and r["hellaswag_acc"] is None for r in step_rows)
@@ -402,7 +405,7 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     hs_rows = [r for r in rows if r["hellaswag_acc"] is not None]
     assert [r["step"] for r in hs_rows] == [15, 30, 40]  # its own schedule, independent of val_loss_every
 
-    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         config = json.load(f)
     for key in ("world_size", "device", "gpu_name", "gpu_count", "n_params", "tokenizer_name",
                 "tokenizer_ranks_sha256", "command", "git_commit", "versions", "start_time", "grad_acc_steps",
@@ -414,12 +417,12 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     # their seed group (gptlab.compare.seed_group_key)
     from gptlab.compare import seed_group_key
 
-    with open(sorted(glob.glob(os.path.join(REPO, "experiments", "2*_Quickstart", exp.CONFIG_FILE)))[0]) as f:
+    with open(sorted(glob.glob(os.path.join(REPO, "experiments", "2*_Quickstart", records.CONFIG_FILE)))[0]) as f:
         baseline_config = json.load(f)
     assert json.loads(seed_group_key(config)).keys() == json.loads(seed_group_key(baseline_config)).keys()
     assert (config["lr_column"], config["timing"]) == (baseline_config["lr_column"], baseline_config["timing"])
 
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "finished" and results["steps"] == 40 and results["tokens"] == 40 * 1024
     assert math.isclose(results["final_val_loss"], vals[40], rel_tol=1e-6)
@@ -433,25 +436,25 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     assert results["tflops_per_gpu"] > 0 and results["mfu"] is None and config["gpu_bf16_peak_tflops"] is None
     assert min(r["tflops_per_gpu"] for r in step_rows) <= results["tflops_per_gpu"] <= fastest["tflops_per_gpu"]
 
-    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+    with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         log = f.read()
     for needle in ("command:", "config:", "versions:", "hardware:", "parameters:", "step 40/40 train_loss",
                    "TFLOP/s/GPU", "peak memory (CPU: process max RSS", "speed after the first step:",
                    "(MFU: no bf16 peak known for this device)", "sample:", "hellaswag acc", "results:"):
         assert needle in log, needle
 
-    code = os.path.join(run_dir, exp.CODE_DIR)
+    code = os.path.join(run_dir, records.CODE_DIR)
     from gptlab.train.code_backup import rebuild_sources
 
     rebuilt = rebuild_sources(run_dir)  # research files whole; the rest from the commit + uncommitted.patch
-    for rel in ("train_gpt.py", "model.py", "gptlab/dataloader.py", "gptlab/experiment.py", "requirements.txt"):
+    for rel in ("train_gpt.py", "model.py", "gptlab/data/loader.py", "gptlab/train/records.py", "requirements.txt"):
         with open(os.path.join(REPO, rel), "rb") as f:
             assert rebuilt[rel] == f.read(), rel
     assert os.path.isfile(os.path.join(code, "model.py")) and os.path.isfile(os.path.join(code, "train_gpt.py"))
     with open(os.path.join(code, "tokenizer_train_script.py")) as f:
         assert "def train_tiny_bpe" in f.read()
 
-    ckpt_path = os.path.join(run_dir, exp.CHECKPOINT_DIR, "step_000040.pt")
+    ckpt_path = os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000040.pt")
     model, _, ckpt = model_source.load_model(ckpt_path)
     assert ckpt["step"] == 40 and ckpt["tokenizer"]["ranks_sha256"] == config["tokenizer_ranks_sha256"]
     assert not any(k.startswith("_orig_mod.") for k in ckpt["model"])
@@ -476,7 +479,7 @@ def test_one_and_two_ranks_and_micro_batches_give_the_same_loss_curve(tiny, tmp_
     dirs = {name: only_run_dir(tmp_path / name) for name in ("one", "acc", "two")}
     layouts = {}
     for name, run_dir in dirs.items():
-        with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+        with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
             config = json.load(f)
         layouts[name] = (config["world_size"], config["grad_acc_steps"], config["device_batch_size"])
     assert layouts == {"one": (1, 1, 1024), "acc": (1, 2, 512), "two": (2, 1, 512)}
@@ -503,7 +506,7 @@ def test_compiled_bfloat16_two_rank_run_follows_the_eager_float32_curve(tiny, tm
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
                + tiny_args(tiny, tmp_path / "compiled", compile=True, dtype="bfloat16", **flags), check=True)
     compiled = only_run_dir(tmp_path / "compiled")
-    with open(os.path.join(compiled, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(compiled, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["compile"] is True and config["dtype"] == "bfloat16" and config["world_size"] == 2
     a, b = train_losses(only_run_dir(tmp_path / "eager")), train_losses(compiled)
@@ -526,9 +529,9 @@ def test_simulated_two_node_launch_trains(tiny, tmp_path):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     run_dir = only_run_dir(tmp_path)
-    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         assert json.load(f)["world_size"] == 2
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         assert json.load(f)["status"] == "finished"
     assert sorted(train_losses(run_dir)) == list(range(1, 7))
 
@@ -536,7 +539,7 @@ def test_simulated_two_node_launch_trains(tiny, tmp_path):
 def test_no_process_group_thread_outlives_main(tiny, tmp_path):
     """A group that destroy_process_group could not free kept its gloo threads into interpreter shutdown, where
     ranks sometimes died with SIGABRT after a finished run (torch.distributed.nn, imported lazily once a group
-    existed, holds group.WORLD in ten default arguments; gptlab.distributed imports it first)."""
+    existed, holds group.WORLD in ten default arguments; gptlab.core.distributed imports it first)."""
     out = str(tmp_path / "threads.json")
     argv = tiny_args(tiny, tmp_path, train_steps=2, val_loss_every=0)
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()),
@@ -552,8 +555,8 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     argv = tiny_args(tiny, tmp_path / "straight", train_steps=10, val_loss_every=5, checkpoint_every=5)
     run_script(["train_gpt.py"] + argv, check=True)
     straight = only_run_dir(tmp_path / "straight")
-    ckpt = os.path.join(straight, exp.CHECKPOINT_DIR, "step_000005.pt")
-    assert os.path.isfile(ckpt) and os.path.isfile(os.path.join(straight, exp.CHECKPOINT_DIR, "step_000010.pt"))
+    ckpt = os.path.join(straight, records.CHECKPOINT_DIR, "step_000005.pt")
+    assert os.path.isfile(ckpt) and os.path.isfile(os.path.join(straight, records.CHECKPOINT_DIR, "step_000010.pt"))
     argv = tiny_args(tiny, tmp_path / "resumed", train_steps=10, val_loss_every=5, resume=ckpt)
     run_script(["train_gpt.py"] + argv, check=True)
     resumed = only_run_dir(tmp_path / "resumed")
@@ -563,7 +566,7 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
         assert abs(a[step] - b[step]) <= 1e-6 * abs(a[step]), (step, a[step], b[step])
     va, vb = val_losses(straight), val_losses(resumed)
     assert abs(va[10] - vb[10]) <= 1e-6 * va[10]
-    with open(os.path.join(resumed, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(resumed, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["resume_step"] == 5 and config["resumed_from"] == ckpt
     from gptlab.compare import load_run
@@ -573,11 +576,11 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     bare = only_run_dir(tmp_path / "bare")
     d = train_losses(bare)
     assert sorted(d) == [6, 7, 8, 9, 10] and all(abs(a[k] - d[k]) <= 1e-6 * abs(a[k]) for k in d)
-    with open(os.path.join(bare, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(bare, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert {"tokenizer", "train_files", "num_layers", "model_dim", "train_steps"} <= set(config["from_checkpoint"])
     assert config["model_dim"] == 64 and config["from_checkpoint"].count("experiments_dir") == 0
-    with open(os.path.join(bare, exp.LOG_FILE)) as f:
+    with open(os.path.join(bare, records.LOG_FILE)) as f:
         assert f"resuming {ckpt} at step 5 with its settings: " in f.read()
     # the checkpoint holds the full optimizer state and a world-size-free data position: resume on 2 ranks too
     argv = tiny_args(tiny, tmp_path / "resumed2", train_steps=10, val_loss_every=5, resume=ckpt)
@@ -598,12 +601,12 @@ def test_two_rank_checkpoint_resumes_on_one_rank_with_accumulation_and_uneven_mu
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"] + argv,
                check=True)
     two = only_run_dir(tmp_path / "two")
-    with open(os.path.join(two, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(two, records.CONFIG_FILE)) as f:
         assert json.load(f)["grad_acc_steps"] == 2
-    ckpt = exp.load_checkpoint(os.path.join(two, exp.CHECKPOINT_DIR, "step_000004.pt"))
+    ckpt = checkpointing.load_checkpoint(os.path.join(two, records.CHECKPOINT_DIR, "step_000004.pt"))
     muon_state = ckpt["optimizers"][1]["state"]
     assert len(muon_state) == 3 * 4 and all(float(s["momentum_buffer"].abs().sum()) > 0 for s in muon_state.values())
-    argv = tiny_args(tiny, tmp_path / "one", resume=os.path.join(two, exp.CHECKPOINT_DIR, "step_000004.pt"),
+    argv = tiny_args(tiny, tmp_path / "one", resume=os.path.join(two, records.CHECKPOINT_DIR, "step_000004.pt"),
                      **flags)
     run_script(["train_gpt.py"] + argv, check=True)
     a, b = train_losses(two), train_losses(only_run_dir(tmp_path / "one"))
@@ -617,7 +620,7 @@ def test_a_checkpoint_scores_on_hellaswag_through_checkpoint_logits_fn(tiny, tmp
 
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0, save_model=True),
                check=True)
-    ckpt_path = os.path.join(only_run_dir(tmp_path), exp.CHECKPOINT_DIR, "step_000003.pt")
+    ckpt_path = os.path.join(only_run_dir(tmp_path), records.CHECKPOINT_DIR, "step_000003.pt")
     logits_fn, enc, ckpt = model_source.checkpoint_logits_fn(ckpt_path)
     assert enc.n_vocab == tiny["n_vocab"] and ckpt["step"] == 3
     tokens = torch.tensor([enc.encode_ordinary("The quick brown fox jumps over the lazy dog. " * 6)])
@@ -633,11 +636,11 @@ def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
     """Weights that turn NaN (here: planted in a checkpoint) stop training with a message and a failed result."""
     good = tmp_path / "good"
     run_script(["train_gpt.py"] + tiny_args(tiny, good, train_steps=4, val_loss_every=0, save_model=True), check=True)
-    good_ckpt = os.path.join(only_run_dir(good), exp.CHECKPOINT_DIR, "step_000004.pt")
-    ckpt = exp.load_checkpoint(good_ckpt)
+    good_ckpt = os.path.join(only_run_dir(good), records.CHECKPOINT_DIR, "step_000004.pt")
+    ckpt = checkpointing.load_checkpoint(good_ckpt)
     ckpt["model"]["embed.weight"][5:50] = float("nan")
     bad_ckpt = str(tmp_path / "poisoned.pt")
-    exp.save_checkpoint(bad_ckpt, model_state=ckpt["model"], model_config=ckpt["model_config"], step=4,
+    checkpointing.save_checkpoint(bad_ckpt, model_state=ckpt["model"], model_config=ckpt["model_config"], step=4,
                         args=ckpt["args"], tokenizer=ckpt["tokenizer"], optimizer_states=ckpt["optimizers"],
                         dataloader_state=ckpt["dataloader"], rng_states=ckpt["rng"], extra=ckpt["extra"],
                         model_source=ckpt["model_source"])
@@ -646,10 +649,10 @@ def test_nan_loss_stops_the_run_and_keeps_the_good_checkpoint(tiny, tmp_path):
     assert proc.returncode == 2
     assert "training loss became nan at step 5" in proc.stderr and "Traceback" not in proc.stderr
     run_dir = only_run_dir(tmp_path / "bad")
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "failed" and "nan" in results["error"]
-    assert not glob.glob(os.path.join(run_dir, exp.CHECKPOINT_DIR, "*.pt"))  # nothing written after the NaN
+    assert not glob.glob(os.path.join(run_dir, records.CHECKPOINT_DIR, "*.pt"))  # nothing written after the NaN
     assert os.path.isfile(good_ckpt)
 
 
@@ -689,7 +692,7 @@ def test_unreadable_shard_is_named(tiny, tmp_path):
 
 
 def test_default_shard_folder_is_found_by_the_manifest_not_just_the_name(tmp_path, monkeypatch):
-    from gptlab import shards
+    from gptlab.data import shards
 
     monkeypatch.chdir(tmp_path)
     for folder, tok in [("local_docs_qs_v300", "qs_v300"), ("local_docs_a_qs_v300", "a_qs_v300")]:
@@ -739,9 +742,9 @@ def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):
 
 def test_manifests_of_split_jobs_are_checked_with_the_package_reader(tiny, tmp_path):
     """Folders written by split download jobs hold only manifest.rank{r}.json parts: accepted when they record our
-    tokenizer (an unfinished part is reported), refused when they record another, via gptlab.shards.check_manifest."""
-    from gptlab import shards
-    from gptlab.tokenizer import ranks_sha256, read_tokenizer_file
+    tokenizer (an unfinished part is reported), refused when they record another, via gptlab.data.shards.check_manifest."""
+    from gptlab.data import shards
+    from gptlab.tokenizer.format import ranks_sha256, read_tokenizer_file
 
     tok_hash = ranks_sha256(read_tokenizer_file(tiny["tokenizer"])["mergeable_ranks"])
     with open(os.path.join(tiny["dir"], "manifest.json")) as f:
@@ -783,7 +786,7 @@ def test_bad_flags_fail_before_training(tiny, tmp_path, overrides, parts):
 
 
 def test_device_flags_are_checked_before_any_gpu_is_touched():
-    from gptlab.distributed import resolve_device
+    from gptlab.core.distributed import resolve_device
 
     with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES"):  # every rank of the node on one GPU
         resolve_device("cuda:1", local_rank=0, local_world_size=2)
@@ -796,7 +799,7 @@ def test_more_ranks_than_data(tiny):
     args = train_gpt.build_parser().parse_args(tiny_args(tiny, "/tmp/unused", batch_size=128, device_batch_size=128))
     with pytest.raises(UserError, match="fewer than one row of 128 per rank for 2 ranks"):
         resolve_config(args, world_size=2, device=torch.device("cpu"), model_module=arch)
-    from gptlab.dataloader import ValidationSet
+    from gptlab.data.loader import ValidationSet
     with pytest.raises(UserError, match="every rank needs at least one"):
         ValidationSet(glob.glob(tiny["val"]), 128, n_rows=2, rank=0, world_size=4)
 
@@ -810,22 +813,22 @@ def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
 
 def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, tmp_path):
     """The default file missing (a folder without data/hellaswag/) only warns; see the next test for a named one."""
-    from gptlab.hellaswag_data import DEFAULT_PATH as missing
+    from gptlab.data.hellaswag import DEFAULT_PATH as missing
 
     (tmp_path / "elsewhere").mkdir()
     proc = run_script([os.path.join(REPO, "train_gpt.py")] + tiny_args(
         tiny, tmp_path / "exps", train_steps=2, val_loss_every=0, hellaswag_limit=4, hellaswag_every=1),
         cwd=str(tmp_path / "elsewhere"), check=True)
     run_dir = only_run_dir(tmp_path / "exps")
-    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+    with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         log = f.read()
     for shown in (proc.stdout, log):  # the trainer's messages go to stdout and the run's log
         assert f"warning: HellaSwag file {missing} not found" in shown and "python download_hellaswag.py" in shown
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "finished" and results["steps"] == 2 and results["hellaswag"] is None
     assert results["final_val_loss"] > 0
-    assert all(r["hellaswag_acc"] is None for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE)))
+    assert all(r["hellaswag_acc"] is None for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE)))
 
 
 def test_a_hellaswag_file_asked_for_by_name_must_exist(tiny, tmp_path):
@@ -857,7 +860,7 @@ def test_cli_asking_for_more_validation_than_the_val_shards_hold_fails_before_tr
 def test_resume_with_a_different_architecture_is_refused(tiny, tmp_path):
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
-    ckpt = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    ckpt = os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt")
     run_main_expecting(tiny, tmp_path, ["--num_layers 4 (checkpoint) vs 3"], num_layers=3, resume=ckpt)
     run_main_expecting(tiny, tmp_path, ["not a gptlab checkpoint"], resume=tiny["tokenizer"])
 
@@ -906,18 +909,18 @@ def test_ctrl_c_records_an_interrupted_run_and_names_the_checkpoint_to_resume(ti
     deadline = time.time() + 120
     while time.time() < deadline:
         dirs = glob.glob(str(tmp_path / "*_tiny"))
-        if dirs and glob.glob(os.path.join(dirs[0], exp.CHECKPOINT_DIR, "step_*.pt")):
+        if dirs and glob.glob(os.path.join(dirs[0], records.CHECKPOINT_DIR, "step_*.pt")):
             break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     run_dir = only_run_dir(tmp_path)
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "interrupted" and results["steps"] >= 3
     assert results["checkpoint"].endswith(".pt") and os.path.isfile(results["checkpoint"])
-    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+    with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         log = f.read()
     assert f"run interrupted (Ctrl-C) after step {results['steps']}; resume with --resume " in log
     assert "Traceback" not in err and "\ninterrupted" in err
@@ -929,25 +932,25 @@ def test_ctrl_c_records_an_interrupted_run_and_names_the_checkpoint_to_resume(ti
 def test_mfu_is_measured_against_the_known_peak_of_the_gpu(tiny, tmp_path, monkeypatch):
     """On a GPU whose dense bf16 peak is known, every step's MFU is its TFLOP/s over that peak (here the CPU
     run is told it is an H100 SXM: 989.4 TFLOP/s by NVIDIA's datasheet)."""
-    real = exp.hardware_info
+    real = environment.hardware_info
 
     def h100(device):
         info = real(device)
         info.update(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1,
-                    gpu_bf16_peak_tflops=exp.gpu_bf16_peak_tflops("NVIDIA H100 80GB HBM3"))
+                    gpu_bf16_peak_tflops=environment.gpu_bf16_peak_tflops("NVIDIA H100 80GB HBM3"))
         return info
 
     monkeypatch.setattr(train_gpt.exp, "hardware_info", h100)
     results = train_gpt.main(tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0))
     run_dir = only_run_dir(tmp_path)
-    rows = [r for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE)) if r["train_loss"] is not None]
+    rows = [r for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE)) if r["train_loss"] is not None]
     assert len(rows) == 3
     for r in rows:
         assert r["mfu"] == pytest.approx(r["tflops_per_gpu"] / 989.4, rel=1e-6)
     assert results["mfu"] == pytest.approx(results["tflops_per_gpu"] / 989.4, rel=1e-9)
-    with open(os.path.join(run_dir, exp.CONFIG_FILE)) as f:
+    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         assert json.load(f)["gpu_bf16_peak_tflops"] == 989.4
-    with open(os.path.join(run_dir, exp.LOG_FILE)) as f:
+    with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         log = f.read()
     assert f"MFU {100 * results['mfu']:.1f}% of the 989.4 TFLOP/s bf16 peak" in log
     assert " MFU " in [line for line in log.splitlines() if line.startswith("step 3/3 train_loss")][0]
@@ -965,7 +968,7 @@ def test_cuda_out_of_memory_ends_with_advice_and_a_failed_result(tiny, tmp_path,
     message = str(info.value)
     assert message.startswith("CUDA out of memory (CUDA out of memory. Tried to allocate 20.00 GiB)")
     assert "lower --device_batch_size" in message and "--train_seq_len" in message
-    with open(os.path.join(only_run_dir(tmp_path), exp.RESULTS_FILE)) as f:
+    with open(os.path.join(only_run_dir(tmp_path), records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "failed" and "OutOfMemoryError" in results["error"]
 
@@ -979,9 +982,9 @@ def test_the_final_checkpoint_is_written_before_the_final_hellaswag(tiny, tmp_pa
     with pytest.raises(RuntimeError, match="HellaSwag blew up"):
         train_gpt.main(tiny_args(tiny, tmp_path, train_steps=2, val_loss_every=0, save_model=True))
     run_dir = only_run_dir(tmp_path)
-    ckpt = exp.load_checkpoint(os.path.join(run_dir, exp.CHECKPOINT_DIR, "step_000002.pt"))
+    ckpt = checkpointing.load_checkpoint(os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000002.pt"))
     assert ckpt["step"] == 2
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         assert json.load(f)["status"] == "failed"
 
 
@@ -990,7 +993,7 @@ def test_resume_takes_the_checkpoint_settings_but_any_flag_given_again_wins(tiny
     (--seed 0 below) or as --flag=value."""
     saved = vars(train_gpt.build_parser().parse_args(tiny_args(tiny, tmp_path / "exps", seed=3, lr_scale=0.5,
                                                                 train_steps=10, model_dim=64)))
-    ckpt = exp.save_checkpoint(str(tmp_path / "step_000005.pt"), model_state={}, model_config={}, step=5,
+    ckpt = checkpointing.save_checkpoint(str(tmp_path / "step_000005.pt"), model_state={}, model_config={}, step=5,
                                args=saved)
     seen = {}
     monkeypatch.setattr(train_gpt, "train", lambda args, ctx, ckpt=None: seen.setdefault("args", args))
@@ -1006,9 +1009,9 @@ def test_hellaswag_defaults_to_all_10042_validation_rows(tiny, monkeypatch):
     """--hellaswag_limit defaults to every row of the file: 10042, the published size of the validation set. The
     scoring itself is tested in test_hellaswag.py; here a stand-in scorer picks ending 0 of every example it is
     given, so acc is the share of label 0 in the whole set: 2515 / 10042 (rowanz/hellaswag's label counts)."""
-    from gptlab.distributed import DistContext
+    from gptlab.core.distributed import DistContext
     from gptlab.evals import hellaswag
-    from gptlab.tokenizer import load_tokenizer
+    from gptlab.tokenizer.format import load_tokenizer
 
     cfg = train_gpt.build_parser().parse_args(["--hellaswag_path", HELLASWAG_VAL, "--vocab_size", "513"])
     assert cfg.hellaswag_limit is None
@@ -1037,7 +1040,7 @@ def test_a_hung_rank_makes_the_others_fail_within_the_collective_timeout(tiny, t
     root_cause = proc.stderr[proc.stderr.index("Root Cause"):]
     assert "rank      : 0 (local_rank: 0)" in root_cause, proc.stderr[-3000:]  # rank 0 gave up first
     run_dir = only_run_dir(tmp_path)
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     # gloo says "Timed out waiting 5000ms" or "Application timeout caused pair closure", by where rank 0 waits
     assert results["status"] == "failed" and re.search("timed? ?out", results["error"].lower()), results["error"]
@@ -1049,9 +1052,9 @@ def test_a_damaged_checkpoint_is_refused_by_its_checksum(tiny, tmp_path):
     """Eight zero bytes written into a checkpoint's tensor data (its zip structure intact) must not resume."""
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
-    good = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    good = os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt")
     data = bytearray(open(good, "rb").read())
-    assert exp.load_checkpoint(good)["step"] == 2 and len(data) > 3_000_100
+    assert checkpointing.load_checkpoint(good)["step"] == 2 and len(data) > 3_000_100
     data[3_000_000:3_000_008] = bytes(8)
     flipped = tmp_path / "flip.pt"
     flipped.write_bytes(bytes(data))
@@ -1071,10 +1074,10 @@ def test_a_full_disk_while_checkpointing_is_one_error_and_a_failed_run(tiny, tmp
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "error: could not write checkpoint" in proc.stderr and "step_000002.pt" in proc.stderr
     run_dir = only_run_dir(tmp_path)
-    with open(os.path.join(run_dir, exp.RESULTS_FILE)) as f:
+    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
         results = json.load(f)
     assert results["status"] == "failed" and "could not write checkpoint" in results["error"]
-    assert os.listdir(os.path.join(run_dir, exp.CHECKPOINT_DIR)) == []  # no half-written file left
+    assert os.listdir(os.path.join(run_dir, records.CHECKPOINT_DIR)) == []  # no half-written file left
 
 
 def test_resume_on_rebuilt_shards_is_refused_unless_asked_for(tiny, tmp_path):
@@ -1084,8 +1087,8 @@ def test_resume_on_rebuilt_shards_is_refused_unless_asked_for(tiny, tmp_path):
 
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
-    ckpt = os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt")
-    assert set(exp.load_checkpoint(ckpt)["data"]) == {"train_sha256", "val_sha256"}
+    ckpt = os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt")
+    assert set(checkpointing.load_checkpoint(ckpt)["data"]) == {"train_sha256", "val_sha256"}
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(tiny["dir"], rebuilt)
     for path in sorted(glob.glob(str(rebuilt / "train_*.bin"))):  # same names and sizes, rows in another order
@@ -1108,7 +1111,7 @@ def test_resume_alone_works_from_another_folder(tiny, tmp_path):
     argv = tiny_args(tiny, "exps", train_steps=4, val_loss_every=0, checkpoint_every=2, tokenizer="tok.pkl",
                      train_files="shards/train_*.bin", val_files="shards/val_*.bin")
     run_script([os.path.join(REPO, "train_gpt.py")] + argv, cwd=str(work), check=True)
-    ckpt = os.path.join(only_run_dir(work / "exps"), exp.CHECKPOINT_DIR, "step_000002.pt")
+    ckpt = os.path.join(only_run_dir(work / "exps"), records.CHECKPOINT_DIR, "step_000002.pt")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run_script([os.path.join(REPO, "train_gpt.py"), "--resume", ckpt], cwd=str(elsewhere), check=True)
@@ -1118,7 +1121,7 @@ def test_resume_alone_works_from_another_folder(tiny, tmp_path):
 def test_a_checkpoint_missing_a_part_or_not_fitting_the_model_is_one_error(tiny, tmp_path):
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
-    ckpt = exp.load_checkpoint(os.path.join(only_run_dir(tmp_path / "a"), exp.CHECKPOINT_DIR, "step_000002.pt"))
+    ckpt = checkpointing.load_checkpoint(os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt"))
     saved = {k: v for k, v in ckpt.items() if k not in ("format", "format_version", "sha256")}
     rename = {"model_state": "model", "optimizer_states": "optimizers", "dataloader_state": "dataloader",
               "rng_states": "rng"}
@@ -1128,7 +1131,7 @@ def test_a_checkpoint_missing_a_part_or_not_fitting_the_model_is_one_error(tiny,
         fields.update(model_config=saved["model_config"], step=2, args=saved["args"], tokenizer=saved["tokenizer"],
                       extra=saved["extra"], data=saved["data"], model_source=saved["model_source"])
         fields.update(changes)
-        return exp.save_checkpoint(str(tmp_path / name), **fields)
+        return checkpointing.save_checkpoint(str(tmp_path / name), **fields)
 
     no_optimizers = resave("no_opt.pt", optimizer_states=[])
     run_main_expecting(tiny, tmp_path, ["--resume checkpoint does not fit", "0 optimizer states for 2"],
@@ -1144,7 +1147,7 @@ def test_the_log_estimates_the_training_time_after_the_first_two_steps(tiny, tmp
     """Step 2 is the first after the warm-up step: 18 steps are left at its measured time (metrics.csv)."""
     proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path, log_every=5), check=True)
     run_dir = only_run_dir(tmp_path)
-    step_time = {r["step"]: r["step_time_s"] for r in exp.read_metrics(os.path.join(run_dir, exp.METRICS_FILE))
+    step_time = {r["step"]: r["step_time_s"] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
                  if r["step_time_s"] is not None}[2]
     line = [l for l in proc.stdout.splitlines() if l.startswith("estimated training time:")][0]
     assert line.startswith(f"estimated training time: 18 more steps x {step_time:.3g}s = ")
@@ -1171,13 +1174,13 @@ def test_a_killed_run_shows_as_crashed_at_once_through_its_heartbeat(tiny, tmp_p
         deadline = time.time() + 120
         while time.time() < deadline:
             dirs = glob.glob(str(tmp_path / "*_tiny"))
-            if dirs and len(train_losses(dirs[0]) if os.path.exists(os.path.join(dirs[0], exp.METRICS_FILE))
+            if dirs and len(train_losses(dirs[0]) if os.path.exists(os.path.join(dirs[0], records.METRICS_FILE))
                             else {}) >= 3:
                 break
             time.sleep(0.2)
         run_dir = only_run_dir(tmp_path)
         assert load_run(run_dir).status == "running"
-        with open(os.path.join(run_dir, exp.HEARTBEAT_FILE)) as f:
+        with open(os.path.join(run_dir, records.HEARTBEAT_FILE)) as f:
             assert json.load(f)["pid"] == proc.pid
     finally:
         proc.send_signal(signal.SIGKILL)

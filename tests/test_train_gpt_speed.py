@@ -178,13 +178,13 @@ def test_the_adam_in_build_optimizers_takes_the_papers_steps_and_resumes_exactly
 
 # ------------------------------------------------------------------------------------------------ micro-batch and presets
 def test_micro_batch_candidates_cut_a_ranks_share_into_whole_rows():
-    from gptlab.dataloader import micro_batch_candidates
+    from gptlab.train.batching import micro_batch_candidates
 
     assert micro_batch_candidates(12 * 128, 128) == [1536, 768, 512, 384, 256, 128]  # 12 rows: 1, 2, 3, 4, 6, 12 parts
 
 
 def test_auto_micro_batch_takes_the_largest_that_fits_from_a_probe_and_a_check():
-    from gptlab.dataloader import choose_micro_batch, micro_batch_candidates
+    from gptlab.train.batching import choose_micro_batch, micro_batch_candidates
 
     GiB, MiB = 2**30, 2**20
     candidates = micro_batch_candidates(524288, 2048)  # GPT-2 small's per-GPU share on one GPU: 256 rows of 2048
@@ -219,7 +219,7 @@ def test_the_loader_recut_into_more_micro_batches_reads_the_same_rows(tiny):
 
     import numpy as np
 
-    from gptlab.dataloader import BOSAlignedLoader
+    from gptlab.data.loader import BOSAlignedLoader
 
     paths = sorted(glob.glob(tiny["train"]))
     direct = BOSAlignedLoader(paths, 128, 1024, tiny["eot"], grad_acc_steps=4)

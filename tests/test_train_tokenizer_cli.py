@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script, unreadable_file
 
-from gptlab.tokenizer import EOT, load_tokenizer, read_tokenizer_file
+from gptlab.tokenizer.format import EOT, load_tokenizer, read_tokenizer_file
 
 ROUND_TRIP_TEXTS = ["aaaa aaa !!!!! \n\n\n   x", "héllo wörld 日本語 🙂👨‍👩‍👧‍👦", "don't I'm 1234567 3.14",
                     "line\r\nline\r\n\r\n", "text " + EOT + " more", ""]
@@ -34,10 +34,10 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     assert meta["source"] == {"input": [FINEWEB_150]} and len(meta["merge_counts"]) == 344
     assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"])
     assert "# ===== train_tokenizer.py =====" in data["script_content"]
-    assert "# ===== gptlab/bpe/trainer.py =====" in data["script_content"]
-    assert "# ===== gptlab/bpe/train.py =====" in data["script_content"]
+    assert "# ===== gptlab/tokenizer/merges.py =====" in data["script_content"]
+    assert "# ===== gptlab/tokenizer/job.py =====" in data["script_content"]
     with open(os.path.join(REPO, "gptlab", "bpe", "merge_loop.c")) as f:  # the default engine's C source
-        assert "# ===== gptlab/bpe/merge_loop.c =====\n" + f.read() in data["script_content"]
+        assert "# ===== gptlab/tokenizer/merge_loop.c =====\n" + f.read() in data["script_content"]
     assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
     enc = load_tokenizer(str(path))
     with open(FINEWEB_150) as f:
@@ -115,8 +115,8 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
 
 
 def test_in_process_api_matches_the_cli(tmp_path):
-    from gptlab.bpe.train import save, train_tokenizer
-    from gptlab.errors import UserError
+    from gptlab.tokenizer.job import save, train_tokenizer
+    from gptlab.core.errors import UserError
 
     trained = train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=400, workers=1, device="cpu",
                               progress=False)
@@ -138,8 +138,8 @@ def test_in_process_api_matches_the_cli(tmp_path):
 
 def test_local_ranks_split_exactly_the_text_one_rank_uses(tmp_path):
     """Any world size: the ranks' documents, dealt back in order, are the one-rank documents (the last one cut)."""
-    from gptlab.bpe.train import open_documents
-    from gptlab.text_sources import ReadStats
+    from gptlab.tokenizer.job import open_documents
+    from gptlab.data.sources import ReadStats
 
     def rank_docs(rank, world_size, samples, stats=None):
         box = []
@@ -163,7 +163,7 @@ def test_local_ranks_split_exactly_the_text_one_rank_uses(tmp_path):
 
 
 def test_character_budget_and_table_combining():
-    from gptlab.bpe.train import combine_tables, limit_chars, rank_budget
+    from gptlab.tokenizer.job import combine_tables, limit_chars, rank_budget
 
     assert [rank_budget(10, rank, 3) for rank in range(3)] == [4, 3, 3]
     assert sum(rank_budget(1_000_003, rank, 8) for rank in range(8)) == 1_000_003
@@ -396,7 +396,7 @@ def test_custom_pattern_regex_decides_the_pre_tokens(tmp_path):
     import regex
     from collections import Counter
 
-    from gptlab.bpe.trainer import train_merges_python
+    from gptlab.tokenizer.merges import train_merges_python
 
     pattern = r"[A-Za-z]+|[^A-Za-z]"
     with open(TINY_SHAKESPEARE) as f:

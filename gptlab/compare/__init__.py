@@ -13,8 +13,8 @@ are re-exported so that `from gptlab.compare import X` works for each of them.
 from gptlab.compare.diff import diff_runs
 from gptlab.compare.plots import MIN_PLOT_SIZE, PLOT_FILE, parse_size, plot_runs
 from gptlab.compare.report import SCALING_PLOT_FILE, compare
-from gptlab.compare.runs import (MISSING, RUN_FOLDER_RE, RUNNING_WINDOW_S, Run, ci_interval, list_run_folders,
-                                 load_run, price_run, resolve_run, resolve_runs)
+from gptlab.compare.runs import (MISSING, RUN_FOLDER_RE, RUNNING_WINDOW_S, Run, ci_interval, list_run_folders, load_run,
+                                 price_run, resolve_run, resolve_runs)
 from gptlab.compare.scaling import fit_chinchilla_law, fit_compute_law, parse_budget, scaling_report
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, VOLATILE_CONFIG_KEYS, Noise, SeedGroup,
                                   bpb_noise, compare_bpb, compare_groups, compare_hellaswag, pick_reference,

@@ -4,8 +4,8 @@ import json
 import os
 
 from gptlab.compare.stats import VOLATILE_CONFIG_KEYS
-from gptlab.experiment import CODE_DIR, CONFIG_FILE, read_run_json
 from gptlab.train import code_backup
+from gptlab.train.records import CODE_DIR, CONFIG_FILE, read_run_json
 
 
 def _fmt_value(value):

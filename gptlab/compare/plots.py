@@ -3,8 +3,8 @@ only when a plot is drawn."""
 import math
 import re
 
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write
 
 PLOT_FILE = "compare.png"
 MIN_PLOT_SIZE = (800, 600)

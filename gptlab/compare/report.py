@@ -11,9 +11,9 @@ from gptlab.compare.scaling import plot_scaling, render_scaling, scaling_report
 from gptlab.compare.stats import SIGNIFICANCE_LEVEL
 from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
                                    write_leaderboard)
-from gptlab.errors import UserError
-from gptlab.experiment import EXPERIMENTS_DIR, RESULTS_FILE, is_run_folder
-from gptlab.fileio import check_writable
+from gptlab.core.errors import UserError
+from gptlab.core.files import check_writable
+from gptlab.train.records import EXPERIMENTS_DIR, RESULTS_FILE, is_run_folder
 
 
 @contextlib.contextmanager
@@ -30,8 +30,8 @@ SCALING_PLOT_FILE = "scaling.png"
 
 def add_bytes_per_token(runs):
     """Each run's tokenizer on its validation shards (when both are on this machine), one measurement per pair."""
-    from gptlab.tokenizer import open_tokenizer
-    from gptlab.tokenizer_report import shard_bytes_per_token
+    from gptlab.compare.tokenizers import shard_bytes_per_token
+    from gptlab.tokenizer.format import open_tokenizer
 
     measured = {}
     for run in runs:

@@ -8,10 +8,10 @@ import re
 import time
 from dataclasses import dataclass
 
-from gptlab import cost
-from gptlab.errors import UserError
-from gptlab.experiment import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
-                               heartbeat_process, is_run_folder, read_metrics, read_run_json)
+from gptlab.core.errors import UserError
+from gptlab.train import cost
+from gptlab.train.records import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
+                                  heartbeat_process, is_run_folder, read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
@@ -114,7 +114,7 @@ def _newest_mtime(path):
 def load_run(path, now=None, with_metrics=True):
     """Read one run folder (config.json, metrics.csv, results.json) into a Run with its summary figures.
 
-    Read defensively (the tolerant readers of gptlab.experiment, which owns the folder layout): the trainer writes
+    Read defensively (the tolerant readers of gptlab.train.records, which owns the folder layout): the trainer writes
     these folders incrementally (and may be killed at any point), so a missing key shows as MISSING ("—"), a
     half-written metrics.csv is parsed up to its last complete row, and a folder without results.json is classified
     as running or crashed from how recently it was written to.
@@ -224,7 +224,7 @@ def _train_flops(res, metrics, run):
 
 def price_run(run, usd_per_gpu_hour=None, overhead_minutes=0.0):
     """Set run.gpu_hours, usd_per_gpu_hour and cost_usd: processes x (wall time + overhead), at the price given,
-    else the one the run recorded, else gptlab/cost.py's table by GPU name (GPU runs only)."""
+    else the one the run recorded, else gptlab/train/cost.py's table by GPU name (GPU runs only)."""
     res = run.results or {}
     recorded = _number(res.get("gpu_hours"))
     run.gpu_hours = recorded if recorded is not None and not overhead_minutes else cost.gpu_hours(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gptlab.compare.stats import t_quantile
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 MIN_RUNS_COMPUTE = 4  # 3 parameters: at least one degree of freedom for the residual noise
 MIN_RUNS_CHINCHILLA = 5  # 5 parameters; the interval needs a sixth run
@@ -264,7 +264,7 @@ def budget_in_flops(kind, value, points, usd_per_gpu_hour=None):
             prices = [p.usd_per_gpu_hour for p in points if p.usd_per_gpu_hour]
             if not prices:
                 raise UserError("no price per GPU-hour is known for these runs (CPU runs, or GPUs missing from "
-                                "gptlab/cost.py's table); pass --usd_per_gpu_hour to turn dollars into GPU-hours")
+                                "gptlab/train/cost.py's table); pass --usd_per_gpu_hour to turn dollars into GPU-hours")
             price = statistics.median(prices)
         hours = value / price
         how = f"${value:g} at ${price:g}/GPU-hour = {hours:.3g} GPU-hours"
@@ -397,7 +397,7 @@ def plot_scaling(report, path, size=(1200, 800)):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gptlab.fileio import atomic_write
+    from gptlab.core.files import atomic_write
 
     fit = report.compute_fit
     panels = 2 if report.chinchilla_fit is not None else 1

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
-                                  compare_groups, compare_hellaswag, format_p, group_of, pick_reference,
-                                  runs_needed, seed_groups)
-from gptlab.errors import UserError
-from gptlab.hellaswag_data import HELLASWAG_ROWS
-from gptlab.fileio import atomic_write_text
+                                  compare_groups, compare_hellaswag, format_p, group_of, pick_reference, runs_needed,
+                                  seed_groups)
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write_text
+from gptlab.data.hellaswag import HELLASWAG_ROWS
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
 STATUS_ORDER = {"finished": 0, "running": 1, "interrupted": 2, "crashed": 3, "failed": 4, "no metrics": 5}
@@ -240,7 +240,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Cost per {BPB_STEP:g} bpb: the run's extra cost over the reference's divided by its val bpb "
                      f"gain in units of {BPB_STEP:g} (in GPU-hours where no price is known). GPU-h = processes × wall "
                      "time (a CPU run counts its processes: CPU process-hours); Cost = GPU-h × $/GPU-hour (the "
-                     "run's --usd_per_gpu_hour, else gptlab/cost.py's typical rental price by GPU name).")
+                     "run's --usd_per_gpu_hour, else gptlab/train/cost.py's typical rental price by GPU name).")
     else:
         notes.append("No finished run with a val bpb yet, so nothing to compare against.")
     tokenizers = sorted({r.tokenizer_id for r in runs if r.tokenizer_id})

@@ -29,11 +29,11 @@ def evaluate_val(loss_fn, val_set, rows_per_batch, byte_lengths, ctx):
     """(val_loss nats/token, val_bpb) over a fixed validation set, summed over ranks in float64.
 
     loss_fn(x, y): the summed cross-entropy (nats) of a batch of inputs x and targets y, LongTensors (B, T) on
-    ctx.device; val_set: a gptlab.dataloader.ValidationSet; byte_lengths: token_byte_lengths(...)."""
+    ctx.device; val_set: a gptlab.data.loader.ValidationSet; byte_lengths: token_byte_lengths(...)."""
     import torch
 
-    from gptlab.dataloader import to_device
-    from gptlab.distributed import all_reduce_sum
+    from gptlab.core.distributed import all_reduce_sum
+    from gptlab.data.loader import to_device
 
     with torch.no_grad():  # no graph: one kept alive by the all-reduced totals would waste memory
         totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss nats, target tokens, target bytes

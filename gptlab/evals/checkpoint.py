@@ -8,15 +8,16 @@ import json
 
 import torch
 
-from gptlab import experiment as exp
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.dataloader import ValidationSet, check_shards_match_tokenizer, expand_shard_files
-from gptlab.distributed import DistContext, resolve_device
-from gptlab.errors import UserError, run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.distributed import DistContext, resolve_device
+from gptlab.core.errors import UserError, run_cli
+from gptlab.core.files import atomic_write_text
+from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.data.loader import ValidationSet
+from gptlab.data.selection import check_shards_match_tokenizer, expand_shard_files
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag
-from gptlab.fileio import atomic_write_text
-from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.train import checkpointing
 from gptlab.train.model_source import load_model
 
 
@@ -42,7 +43,7 @@ def evaluate_checkpoint(path, *, val_files=None, val_rows=None, hellaswag_path=H
     skipped)."""
     device = torch.device(device)
     model, _, ckpt = load_model(path, device, trust_code)
-    tok = exp.checkpoint_tokenizer(ckpt, path)
+    tok = checkpointing.checkpoint_tokenizer(ckpt, path)
     args, eot, windows = ckpt["args"], tok.eot, model.final_windows()
     seq_len = int(args.get("val_seq_len", 1024))
     paths = expand_shard_files(val_files or args.get("val_files") or [], "--val_files")

@@ -23,8 +23,8 @@ import math
 import os
 import time
 
-from gptlab.errors import UserError
-from gptlab.hellaswag_data import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag
+from gptlab.core.errors import UserError
+from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag
 
 DEFAULT_BATCH_SIZE = 16  # examples per forward pass (64 rows)
 _Z95 = 1.959963984540054
@@ -136,8 +136,8 @@ def evaluate_hellaswag(model_fn, encoding, examples_or_path=DEFAULT_PATH, *, ctx
     """HellaSwag accuracy of `model_fn` (LongTensor (B, T) on `device` → logits (B, T, V >= n_vocab)).
 
     encoding: the tiktoken.Encoding the model was trained with (its eot_token starts each row and pads).
-    examples_or_path: a list of examples (see gptlab.hellaswag_data.load_hellaswag) or a .jsonl path; all of
-    them are scored unless `limit` (the first `limit`). ctx: a gptlab.distributed.DistContext or None.
+    examples_or_path: a list of examples (see gptlab.data.hellaswag.load_hellaswag) or a .jsonl path; all of
+    them are scored unless `limit` (the first `limit`). ctx: a gptlab.core.distributed.DistContext or None.
     device: where the tokens go (default ctx.device, else cpu).
     Returns {"n", "acc", "acc_ci95": [lo, hi], "acc_norm", "acc_norm_ci95": [lo, hi], "acc_correct",
     "acc_norm_correct", "seconds"}; the counts and accuracies are identical on every rank (seconds is this
@@ -145,7 +145,7 @@ def evaluate_hellaswag(model_fn, encoding, examples_or_path=DEFAULT_PATH, *, ctx
     """
     import torch
 
-    from gptlab.distributed import all_reduce_sum
+    from gptlab.core.distributed import all_reduce_sum
 
     if isinstance(examples_or_path, (str, os.PathLike)):
         examples = load_hellaswag(os.fspath(examples_or_path), limit)

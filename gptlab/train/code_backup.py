@@ -25,9 +25,9 @@ import sys
 import tarfile
 import tempfile
 
-from gptlab.errors import UserError
-from gptlab.experiment import CODE_DIR, CONFIG_FILE
-from gptlab.fileio import atomic_write
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write
+from gptlab.train.records import CODE_DIR, CONFIG_FILE
 
 RESEARCH_FILES = ("train_gpt.py", "model.py")  # copied whole: what an experiment edits
 TOKENIZER_SCRIPT = "tokenizer_train_script.py"
@@ -438,6 +438,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from gptlab.errors import run_cli
+    from gptlab.core.errors import run_cli
 
     run_cli(main)

@@ -8,11 +8,10 @@ import math
 import torch
 import torch.utils._device
 
-from gptlab.cli import require_non_negative, require_positive
-from gptlab.dataloader import micro_batch_candidates, split_batch
-from gptlab.distributed import device_memory_bytes
-from gptlab.errors import UserError
-
+from gptlab.core.cli import require_non_negative, require_positive
+from gptlab.core.distributed import device_memory_bytes
+from gptlab.core.errors import UserError
+from gptlab.train.batching import micro_batch_candidates, split_batch
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}  # annotations written as strings
 

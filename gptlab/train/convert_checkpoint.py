@@ -16,11 +16,10 @@ import os
 
 import torch
 
-from gptlab import experiment as exp
-from gptlab.cli import ArgumentParser, HelpFormatter
-from gptlab.errors import UserError, run_cli
-from gptlab.fileio import check_writable
-from gptlab.train import model_source as ms
+from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.errors import UserError, run_cli
+from gptlab.core.files import check_writable
+from gptlab.train import checkpointing, model_source as ms
 
 
 def build_parser():
@@ -55,7 +54,7 @@ def convert_payload(old, source, module):
     new["model_config"] = config
     new["model_source"] = source
     new["optimizers"] = [_torch_adam_state(state) for state in old.get("optimizers", [])]
-    new["format_version"] = exp.CHECKPOINT_VERSION
+    new["format_version"] = checkpointing.CHECKPOINT_VERSION
     return new
 
 
@@ -78,7 +77,7 @@ def _torch_adam_state(state):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    payload = exp.load_checkpoint(args.checkpoint, allow_old=True)
+    payload = checkpointing.load_checkpoint(args.checkpoint, allow_old=True)
     if args.show:
         source = payload.get("model_source")
         if not source:
@@ -87,7 +86,7 @@ def main(argv=None):
         print(f"# {source['file']} carried by {args.checkpoint} (sha256 {source['sha256']})")
         print(source["code"], end="")
         return 0
-    if payload.get("format_version", 0) >= exp.CHECKPOINT_VERSION:
+    if payload.get("format_version", 0) >= checkpointing.CHECKPOINT_VERSION:
         raise UserError(f"{args.checkpoint} is already format {payload['format_version']}; nothing to convert")
     out = args.out or os.path.splitext(args.checkpoint)[0] + "_v3.pt"
     check_writable(out, args.overwrite)
@@ -103,13 +102,13 @@ def main(argv=None):
         source, module = ms.current_source(), ms.current_module()
     new = convert_payload(payload, source, module)
     extra = {k: new[k] for k in ("args", "tokenizer", "optimizers", "dataloader", "rng", "extra", "data")}
-    exp.save_checkpoint(out, model_state=new["model"], model_config=new["model_config"], step=new["step"],
+    checkpointing.save_checkpoint(out, model_state=new["model"], model_config=new["model_config"], step=new["step"],
                         model_source=source, overwrite=args.overwrite, **{
                             "args": extra["args"], "tokenizer": extra["tokenizer"],
                             "optimizer_states": extra["optimizers"], "dataloader_state": extra["dataloader"],
                             "rng_states": extra["rng"], "extra": extra["extra"], "data": extra["data"]})
     ms.record_trained_source(source)  # a run here made these weights with this code
-    print(f"wrote {out}: format {exp.CHECKPOINT_VERSION}, model source {source['file']} (sha256 "
+    print(f"wrote {out}: format {checkpointing.CHECKPOINT_VERSION}, model source {source['file']} (sha256 "
           f"{source['sha256'][:12]}), weights checked against it")
     return 0
 

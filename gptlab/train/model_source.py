@@ -15,9 +15,9 @@ import os
 import sys
 import tempfile
 
-from gptlab import experiment as exp
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write_text
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write_text
+from gptlab.train import checkpointing
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL_FILE = os.path.join(REPO_ROOT, "model.py")
@@ -117,7 +117,7 @@ def build_model(module, model_config):
 def load_model(path, device="cpu", trust_code=False):
     """(model in eval mode on device, its module, the checkpoint dict) from a checkpoint file, built from the model
     source the checkpoint carries (see module_for)."""
-    ckpt = exp.load_checkpoint(path)
+    ckpt = checkpointing.load_checkpoint(path)
     module = module_for(ckpt.get("model_source"), path, trust_code)
     model = build_model(module, ckpt["model_config"])
     try:
@@ -137,7 +137,7 @@ def checkpoint_logits_fn(path, device="cpu", trust_code=False):
 
     The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
     model, _, ckpt = load_model(path, device, trust_code)
-    tok = exp.checkpoint_tokenizer(ckpt, path)
+    tok = checkpointing.checkpoint_tokenizer(ckpt, path)
     n_vocab = tok.encoding.n_vocab
 
     def logits_fn(tokens):

@@ -11,9 +11,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 import train_tokenizer  # noqa: E402
-from gptlab.bpe import train as bpe_train  # noqa: E402
-from gptlab.bpe.trainer import finish_result  # noqa: E402
-from gptlab.errors import run_cli  # noqa: E402
+from gptlab.tokenizer import train as bpe_train  # noqa: E402
+from gptlab.tokenizer.merges import finish_result  # noqa: E402
+from gptlab.core.errors import run_cli  # noqa: E402
 
 _real_run_merges = bpe_train.run_merges
 

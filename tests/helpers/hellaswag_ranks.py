@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from gptlab.distributed import cleanup, setup
+from gptlab.core.distributed import cleanup, setup
 from gptlab.evals.hellaswag import evaluate_hellaswag
 from hellaswag_tiny import TinyCausalLM, make_tokenizer  # this script's folder is sys.path[0]
 

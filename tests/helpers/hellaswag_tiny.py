@@ -1,7 +1,7 @@
 """A real (small) BPE tokenizer and a seeded tiny causal transformer, shared by the HellaSwag tests."""
 import torch
 
-from gptlab.tokenizer import EOT, PATTERNS, load_tokenizer, save_tokenizer, token_bytes_by_id
+from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer, save_tokenizer, token_bytes_by_id
 
 # a few merges on top of the 256 bytes: " t", "he", " the", "in", " a"
 MERGES = [(32, 116), (104, 101), (256, 257), (105, 110), (32, 97)]

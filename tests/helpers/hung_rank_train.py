@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 import train_gpt  # noqa: E402
-from gptlab.errors import run_cli  # noqa: E402
+from gptlab.core.errors import run_cli  # noqa: E402
 
 _real_lr_multiplier = train_gpt.lr_multiplier
 

@@ -19,8 +19,8 @@ def save_random_checkpoint(path, tokenizer_path, *, num_layers=6, num_heads=2, m
 
     import torch
 
-    from gptlab import experiment as exp
-    from gptlab.tokenizer import open_tokenizer
+    from gptlab.train import checkpointing
+    from gptlab.tokenizer.format import open_tokenizer
     from gptlab.train import model_source as ms
 
     tok = open_tokenizer(tokenizer_path)
@@ -41,7 +41,7 @@ def save_random_checkpoint(path, tokenizer_path, *, num_layers=6, num_heads=2, m
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * (1.0 if name == "lm_head.weight" else 0.2))
-    exp.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=train_steps,
+    checkpointing.save_checkpoint(path, model_state=model.state_dict(), model_config=model_config, step=train_steps,
                         args={"tokenizer": tokenizer_path, "train_steps": train_steps, "window_size": window_size},
                         tokenizer={"name": tok.name, "ranks_sha256": tok.ranks_sha256}, model_source=source)
     return model_config

@@ -1,4 +1,4 @@
-"""Count, per optimizer step, what train_gpt.py asks of the device: host reads (gptlab.run.HOST_READS), `.item()`-
+"""Count, per optimizer step, what train_gpt.py asks of the device: host reads (gptlab.train.run.HOST_READS), `.item()`-
 style reads seen at the dispatcher (aten._local_scalar_dense) and collectives (torch.distributed calls).
 
 torch.optim.Adam (foreach, as on CPU) reads its per-parameter step counters with .item(); those tensors live in
@@ -23,8 +23,8 @@ def main():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import train_gpt
-    from gptlab import dataloader
-    from gptlab import run as run_module
+    from gptlab.data import loader as data_loader
+    from gptlab.train import run as run_module
     from gptlab.train import comm
 
     out, flags = sys.argv[1], sys.argv[3:]
@@ -55,12 +55,12 @@ def main():
             return _original(*args, **kwargs)
         setattr(dist, name, counted)
 
-    next_batch = dataloader.BOSAlignedLoader.next_batch
+    next_batch = data_loader.BOSAlignedLoader.next_batch
 
     def marked_next_batch(self):
         steps.append(snapshot())
         return next_batch(self)
-    dataloader.BOSAlignedLoader.next_batch = marked_next_batch
+    data_loader.BOSAlignedLoader.next_batch = marked_next_batch
 
     class CountScalarReads(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

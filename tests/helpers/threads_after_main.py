@@ -28,7 +28,7 @@ def live_process_group_threads():
 
 def main():
     import train_gpt
-    from gptlab import distributed as dist_utils
+    from gptlab.core import distributed as dist_utils
 
     out, flags = sys.argv[1], sys.argv[3:]
     seen = {"during": []}

@@ -20,10 +20,10 @@ def train_tiny_bpe(texts, n_merges):
     """The project's exact BPE (gptlab/bpe) on texts with the GPT-4 split pattern → MergeResult (merges, ranks).
 
     Runs in this process: the C merge loop when it can be built, else the identical pure-Python loop."""
-    from gptlab.bpe import native
-    from gptlab.bpe.pretokenize import count_documents, to_bytes_table
-    from gptlab.bpe.trainer import train_merges_python
-    from gptlab.tokenizer import PATTERNS
+    from gptlab.tokenizer import native
+    from gptlab.tokenizer.pretokenize import count_documents, to_bytes_table
+    from gptlab.tokenizer.merges import train_merges_python
+    from gptlab.tokenizer.format import PATTERNS
 
     word_counts = to_bytes_table(count_documents(texts, PATTERNS["gpt4"]))
     train = native.train_merges_native if native.available() else train_merges_python
@@ -32,8 +32,8 @@ def train_tiny_bpe(texts, n_merges):
 
 def save_tiny_tokenizer(path, texts, n_merges=256):
     """Train `n_merges` merges on texts and save the tokenizer at path (replacing it); <|endoftext|> = 256 + n_merges."""
-    from gptlab.bpe.train import script_content
-    from gptlab.tokenizer import EOT, PATTERNS, save_tokenizer
+    from gptlab.tokenizer.job import script_content
+    from gptlab.tokenizer.format import EOT, PATTERNS, save_tokenizer
 
     result = train_tiny_bpe(texts, n_merges)
     with open(__file__) as f:
@@ -75,8 +75,8 @@ def make_dataset(out_dir, n_merges=256, train_shards=2, write_manifest=True):
     Returns dict(tokenizer=path, train=glob, val=glob, dir=shard dir, eot=id, n_vocab=...)."""
     import numpy as np
 
-    from gptlab.shards import write_shard
-    from gptlab.tokenizer import load_tokenizer, ranks_sha256, read_tokenizer_file
+    from gptlab.data.shards import write_shard
+    from gptlab.tokenizer.format import load_tokenizer, ranks_sha256, read_tokenizer_file
 
     os.makedirs(out_dir, exist_ok=True)
     fineweb = read_docs(os.path.join(SHARED_DATA, "fineweb_edu_150docs.jsonl"))
@@ -92,7 +92,7 @@ def make_dataset(out_dir, n_merges=256, train_shards=2, write_manifest=True):
     write_shard(os.path.join(shard_dir, "val_000000.bin"), encode_docs(enc, shakespeare[:1500]), overwrite=True)
     if write_manifest:
         # a real gptlab shard manifest (the format download_fineweb.py writes), so check_manifest accepts it
-        from gptlab import shards
+        from gptlab.data import shards
 
         listed = [{"name": name, "split": name.split("_")[0], "tokens": shards.read_header(os.path.join(shard_dir,
                    name))[1], "bytes": os.path.getsize(os.path.join(shard_dir, name))}

@@ -1,6 +1,6 @@
 """A whole tokenizer training run in one call (train_tokenizer.py is its command line).
 
-    from gptlab.bpe.train import train_tokenizer
+    from gptlab.tokenizer.job import train_tokenizer
     trained = train_tokenizer(inputs=["data/sample/fineweb_edu_150docs.jsonl"], samples=400_000, vocabsize=1000,
                               out_path="tokenizers/t_v1000_n400000.pkl")
 
@@ -14,7 +14,7 @@ torch.
 Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
 used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
 W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own files of the
-dataset (text_sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
+dataset (data.sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
 `samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
 """
 import contextlib
@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
 TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1) after counting its documents
@@ -48,7 +48,7 @@ class TrainedTokenizer:
 
 def check_settings(samples, vocabsize, workers, pattern):
     """Bad numbers or pattern → UserError naming the flag and the fix; returns (pattern name, pattern string)."""
-    from gptlab.tokenizer import MAX_VOCAB, resolve_pattern
+    from gptlab.tokenizer.format import MAX_VOCAB, resolve_pattern
 
     if samples <= 0:
         raise UserError(f"--samples must be a positive number of characters, got {samples}")
@@ -72,8 +72,8 @@ def gpu_possible():
 
 def choose_engine(device="auto", engine="auto"):
     """(engine, device string) for the merge loop: the native and Python loops need no torch at all."""
-    from gptlab.bpe import native
-    from gptlab.distributed import check_device_flag, resolve_device
+    from gptlab.core.distributed import check_device_flag, resolve_device
+    from gptlab.tokenizer import native
 
     check_device_flag(device)
     if device == "auto":
@@ -106,8 +106,8 @@ def choose_workers(requested, budget_chars, announce=True):
     """Pre-tokenization processes for one rank: the request (default: this rank's cores), lowered to this rank's
     cores and to one per chunk of its `budget_chars` characters (workers are handed whole chunks, so more would
     sit idle). A lowered request is announced in a note."""
-    from gptlab.bpe.pretokenize import DEFAULT_CHUNK_CHARS
-    from gptlab.distributed import default_workers
+    from gptlab.core.distributed import default_workers
+    from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS
 
     cores = default_workers()
     chunks = max(1, -(-budget_chars // DEFAULT_CHUNK_CHARS))
@@ -148,7 +148,7 @@ def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, samp
     Local files: the global budget is applied to the whole stream first (exactly the text one rank would use), then
     the documents are dealt out round robin, so the text does not depend on the world size. The Hub: each rank
     streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
-    from gptlab.text_sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
+    from gptlab.data.sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
 
     if inputs:
         source = {"input": list(inputs)}
@@ -172,13 +172,13 @@ def combine_tables(tables):
 
 def merges_digest(result):
     """A fingerprint of the merges and ranks, compared across ranks."""
-    from gptlab.tokenizer import ranks_sha256
+    from gptlab.tokenizer.format import ranks_sha256
 
     return ranks_sha256(result.mergeable_ranks) + str(hash(tuple(result.merges)))
 
 
 def script_content():
-    """train_tokenizer.py and every gptlab/bpe/*.py and *.c source (the C merge loop is the default engine),
+    """train_tokenizer.py and every gptlab/tokenizer/*.py and *.c source (the C merge loop is the default engine),
     each under a `# ===== path =====` header."""
     cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
     bpe_dir = os.path.join(REPO_ROOT, "gptlab", "bpe")
@@ -229,12 +229,12 @@ def _read_rate_updater(bar, stats):
 
 def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
     """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
-    from gptlab.bpe.native import train_merges_native
-    from gptlab.bpe.trainer import train_merges_python, train_merges_torch
+    from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
+    from gptlab.tokenizer.native import train_merges_native
 
     on_merge = None
     if demo_sample:
-        from gptlab.bpe.demo import render
+        from gptlab.tokenizer.demo import render
 
         shows = {max(0, int(num_merges * f) - 1) for f in (0.01, 0.1, 0.5, 1.0)} if num_merges else set()
         print(render(demo_sample, pat_str, []), flush=True)
@@ -261,8 +261,8 @@ def run_merges(table, num_merges, engine, device, show_progress=False, demo_samp
 def save(trained, out_path, overwrite=False):
     """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path. A failed write
     (a full disk) is a UserError, with nothing half-written left."""
-    from gptlab.fileio import write_fix
-    from gptlab.tokenizer import EOT, save_tokenizer
+    from gptlab.core.files import write_fix
+    from gptlab.tokenizer.format import EOT, save_tokenizer
 
     result = trained.result
     try:
@@ -286,7 +286,7 @@ def lock_path_for(out_path):
 def claim_output(out_path, overwrite=False):
     """Check that out_path can be written (by writing in its folder) and hold its lock for the block, so a second
     trainer of the same file is refused at once, naming this one."""
-    from gptlab.fileio import check_writable, exclusive_lock
+    from gptlab.core.files import check_writable, exclusive_lock
 
     check_writable(out_path, overwrite)  # before the lock creates the folder
     with exclusive_lock(lock_path_for(out_path), f"tokenizer {out_path}"):
@@ -329,8 +329,8 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     locks the file against a second trainer; it saves there at the end. Under torchrun every rank calls this; all
     return the same TrainedTokenizer. progress: tqdm bars on rank 0; demo: rank 0 prints a sample coloured by
     token during training."""
-    from gptlab.bpe.pretokenize import pretokenize
-    from gptlab.text_sources import ReadStats
+    from gptlab.data.sources import ReadStats
+    from gptlab.tokenizer.pretokenize import pretokenize
 
     t0 = time.time()
     pattern_name, pat_str = check_settings(samples, vocabsize, workers, pattern)
@@ -344,7 +344,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
 
     store = None
     if world_size > 1:
-        from gptlab import distributed
+        from gptlab.core import distributed
 
         store = distributed.rendezvous_store()  # the process group itself starts after pre-tokenization
     ctx = None

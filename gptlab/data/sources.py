@@ -9,7 +9,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 DOC_SEPARATOR = "<|endoftext|>"  # separates documents inside a .txt file
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")

@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write, atomic_write_text
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write, atomic_write_text
 
 MAGIC = 20240520
 HEADER_INTS = 256

@@ -1,10 +1,10 @@
 """FineWeb (or local text) → token shards: the pipeline behind download_fineweb.py.
 
-Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.shards format) and a
+Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.data.shards format) and a
 manifest. <dataset> is fineweb10B / fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>`
 for --input files.
 
-Document order, Hub: each rank streams its own files of the dataset (text_sources.hub_share: a contiguous run of
+Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
 order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in sorted
 order go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
@@ -36,11 +36,11 @@ import time
 
 import numpy as np
 
-from gptlab import shards as shard_format
-from gptlab.errors import UserError
-from gptlab.fileio import check_folder_creatable, exclusive_lock
-from gptlab.text_sources import HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents, \
-    take_every
+from gptlab.core.errors import UserError
+from gptlab.core.files import check_folder_creatable, exclusive_lock
+from gptlab.data import shards as shard_format
+from gptlab.data.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
+                                 take_every)
 
 VERSIONS = {  # --version → (Hub repo, config)
     "10B": (HUB_DATASETS["fineweb"], "sample-10BT"),
@@ -301,7 +301,7 @@ def check_args(args):
 
 def make_shards(args):
     """Run the whole download/tokenize/write job for this rank; returns the manifest part."""
-    from gptlab.tokenizer import eot_id, encoding_from_dict, read_tokenizer_file
+    from gptlab.tokenizer.format import encoding_from_dict, eot_id, read_tokenizer_file
 
     check_args(args)
     tokenizer = read_tokenizer_file(args.tokenizer)
@@ -334,7 +334,7 @@ def make_shards(args):
 
 def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir):
     """make_shards, holding the folder's lock."""
-    from gptlab.tokenizer import ranks_sha256
+    from gptlab.tokenizer.format import ranks_sha256
 
     shard_version = shard_format.version_for_vocab(enc.n_vocab)
     dtype = shard_format.VERSION_DTYPES[shard_version]

@@ -1,4 +1,4 @@
-/* The exact BPE merge loop of gptlab/bpe/trainer.py (train_merges_python), in C for speed.
+/* The exact BPE merge loop of gptlab/tokenizer/merges.py (train_merges_python), in C for speed.
  *
  * Same rule, same data structures, same results (tests compare them on every corpus):
  *   words      flat int32 ids, word w at [start[w], start[w] + len[w]), rewritten in place (merges only shrink)
@@ -6,7 +6,7 @@
  *              held the pair (appended lazily; stale or repeated entries are skipped when the pair is merged)
  *   heap       lazy max-heap of (count, slot): counts of existing pairs only decrease, so a stale top entry is
  *              re-pushed with its current count; ties → greatest (bytes(left), bytes(right)).
- * Built at run time by gptlab/bpe/native.py (cc -O2 -shared); without a C compiler the Python loop is used.
+ * Built at run time by gptlab/tokenizer/native.py (cc -O2 -shared); without a C compiler the Python loop is used.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 
 Leaving the block by an exception records the run as "failed" (with the message) or "interrupted" (Ctrl-C, naming
 the checkpoint to resume from). Every rank makes the same calls; only rank 0 writes. The folder's layout and file
-formats belong to gptlab.experiment.
+formats belong to gptlab.train.records.
 """
 import argparse
 import contextlib
@@ -20,13 +20,10 @@ import os
 import sys
 import time
 
-from gptlab import cost
-from gptlab import dashboards
-from gptlab import experiment as exp
-from gptlab.distributed import broadcast_object
-from gptlab.errors import UserError
-from gptlab.hellaswag_data import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.train import code_backup
+from gptlab.core.distributed import broadcast_object
+from gptlab.core.errors import UserError
+from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, records
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -35,7 +32,7 @@ def add_run_flags(parser):
     g = parser.add_argument_group("run")
     g.add_argument("--model_name", default="GPT",
                    help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
-    g.add_argument("--experiments_dir", default=exp.EXPERIMENTS_DIR, help="where run folders go")
+    g.add_argument("--experiments_dir", default=records.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
@@ -48,7 +45,7 @@ def add_run_flags(parser):
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
                    "run folder, no data read")
     g.add_argument("--usd_per_gpu_hour", type=float, default=None, help="price of one GPU (on CPU: one process) for "
-                   "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/cost.py's table of "
+                   "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/train/cost.py's table of "
                    "typical rental prices by GPU name; none on CPU)")
     g.add_argument("--tensorboard", action="store_true", default=None, help="also write the run's scalars as "
                    "TensorBoard events in its folder (tensorboard --logdir experiments; pip install tensorboard)")
@@ -82,7 +79,7 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     args.from_checkpoint = []
     if not args.resume:
         return args, None
-    ckpt = exp.load_checkpoint(args.resume)
+    ckpt = checkpointing.load_checkpoint(args.resume)
     given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
     fresh = set(fresh_on_resume) | set(_FRESH_RUN_FLAGS)
     for action in parser._actions:
@@ -111,7 +108,7 @@ def restore_training_state(ckpt, model, optimizers, train_loader):
             for group, keys in zip(opt.param_groups, here):
                 group.update(keys)
         train_loader.load_state_dict(ckpt["dataloader"])
-        exp.set_rng_states(ckpt["rng"])
+        checkpointing.set_rng_states(ckpt["rng"])
     except KeyError as err:
         raise UserError(f"--resume checkpoint has no {err} entry (an incomplete checkpoint); resume from another "
                         "checkpoint of the run") from None
@@ -209,9 +206,9 @@ class Run:
     # ---- lifecycle
     def __enter__(self):
         if self.ctx.is_main:
-            self.dir = exp.create_run_dir(self.cfg.experiments_dir, self.cfg.model_name)
-            self._log_file = exp.RunLog(os.path.join(self.dir, exp.LOG_FILE))
-            self._metrics = exp.MetricsWriter(os.path.join(self.dir, exp.METRICS_FILE))
+            self.dir = records.create_run_dir(self.cfg.experiments_dir, self.cfg.model_name)
+            self._log_file = records.RunLog(os.path.join(self.dir, records.LOG_FILE))
+            self._metrics = records.MetricsWriter(os.path.join(self.dir, records.METRICS_FILE))
         self.dir = broadcast_object(self.ctx, self.dir)
         try:
             self._start()
@@ -222,8 +219,8 @@ class Run:
 
     def _start(self):
         cfg, ctx = self.cfg, self.ctx
-        hw = self.hardware = exp.hardware_info(ctx.device)
-        versions = exp.versions()
+        hw = self.hardware = environment.hardware_info(ctx.device)
+        versions = environment.versions()
         tok = self.tokenizer
         self.price, price_source = cost.usd_per_gpu_hour(hw["gpu_name"], getattr(cfg, "usd_per_gpu_hour", None))
         self.config = {
@@ -235,7 +232,7 @@ class Run:
             "model_source_sha256": (self.model_source or {}).get("sha256"),
             "tokenizer_name": tok.name, "tokenizer_path": tok.path, "tokenizer_ranks_sha256": tok.ranks_sha256,
             "tokenizer_n_vocab": tok.encoding.n_vocab, "eot_id": tok.eot, "train_shards": self.shards.train_paths,
-            "val_shards": self.shards.val_paths, "command": exp.command_line(), "git_commit": exp.git_commit(
+            "val_shards": self.shards.val_paths, "command": environment.command_line(), "git_commit": environment.git_commit(
                 self.repo_root), "versions": versions, "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "resumed_from": cfg.resume, "resume_step": self.start_step,
             "lr_column": "metrics.csv lr = schedule multiplier x --lr_scale; base learning rates: "
@@ -244,7 +241,7 @@ class Run:
                       "compiled step includes compilation); results wall_time_s is the whole run incl. "
                       "evaluations"}
         if ctx.is_main:
-            exp.write_config(self.dir, self.config)
+            records.write_config(self.dir, self.config)
             backup = code_backup.backup_code(self.repo_root, self.dir, tok.train_script, research_texts={
                 "model.py": self.model_source["code"]} if self.model_source else None)
             log = self._log_file
@@ -271,7 +268,7 @@ class Run:
                 f"{cfg.train_steps} steps x {cfg.batch_size:,} tokens = {passes:.2f} pass(es) over it"
                 + (" (later passes visit the shards in a new order)" if passes > 1 else ""))
             print(f"run folder: {self.dir}", flush=True)
-            exp.write_heartbeat(self.dir, self.start_step)
+            records.write_heartbeat(self.dir, self.start_step)
             if any(value is not None for value in self._dashboard_flags.values()):
                 self._dashboards = dashboards.Dashboards(self.dir, config=self.config, **self._dashboard_flags)
                 for note in self._dashboards.notes:
@@ -305,12 +302,12 @@ class Run:
             how = (f"resume with --resume {self.last_checkpoint}" if self.last_checkpoint else
                    "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
             self.log(f"run interrupted (Ctrl-C) after step {self.step}; {how}")
-            exp.write_results(self.dir, {"status": "interrupted", "steps": self.step,
+            records.write_results(self.dir, {"status": "interrupted", "steps": self.step,
                                          "checkpoint": self.last_checkpoint, **identity})
         else:
             message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
             self.log(f"run failed: {message}")
-            exp.write_results(self.dir, {"status": "failed", "error": message, **identity})
+            records.write_results(self.dir, {"status": "failed", "error": message, **identity})
 
     def _close(self):
         if self._bar is not None:
@@ -344,7 +341,7 @@ class Run:
 
     def log_eval(self, step, **figures):
         """Evaluation figures at `step` (e.g. val_loss=..., val_bpb=...): a log line and a metrics.csv row; each
-        name must be a column of gptlab.experiment.METRICS_COLUMNS."""
+        name must be a column of gptlab.train.records.METRICS_COLUMNS."""
         shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
         self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
         if self.ctx.is_main:
@@ -412,7 +409,7 @@ class Run:
             left = cfg.train_steps - step
             self.log(f"estimated training time: {left} more steps x {step_time_s:.3g}s = "
                      f"{_duration(left * step_time_s)} (evaluations not included)", echo=cfg.log_every > 0)
-        exp.write_heartbeat(self.dir, step)
+        records.write_heartbeat(self.dir, step)
         self._bar.set_postfix(step=step, loss=f"{train_loss:.4f}", refresh=False)
         self._bar.update(tokens)
 
@@ -421,12 +418,12 @@ class Run:
         optimizers that keep state on other ranks must have gathered it first)."""
         if not self.ctx.is_main:
             return
-        path = os.path.join(self.dir, exp.CHECKPOINT_DIR, f"step_{step:06d}.pt")
-        exp.save_checkpoint(path, model_state=model.state_dict(), model_config=self.model_config, step=step,
+        path = os.path.join(self.dir, records.CHECKPOINT_DIR, f"step_{step:06d}.pt")
+        checkpointing.save_checkpoint(path, model_state=model.state_dict(), model_config=self.model_config, step=step,
                             args=self._portable_args(),
                             tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
                             optimizer_states=[opt.state_dict() for opt in optimizers],
-                            dataloader_state=train_loader.state_dict(), rng_states=exp.rng_states(),
+                            dataloader_state=train_loader.state_dict(), rng_states=checkpointing.rng_states(),
                             extra={"elapsed_s": self.train_time_s, "run_dir": self.dir, "train_flops": self.train_flops,
                                    "wall_time_s": time.perf_counter() - self._wall_start},
                             data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256},
@@ -448,7 +445,7 @@ class Run:
     def end_training(self):
         """After the last step: log peak memory and the run's speed after its first step."""
         self._bar.close()
-        mem = self._memory = exp.peak_memory(self.ctx.device)
+        mem = self._memory = environment.peak_memory(self.ctx.device)
         self.log(f"peak memory ({mem['label']}): allocated {mem['allocated_gb']:.3f} GB, reserved "
                  f"{mem['reserved_gb']:.3f} GB")
         peak = self.hardware["gpu_bf16_peak_tflops"]
@@ -478,7 +475,7 @@ class Run:
                    "world_size": self.ctx.world_size, "tokenizer": self.tokenizer.name,
                    "model_name": self.cfg.model_name, "seed": self.cfg.seed}
         if self.ctx.is_main:
-            exp.write_results(self.dir, {"status": "finished", **results})
+            records.write_results(self.dir, {"status": "finished", **results})
             self.log(f"results: {json.dumps(results)}")
         self._finished = True
         return results

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room: the fix is space, not another permission
 

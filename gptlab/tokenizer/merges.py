@@ -61,7 +61,7 @@ or rebuild.
 import heapq
 from dataclasses import dataclass, field
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 _INV_BYTE = [chr(256 - x) for x in range(256)]
 _TOKEN_END = chr(257)
@@ -87,7 +87,7 @@ def finish_result(merges, counts):
         token = vocab[a] + vocab[b]
         if token in ranks:
             raise RuntimeError(f"merge {k} ({a}, {b}) spells {token!r}, which id {ranks[token]} already spells; exact "
-                               "BPE never does this (see gptlab/bpe/trainer.py), so the merge loop is wrong: please "
+                               "BPE never does this (see gptlab/tokenizer/merges.py), so the merge loop is wrong: please "
                                "report it with the input text")
         ranks[token] = len(vocab)
         vocab.append(token)

@@ -9,7 +9,7 @@ import datetime
 import os
 from dataclasses import dataclass
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 DEFAULT_TIMEOUT_S = int(os.environ.get("GPTLAB_DIST_TIMEOUT_S", "600"))
 

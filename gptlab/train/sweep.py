@@ -20,9 +20,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from gptlab.errors import UserError
-from gptlab.experiment import RESULTS_FILE, read_run_json
-from gptlab.fileio import atomic_write_text, check_folder_creatable
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write_text, check_folder_creatable
+from gptlab.train.records import RESULTS_FILE, read_run_json
 
 SWEEP_FORMAT = "gptlab-sweep"
 # flags the sweep sets itself on every run (the grid and the passed-through flags may not)

@@ -10,11 +10,11 @@ nanochat's report prices an 8×H100 node at $24/h, $3.00 per GPU-hour). Spot, re
 prices differ by 2× either way. A run on CPU has no table price: pass --usd_per_gpu_hour to price its
 process-hours.
 """
-from gptlab.errors import UserError
-from gptlab.experiment import lookup_gpu
+from gptlab.core.errors import UserError
+from gptlab.train.environment import lookup_gpu
 
 # (whole word of torch.cuda.get_device_name(), $ per GPU-hour); the first key a name holds wins, so the specific
-# names come before the general ones (as in gptlab.experiment.GPU_BF16_PEAK_TFLOPS).
+# names come before the general ones (as in gptlab.train.environment.GPU_BF16_PEAK_TFLOPS).
 USD_PER_GPU_HOUR = [("B200", 6.00), ("H200", 3.80), ("GH200", 3.20), ("H100 PCIe", 2.40), ("H100", 3.00),
                     ("A100-SXM4-80GB", 1.80), ("A100 80GB", 1.80), ("A100", 1.40), ("L40S", 1.00), ("L40", 0.90),
                     ("RTX 6000 Ada", 0.90), ("A6000", 0.60), ("RTX 4090", 0.50), ("RTX 3090", 0.30), ("A10G", 1.00),
@@ -35,7 +35,7 @@ def usd_per_gpu_hour(gpu_name, given=None):
             raise UserError(f"--usd_per_gpu_hour {given} must be a price >= 0 (dollars per GPU-hour, e.g. 2.5)")
         return float(given), "--usd_per_gpu_hour"
     price = table_price(gpu_name)
-    return (price, "gptlab/cost.py table (typical 2026 on-demand rental)") if price is not None else (None, None)
+    return (price, "gptlab/train/cost.py table (typical 2026 on-demand rental)") if price is not None else (None, None)
 
 
 def gpu_hours(wall_time_s, world_size, overhead_minutes=0.0):

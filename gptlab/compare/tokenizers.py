@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write, check_writable
-from gptlab.tokenizer import encoding_from_dict, read_tokenizer_file, token_bytes_by_id
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write, check_writable
+from gptlab.tokenizer.format import encoding_from_dict, read_tokenizer_file, token_bytes_by_id
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED_SAMPLE = os.path.join(REPO_ROOT, "data", "sample", "fineweb_edu_150docs.jsonl")
@@ -86,7 +86,7 @@ def recover_merges(mergeable_ranks, limit=None):
 # ------------------------------------------------------------------------------------------------ texts
 def shard_documents(encoding, paths):
     """The documents of token shards (each starts with <|endoftext|>), decoded back to text."""
-    from gptlab.shards import read_shard
+    from gptlab.data.shards import read_shard
 
     eot = encoding.eot_token
     docs = []
@@ -107,7 +107,7 @@ def validation_shards(tokenizer_name, data_dir="data"):
     """The val_*.bin of the tokenizer's shard folder, or [] when there is no single such folder."""
     import glob
 
-    from gptlab.dataloader import default_shard_folder
+    from gptlab.data.selection import default_shard_folder
 
     try:
         folder = default_shard_folder(tokenizer_name, data_dir)
@@ -118,7 +118,7 @@ def validation_shards(tokenizer_name, data_dir="data"):
 
 def read_domains(text_paths):
     """{domain (file stem): [documents]} of --text files (.txt, .jsonl, .parquet)."""
-    from gptlab.text_sources import iter_local_documents
+    from gptlab.data.sources import iter_local_documents
 
     domains = {}
     for path in text_paths:
@@ -146,8 +146,8 @@ def default_domains(tokenizer, data_dir="data"):
 def shard_bytes_per_token(encoding, paths):
     """UTF-8 bytes per token of token shards, counted on the tokens themselves (no decoding): special tokens are
     left out of both counts. The leaderboard's Bytes/token column."""
+    from gptlab.data.shards import read_shard
     from gptlab.evals.bpb import token_byte_lengths
-    from gptlab.shards import read_shard
 
     lengths = token_byte_lengths(encoding, encoding.n_vocab).numpy()
     total_bytes = total_tokens = 0

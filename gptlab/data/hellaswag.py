@@ -11,8 +11,8 @@ import json
 import os
 import zlib
 
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write, check_folder_creatable, write_fix
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 URL_ENV = "GPTLAB_HELLASWAG_URL"  # a mirror of HELLASWAG_URL (same file, same checksum) used when no source is given

@@ -18,8 +18,8 @@ import pickle
 from collections import Counter
 from dataclasses import dataclass
 
-from gptlab.errors import UserError
-from gptlab.fileio import atomic_write
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write
 
 TOKENIZER_DIR = "tokenizers"
 FORMAT_NAME = "gptlab-tokenizer"

@@ -14,7 +14,7 @@ import multiprocessing as mp
 import sys
 from collections import Counter
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 DEFAULT_CHUNK_CHARS = 1 << 20
 

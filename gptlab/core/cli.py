@@ -3,7 +3,7 @@ checks of numeric flags."""
 import argparse
 import sys
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):

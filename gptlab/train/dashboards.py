@@ -7,7 +7,7 @@ Each metrics.csv row goes out as it is written: every measured column but step, 
 """
 import os
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 
 def check_available(tensorboard=False, wandb_project=None):

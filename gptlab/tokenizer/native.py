@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from gptlab.errors import UserError
+from gptlab.core.errors import UserError
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "merge_loop.c")
 _lib = None
@@ -91,7 +91,7 @@ def train_merges_native(word_counts, num_merges, progress=None, on_merge=None):
     """Exact BPE with the C loop → trainer.MergeResult (same contract as train_merges_python)."""
     import numpy as np
 
-    from gptlab.bpe.trainer import _out_of_pairs, finish_result
+    from gptlab.tokenizer.merges import _out_of_pairs, finish_result
 
     if not available():
         raise RuntimeError(f"the C merge loop is unavailable: {_error}")

@@ -28,9 +28,9 @@ import shutil
 import sys
 import tempfile
 
-from gptlab.errors import UserError
-from gptlab.experiment import write_json
-from gptlab.fileio import atomic_output_dir
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_output_dir
+from gptlab.train.records import write_json
 
 MODELING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_gptlab.py")
 MODEL_SOURCE_FILE = "gptlab_model.py"  # what modeling_gptlab.py imports
@@ -67,7 +67,7 @@ def tiktoken_merges(mergeable_ranks):
 
 
 def tokenizer_json(pat_str, mergeable_ranks, special_tokens, bos=None):
-    """tokenizer.json's content (a dict) for a gptlab tokenizer (gptlab.tokenizer.read_tokenizer_file's fields).
+    """tokenizer.json's content (a dict) for a gptlab tokenizer (gptlab.tokenizer.format.read_tokenizer_file's fields).
     bos: (text, id) of the token that encoding puts before every sequence (None: nothing added)."""
     to_str = bytes_to_unicode()
 
@@ -113,8 +113,9 @@ def hf_config(model_config, windows, eot_id, n_vocab, padded_vocab=None):
 def _require_transformers():
     try:
         import safetensors  # noqa: F401
-        import tokenizers  # noqa: F401
         import transformers  # noqa: F401
+
+        import tokenizers  # noqa: F401
     except ImportError as err:
         raise UserError(f"exporting to Hugging Face needs {err.name}: {HF_FILES_HINT}") from None
 
@@ -169,7 +170,7 @@ def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokeni
 
     model_state: the GPT's state dict (stored under "model."); model_source: the checkpoint's {"code", ...} (the
     model that made model_state); config_fields: hf_config's; tokenizer_data: the dict of
-    gptlab.tokenizer.read_tokenizer_file."""
+    gptlab.tokenizer.format.read_tokenizer_file."""
     _require_transformers()
     from tokenizers import Tokenizer
 

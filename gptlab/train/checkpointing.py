@@ -1,0 +1,187 @@
+"""Training checkpoints: one file of plain values (weights, model source, optimizer states, data position,
+random generators) with a checksum, written atomically and loaded without running code; the checks that a
+--resume checkpoint fits this run.
+"""
+import os
+import random
+
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write
+from gptlab.train.records import CHECKPOINT_DIR
+
+CHECKPOINT_FORMAT = "gptlab-checkpoint"
+CHECKPOINT_VERSION = 3  # 2: carries "sha256", a digest of everything else in it, verified on load; 3: carries
+#                          "model_source", the model.py that made it (gptlab.train.model_source builds from it)
+CONVERT_HINT = "python -m gptlab.train.convert_checkpoint"
+
+
+def rng_states():
+    """Every random generator a training run draws from (torch CPU, Python, CUDA), for a checkpoint."""
+    import torch
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_states(states):
+    """Restore rng_states() from a checkpoint (missing parts are left alone)."""
+    import torch
+
+    if "torch" in states:
+        torch.set_rng_state(states["torch"])
+    if "python" in states:
+        random.setstate(_tuplify(states["python"]))
+    if states.get("cuda") and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def save_checkpoint(path, *, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
+                    dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None,
+                    overwrite=False):
+    """Write one training checkpoint atomically (never over an existing file unless overwrite).
+
+    The file is a `torch.save` of plain values only (tensors, numbers, strings, lists, dicts), so
+    `load_checkpoint` can open it with `weights_only=True`:
+        format, format_version, step (optimizer steps done), model (plain state dict: no `_orig_mod.`
+        prefixes from torch.compile), model_config (GPT(GPTConfig(**model_config)) rebuilds the network),
+        model_source {file, code, sha256} (the model.py that defines GPT and GPTConfig), args (every flag),
+        tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
+        data {train_sha256, val_sha256} (gptlab.data.selection.data_fingerprint), sha256 (of all the rest).
+    """
+    import torch
+
+    state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model_state.items()}
+    payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
+               "model": state, "model_config": dict(model_config), "model_source": model_source,
+               "args": dict(args or {}),
+               "tokenizer": dict(tokenizer or {}), "optimizers": list(optimizer_states or []),
+               "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
+    payload["sha256"] = payload_sha256(payload)
+    try:
+        with atomic_write(path, "wb", overwrite=overwrite) as f:
+            torch.save(payload, f)
+    except (OSError, RuntimeError) as err:  # torch's zip writer turns a failed write (disk full) into RuntimeErrors
+        failed_write = err if isinstance(err, OSError) else err.__context__
+        if not isinstance(failed_write, OSError) and "writ" not in str(err):
+            raise
+        reason = getattr(failed_write, "strerror", None) or str(err).splitlines()[0][:200]
+        raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
+                        "(or fix the folder) and resume from the last checkpoint") from None
+    return path
+
+
+def payload_sha256(payload):
+    """sha256 over a checkpoint's content (every tensor's dtype, shape and bytes, every value; the "sha256" entry
+    left out), in a fixed order, so a flipped byte anywhere in its data shows on load."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+
+    def feed(value):
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b"")
+        elif isinstance(value, dict):
+            digest.update(b"{")
+            for key in sorted(value, key=repr):
+                if key != "sha256" or value is not payload:
+                    digest.update(repr(key).encode())
+                    feed(value[key])
+            digest.update(b"}")
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"[" if isinstance(value, list) else b"(")
+            for item in value:
+                feed(item)
+            digest.update(b"]")
+        else:
+            digest.update(repr(value).encode())
+
+    feed(payload)
+    return digest.hexdigest()
+
+
+def load_checkpoint(path, map_location="cpu", allow_old=False):
+    """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
+
+    The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
+    never runs code from the file (weights_only=True). A checkpoint of an older format is refused with the command
+    that converts it (allow_old=True reads it anyway: the converter does).
+    """
+    import torch
+
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"
+                        f"{CHECKPOINT_DIR}/ folder")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError:
+        raise UserError(f"checkpoint {path} is not readable (permission denied); check its permissions") from None
+    except Exception as err:
+        first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {first_line}); it is damaged or "
+                        "not a gptlab checkpoint") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path} is not a gptlab checkpoint (no format={CHECKPOINT_FORMAT!r})")
+    if payload.get("format_version", 0) > CHECKPOINT_VERSION:
+        raise UserError(f"{path} has checkpoint format_version {payload['format_version']}, newer than this code "
+                        f"({CHECKPOINT_VERSION}); update gptlab")
+    if payload.get("format_version", 0) >= 2 and payload.get("sha256") != payload_sha256(payload):
+        raise UserError(f"checkpoint {path} is damaged: its content does not match the checksum it was saved with; "
+                        "resume from another checkpoint of the run")
+    if payload.get("format_version", 0) < CHECKPOINT_VERSION and not allow_old:
+        raise UserError(f"checkpoint {path} has format_version {payload.get('format_version', 0)}, from before "
+                        f"checkpoints carried their model's source; convert it once with: {CONVERT_HINT} {path}")
+    return payload
+
+
+def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_keys, shards=None, allow_new_data=False):
+    """Refuse a --resume checkpoint this run cannot continue: another architecture (the model_config entries
+    named by arch_keys), another tokenizer (by hash), already at or past train_steps, or (unless allow_new_data)
+    other training or validation data than it recorded (shards: a gptlab.data.selection.RunShards)."""
+    differ = [k for k in arch_keys if ckpt["model_config"].get(k) != model_config[k]]
+    if differ:
+        raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
+            f"--{k} {ckpt['model_config'].get(k)} (checkpoint) vs {model_config[k]}" for k in differ)
+            + "; pass the checkpoint's values")
+    if ckpt["tokenizer"].get("ranks_sha256") not in (None, tokenizer.ranks_sha256):
+        raise UserError(f"--resume checkpoint was trained with tokenizer {ckpt['tokenizer'].get('name')}, not "
+                        f"{tokenizer.name}; pass --tokenizer {ckpt['tokenizer'].get('name')}")
+    if ckpt["step"] >= train_steps:
+        raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
+                        f"{train_steps}; raise --train_steps to train further")
+    recorded = ckpt.get("data") or {}
+    for split in ("train", "val"):
+        was, now = recorded.get(f"{split}_sha256"), getattr(shards, f"{split}_sha256", None)
+        if was and now and was != now and not allow_new_data:
+            raise UserError(f"--resume checkpoint was trained on other {split} data: the {split} shards now "
+                            f"({', '.join(getattr(shards, f'{split}_files'))}) differ from the ones it recorded "
+                            "(rebuilt with another seed or text?); point --train_files/--val_files at the original "
+                            "shards, or pass --allow_new_data to continue on these")
+
+
+def checkpoint_tokenizer(ckpt, path):
+    """The tokenizer a checkpoint (read from `path`) was trained with, as a gptlab.tokenizer.format.LoadedTokenizer: its
+    --tokenizer as recorded, else its name in tokenizers/, checked by hash."""
+    from gptlab.tokenizer.format import open_tokenizer
+
+    recorded = ckpt["tokenizer"]
+    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
+    for candidate in candidates:
+        try:
+            tokenizer = open_tokenizer(candidate)
+            break
+        except UserError:
+            continue
+    else:
+        raise UserError(f"the tokenizer of {path} ({' or '.join(map(str, candidates))}) was not found; put it in "
+                        "tokenizers/")
+    if recorded.get("ranks_sha256") not in (None, tokenizer.ranks_sha256):
+        raise UserError(f"{tokenizer.path} is not the tokenizer {path} was trained with (its hash differs)")
+    return tokenizer

@@ -1,0 +1,109 @@
+"""What a run records about where it ran: versions, git commit, command line, CPU and GPU (with the
+GPU's dense bf16 peak, MFU's denominator), peak memory.
+"""
+import os
+import platform
+import subprocess
+import sys
+
+
+def git_commit(repo_root):
+    """HEAD's commit (with '-dirty' when the tree has changes), or None outside a git checkout."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        # --no-optional-locks: read only, never refresh the index of the checkout being recorded
+        # experiments/ is left out: its reports (LEADERBOARD.md, plots) are regenerated, not code
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)experiments"],
+                               cwd=repo_root, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (commit + ("-dirty" if dirty else "")) if commit else None
+
+
+def versions():
+    import numpy
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+           "cuda": torch.version.cuda, "platform": platform.platform()}
+    try:
+        import tiktoken
+        out["tiktoken"] = tiktoken.__version__
+    except Exception:  # optional for the record only
+        out["tiktoken"] = None
+    return out
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# dense bf16 tensor-core peaks (TFLOP/s, no sparsity; NVIDIA datasheets) by name as torch.cuda.get_device_name()
+# prints it: the denominator of MFU in train_gpt.py's log and bench/bench_train.py. A key matches whole words
+# only ("L4" must not match "NVIDIA L40"); where one name holds two keys (H100 PCIe, H100), the earlier wins.
+GPU_BF16_PEAK_TFLOPS = [("H200 NVL", 835.5), ("H200", 989.0), ("GH200", 989.0), ("H100 SXM", 989.4),
+                        ("H100 80GB HBM3", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4),
+                        ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.05), ("L40", 181.05), ("L4", 121.0),
+                        ("RTX 4090", 165.2), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
+
+
+def lookup_gpu(table, gpu_name):
+    """The value of the first (key, value) of `table` whose key is a whole word of `gpu_name` (case-insensitive;
+    "L4" does not match "NVIDIA L40"), or None."""
+    import re
+
+    name = (gpu_name or "").lower()
+    for key, value in table:
+        if re.search(r"(?<![a-z0-9])" + re.escape(key.lower()) + r"(?![a-z0-9])", name):
+            return value
+    return None
+
+
+def gpu_bf16_peak_tflops(gpu_name):
+    """The dense bf16 peak of a GPU named like torch.cuda.get_device_name() prints it, or None if unknown."""
+    return lookup_gpu(GPU_BF16_PEAK_TFLOPS, gpu_name)
+
+
+def hardware_info(device):
+    """{gpu_name, gpu_count, gpu_bf16_peak_tflops, cpu_model, cpu_count, nvidia_smi (text or None)}."""
+    import torch
+
+    info = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu_name": None, "gpu_count": 0,
+            "gpu_bf16_peak_tflops": None, "nvidia_smi": None}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu_name"] = torch.cuda.get_device_name(device)
+        info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_bf16_peak_tflops"] = gpu_bf16_peak_tflops(info["gpu_name"])
+        try:
+            info["nvidia_smi"] = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return info
+
+
+def peak_memory(device):
+    """Peak memory in GB: CUDA allocated/reserved, or on CPU the process's max RSS for both (labelled)."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        return {"allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30,
+                "reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30,
+                "label": "CUDA max_memory_allocated / max_memory_reserved"}
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_gb = rss / 2**30 if sys.platform == "darwin" else rss / 2**20  # bytes on macOS, kilobytes on Linux
+    return {"allocated_gb": rss_gb, "reserved_gb": rss_gb,
+            "label": "CPU: process max RSS (ru_maxrss), reported for both allocated and reserved"}
+
+
+def command_line():
+    return " ".join([os.path.basename(sys.executable)] + sys.argv)

@@ -1,0 +1,289 @@
+"""The run folder's files (one owner for its layout and formats): experiments/{YYYYmmdd_HHMMSS}_{model_name}/
+
+    config.json        every flag and derived setting, command line, versions, hardware (written at start)
+    metrics.csv        one row per train step and per eval (METRICS_COLUMNS; empty cell = not measured)
+    training_log.txt   human-readable log
+    results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
+    code/              train_gpt.py and model.py whole, the rest as git commit + uncommitted.patch (a full copy
+                       outside git), tokenizer_train_script.py (gptlab/train/code_backup.py)
+    checkpoints/       --save_model checkpoints (git-ignored)
+    heartbeat.json     the training process (host, pid, its start time) and its last reported step, so a reader
+                       on the same host knows at once whether a run without results.json is alive
+
+A folder with no results.json is a run still in progress, or one that was killed.
+"""
+import csv
+import datetime
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write_text
+
+EXPERIMENTS_DIR = "experiments"
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.csv"
+LOG_FILE = "training_log.txt"
+RESULTS_FILE = "results.json"
+CODE_DIR = "code"
+HEARTBEAT_FILE = "heartbeat.json"
+CHECKPOINT_DIR = "checkpoints"
+METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
+                   "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
+
+
+def create_run_dir(experiments_dir, model_name, now=None):
+    """Make a new, empty experiments/{YYYYmmdd_HHMMSS}_{model_name}/ (with _2, _3... if the name is taken)."""
+    if not model_name or any(c in model_name for c in "/\\") or model_name.startswith("."):
+        raise UserError(f"--model_name {model_name!r} must be a plain folder name (no slashes, not hidden)")
+    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d_%H%M%S")
+    try:
+        os.makedirs(experiments_dir, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --experiments_dir {experiments_dir}: {err}") from None
+    base = os.path.join(experiments_dir, f"{stamp}_{model_name}")
+    for suffix in [""] + [f"_{i}" for i in range(2, 1000)]:
+        try:
+            os.makedirs(base + suffix)  # exist_ok=False: two runs never share a folder
+            return base + suffix
+        except FileExistsError:
+            continue
+    raise UserError(f"could not find a free run folder name for {base}")
+
+
+class MetricsWriter:
+    """metrics.csv: METRICS_COLUMNS, one row per call, flushed at once; missing values are empty cells."""
+
+    def __init__(self, path):
+        self.file = open(path, "x", newline="")  # "x": never overwrite another run's metrics
+        self.writer = csv.DictWriter(self.file, fieldnames=METRICS_COLUMNS, extrasaction="raise")
+        self.writer.writeheader()
+        self.file.flush()
+
+    def write(self, **values):
+        row = {k: ("" if values.get(k) is None else _fmt(values[k])) for k in METRICS_COLUMNS}
+        unknown = set(values) - set(METRICS_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown metrics columns {sorted(unknown)}")
+        self.writer.writerow(row)
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        return f"{value:.8g}"
+    return value
+
+
+# Cells that read as "not measured" when browsing runs (strict reading keeps NaN as a float and refuses the rest).
+_MISSING_CELLS = ("nan", "none", "null")
+_INT_COLUMNS = ("step", "tokens")
+
+
+@dataclass
+class Metrics:
+    """metrics.csv parsed: `rows` of {column: int (step, tokens) / float / None = not measured}.
+
+    Iterating, len() and indexing go to `rows`. `notes` says what could not be read and `truncated` is True when
+    the last line was cut off mid-write (both only when read with strict=False)."""
+    columns: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    truncated: bool = False
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+    def series(self, x_col, y_col):
+        """(xs, ys) over the rows where both cells were measured."""
+        xs, ys = [], []
+        for row in self.rows:
+            x, y = row.get(x_col), row.get(y_col)
+            if x is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+        return xs, ys
+
+    def last(self, col):
+        """The last measured value of `col`, or None."""
+        for row in reversed(self.rows):
+            if row.get(col) is not None:
+                return row[col]
+        return None
+
+
+def _metrics_cell(column, text, strict):
+    text = text.strip()
+    if text == "" or (not strict and text.lower() in _MISSING_CELLS):
+        return None
+    value = float(text)  # ValueError for garbage
+    if not strict and not math.isfinite(value):
+        return None  # a diverged value cannot be plotted or ranked: shown as not measured
+    return int(value) if column in _INT_COLUMNS else value
+
+
+def read_metrics(path, strict=True):
+    """metrics.csv → Metrics (iterable like a list of row dicts; None for empty cells).
+
+    strict=True (the trainer's own files): any unreadable line is a ValueError naming the file and line.
+    strict=False (browsing runs that may have been killed mid-write): every complete row is kept, a half-written
+    last line and unreadable lines are skipped and described in `notes`, columns not in METRICS_COLUMNS are
+    ignored, and NaN / inf / "none" cells read as None."""
+    metrics = Metrics()
+    name = os.path.basename(path)
+
+    def damaged(note):  # `note` names the file by its base name; a strict error names the full path
+        if strict:
+            raise ValueError(note.replace(name, path, 1))
+        metrics.notes.append(note)
+
+    with open(path, "r", encoding="utf-8", errors="strict" if strict else "replace", newline="") as f:
+        text = f.read()
+    if not text.strip():
+        damaged(f"{name} is empty")
+        return metrics
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    elif len(lines) > 1:
+        # No newline after the last line: the writer was cut off mid-row.
+        lines.pop()
+        metrics.truncated = True
+        damaged(f"{name}: last line is half-written (run cut off mid-write); ignored it")
+    reader = csv.reader(lines)
+    header = [column.strip() for column in next(reader)]
+    if not set(header) & set(METRICS_COLUMNS):
+        damaged(f"{name} has no known column in its header ({', '.join(header[:5])}...)")
+        return metrics
+    metrics.columns = header
+    bad_lines = []
+    for line_no, cells in enumerate(reader, start=2):
+        if not cells:
+            continue
+        try:
+            if len(cells) != len(header):
+                raise ValueError(f"{len(cells)} cells for {len(header)} columns")
+            metrics.rows.append({column: _metrics_cell(column, cell, strict) for column, cell in zip(header, cells)
+                                 if column in METRICS_COLUMNS})
+        except (ValueError, OverflowError) as err:
+            if strict:
+                raise ValueError(f"{path}: line {line_no} is unreadable ({err})") from None
+            bad_lines.append(line_no)
+    if bad_lines:
+        if bad_lines == [len(lines)]:
+            metrics.truncated = True
+            damaged(f"{name}: last line ({bad_lines[0]}) is incomplete; ignored it")
+        else:
+            shown = ", ".join(map(str, bad_lines[:5])) + (" ..." if len(bad_lines) > 5 else "")
+            damaged(f"{name}: ignored {len(bad_lines)} unreadable line(s): {shown}")
+    return metrics
+
+
+def read_run_json(run_dir, filename, notes):
+    """run_dir/filename (config.json or results.json) as a dict; None when it is missing, or when it is unreadable
+    or not a JSON object (a run killed mid-write), in which case a line is added to `notes`."""
+    path = os.path.join(run_dir, filename)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as err:
+        notes.append(f"{filename} is unreadable ({type(err).__name__}: {err}); ignored it")
+        return None
+    if not isinstance(data, dict):
+        notes.append(f"{filename} is not a JSON object; ignored it")
+        return None
+    return data
+
+
+def is_run_folder(path):
+    """A folder train_gpt.py wrote: it holds at least one of config.json, metrics.csv, results.json."""
+    return os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
+                                       for name in (CONFIG_FILE, METRICS_FILE, RESULTS_FILE))
+
+
+class RunLog:
+    """training_log.txt: append lines and flush each one, so a killed run keeps its log."""
+
+    def __init__(self, path, echo=False):
+        self.file = open(path, "x")
+        self.echo = echo
+
+    def __call__(self, text=""):
+        self.file.write(text + "\n")
+        self.file.flush()
+        if self.echo:
+            print(text, flush=True)
+
+    def close(self):
+        self.file.close()
+
+
+def write_json(path, data, overwrite=False):
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", overwrite=overwrite)
+
+
+def write_config(run_dir, config):
+    write_json(os.path.join(run_dir, CONFIG_FILE), config)
+
+
+RESULT_STATUSES = ("finished", "failed", "interrupted")
+
+
+def write_results(run_dir, results):
+    """results.json; status "finished", "failed" (with "error") or "interrupted" (Ctrl-C, with the last
+    checkpoint). Written once, at the end of a run."""
+    if results.get("status") not in RESULT_STATUSES:
+        raise ValueError(f"results status must be one of {RESULT_STATUSES}")
+    write_json(os.path.join(run_dir, RESULTS_FILE), results)
+
+
+def _process_start(pid):
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22), or None where unknown: with the
+    pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def write_heartbeat(run_dir, step):
+    """heartbeat.json: this process and its last reported step (rewritten at every report)."""
+    import socket
+
+    write_json(os.path.join(run_dir, HEARTBEAT_FILE),
+               {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
+                "step": step, "time": datetime.datetime.now().isoformat(timespec="seconds")}, overwrite=True)
+
+
+def heartbeat_process(run_dir):
+    """("alive" | "gone", heartbeat dict) for a run whose training process ran on this host; (None, dict or None)
+    when that cannot be told (no heartbeat, or another host)."""
+    import socket
+
+    beat = read_run_json(run_dir, HEARTBEAT_FILE, [])
+    if not beat or beat.get("host") != socket.gethostname() or not isinstance(beat.get("pid"), int):
+        return None, beat
+    try:
+        os.kill(beat["pid"], 0)
+    except ProcessLookupError:
+        return "gone", beat
+    except PermissionError:  # another user's process: it exists
+        pass
+    recorded = beat.get("process_start")
+    if recorded is not None and _process_start(beat["pid"]) not in (None, recorded):
+        return "gone", beat  # the pid now belongs to another process
+    return "alive", beat
