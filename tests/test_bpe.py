@@ -148,7 +148,7 @@ def test_torch_trainer_equals_python_trainer(name, texts):
 
 def test_torch_trainer_without_nonzero_static_gives_the_same_merges(monkeypatch):
     """Where a torch build lacks nonzero_static for the device, the engine falls back to nonzero (same result)."""
-    from gptlab.tokenizer import trainer
+    from gptlab.tokenizer import merges as trainer
 
     texts = corpora()[-1][1]
     table, _, _ = pretokenize(texts, PATTERNS["gpt4"])

@@ -195,7 +195,7 @@ def test_the_cli_checks_its_export_and_refuses_to_overwrite(export):
 def test_the_exported_model_is_self_contained(export, hf):
     """The wrapper imports torch, transformers and the model source beside it (nothing from gptlab), and
     transformers runs that very source: it copies the relatively imported gptlab_model.py with the wrapper."""
-    with open(os.path.join(REPO, "gptlab", "modeling_gptlab.py")) as f:
+    with open(os.path.join(REPO, "gptlab", "export", "modeling_gptlab.py")) as f:
         imports = {line.split()[1] for line in f if line.startswith(("import ", "from "))}
     absolute = {name.split(".")[0] for name in imports if not name.startswith(".")}
     assert absolute == {"copy", "sys", "torch", "transformers"}

@@ -96,7 +96,7 @@ def test_a_finished_run_records_config_metrics_checkpoint_and_results(tmp_path, 
     assert "parameters: 80 total, 40 in embeddings" in log
     from gptlab.train.code_backup import rebuild_sources
 
-    with open(os.path.join(REPO, "gptlab", "run.py"), "rb") as f:  # the code is kept: whole, or commit + patch
+    with open(os.path.join(REPO, "gptlab", "train", "run.py"), "rb") as f:  # the code is kept: whole, or commit + patch
         assert rebuild_sources(run.dir)["gptlab/train/run.py"] == f.read()
 
 

@@ -120,7 +120,7 @@ def test_a_failed_save_leaves_neither_file(tmp_path, monkeypatch, trained):
     leaves neither a tokenizer without its merges nor a temporary file."""
     import errno
 
-    from gptlab.tokenizer.format import format as tokenizer
+    from gptlab.tokenizer import format as tokenizer
 
     real_atomic_write = tokenizer.atomic_write
 

@@ -940,7 +940,7 @@ def test_mfu_is_measured_against_the_known_peak_of_the_gpu(tiny, tmp_path, monke
                     gpu_bf16_peak_tflops=environment.gpu_bf16_peak_tflops("NVIDIA H100 80GB HBM3"))
         return info
 
-    monkeypatch.setattr(train_gpt.exp, "hardware_info", h100)
+    monkeypatch.setattr(environment, "hardware_info", h100)
     results = train_gpt.main(tiny_args(tiny, tmp_path, train_steps=3, val_loss_every=0))
     run_dir = only_run_dir(tmp_path)
     rows = [r for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE)) if r["train_loss"] is not None]

@@ -36,7 +36,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     assert "# ===== train_tokenizer.py =====" in data["script_content"]
     assert "# ===== gptlab/tokenizer/merges.py =====" in data["script_content"]
     assert "# ===== gptlab/tokenizer/job.py =====" in data["script_content"]
-    with open(os.path.join(REPO, "gptlab", "bpe", "merge_loop.c")) as f:  # the default engine's C source
+    with open(os.path.join(REPO, "gptlab", "tokenizer", "merge_loop.c")) as f:  # the default engine's C source
         assert "# ===== gptlab/tokenizer/merge_loop.c =====\n" + f.read() in data["script_content"]
     assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
     enc = load_tokenizer(str(path))

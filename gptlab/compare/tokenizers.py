@@ -18,7 +18,7 @@ from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
 from gptlab.tokenizer.format import encoding_from_dict, read_tokenizer_file, token_bytes_by_id
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED_SAMPLE = os.path.join(REPO_ROOT, "data", "sample", "fineweb_edu_150docs.jsonl")
 OVERLAP_AT = (10, 100, 1000, 10000)  # "first k merges": the k compared (and the whole of the smaller list)
 LONGEST_SHOWN = 5

@@ -181,7 +181,7 @@ def script_content():
     """train_tokenizer.py and every gptlab/tokenizer/*.py and *.c source (the C merge loop is the default engine),
     each under a `# ===== path =====` header."""
     cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
-    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "bpe")
+    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "tokenizer")
     sources = sorted(glob.glob(os.path.join(bpe_dir, "*.py")) + glob.glob(os.path.join(bpe_dir, "*.c")))
     paths = ([cli] if os.path.exists(cli) else []) + sources
     parts = []

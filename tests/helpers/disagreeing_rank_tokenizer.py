@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 import train_tokenizer  # noqa: E402
-from gptlab.tokenizer import train as bpe_train  # noqa: E402
+from gptlab.tokenizer import job as bpe_train  # noqa: E402
 from gptlab.tokenizer.merges import finish_result  # noqa: E402
 from gptlab.core.errors import run_cli  # noqa: E402
 
