@@ -169,10 +169,21 @@ def cells_by_run(board):
 
 
 def t_p(t, df):
-    """Two-sided p of Student's t, from scipy (the reference the product's own t distribution is tested against)."""
-    from scipy import stats
-
-    return 2 * stats.t.sf(abs(t), df)
+    """Two-sided p of Student's t with a whole number df, in closed form (Abramowitz & Stegun 26.7.3-4), independent
+    of scipy: with θ = atan(|t|/√df), P(|T| < |t|) = (2/π)(θ + sinθ (cosθ + (2/3)cos³θ + ... up to cos^(df-2)θ)) for
+    odd df, sinθ (1 + (1/2)cos²θ + (1·3)/(2·4)cos⁴θ + ... up to cos^(df-2)θ) for even df."""
+    assert df == int(df) and df >= 1
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos, series, term = math.cos(theta), 0.0, 1.0
+    if df % 2:
+        for k in range((int(df) - 1) // 2):  # powers 1, 3, ..., df - 2; coefficients 1, 2/3, 2·4/(3·5), ...
+            series += term * cos ** (2 * k + 1)
+            term *= (2 * k + 2) / (2 * k + 3)
+        return 1.0 - 2.0 / math.pi * (theta + math.sin(theta) * series)
+    for k in range(int(df) // 2):  # powers 0, 2, ..., df - 2; coefficients 1, 1/2, 1·3/(2·4), ...
+        series += term * cos ** (2 * k)
+        term *= (2 * k + 1) / (2 * k + 2)
+    return 1.0 - math.sin(theta) * series
 
 
 def shown_p(p):

@@ -1,13 +1,11 @@
-"""Scaling fits (gptlab.compare.scaling) on synthetic runs drawn from a known law: the fit recovers the law, its
-standard errors are scipy.optimize.curve_fit's, the 95% band covers the truth, and compare_experiments.py
---scaling prints a prediction for a budget and draws the PNG."""
+"""Scaling fits (gptlab.compare.scaling) on synthetic runs drawn from a known law: the fit recovers the law, it is
+the least-squares fit, its standard errors are s²(JᵀJ)⁻¹ with the law's own derivatives, the 95% band covers the
+truth, and compare_experiments.py --scaling prints a prediction for a budget and draws the PNG."""
 import math
 import os
 
 import numpy as np
 import pytest
-from scipy import stats
-from scipy.optimize import curve_fit
 
 from conftest import run_script
 from gptlab.compare import scaling
@@ -17,6 +15,7 @@ from test_compare import finished_results, make_run, metrics_rows, variant
 # The law the synthetic runs are drawn from: L(C) = 1.5 + 40 C^-0.12 (val bpb against training FLOPs)
 E, A, ALPHA = 1.5, 40.0, 0.12
 FLOPS = np.geomspace(1e15, 1e18, 8)
+T_975_5 = 2.571  # Student's t(0.975, 5 degrees of freedom), as t tables print it (8 runs - 3 parameters)
 
 
 def true_loss(flops):
@@ -30,25 +29,47 @@ def test_fit_recovers_the_law_without_noise():
     assert a * fit.scale ** alpha == pytest.approx(A, rel=1e-5)
 
 
+def _compute_law_jacobian(theta, c):
+    """d/d(E, a, α) of E + a c^-α, by hand: (1, c^-α, -a c^-α ln c)."""
+    _, a, alpha = theta
+    return np.stack([np.ones_like(c), c ** -alpha, -a * c ** -alpha * np.log(c)], axis=-1)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_noisy_fit_matches_curve_fit_and_covers_the_truth(seed):
+def test_noisy_fit_is_the_least_squares_fit_and_covers_the_truth(seed):
     rng = np.random.default_rng(seed)
     bpb = true_loss(FLOPS) + rng.normal(0, 0.003, FLOPS.size)
     fit = scaling.fit_compute_law(FLOPS, bpb)
-    # scipy's curve_fit (Levenberg-Marquardt, covariance s^2 (J^T J)^-1) on the same scaled data
-    popt, pcov = curve_fit(lambda c, e, a, alpha: e + a * c ** -alpha, FLOPS / fit.scale, bpb, p0=[1.0, 1.0, 0.3],
-                           maxfev=20000)
-    assert fit.theta == pytest.approx(popt, rel=1e-5)
-    assert fit.std_errors() == pytest.approx(np.sqrt(np.diag(pcov)), rel=1e-3)
+    c = FLOPS / fit.scale
+    jac = _compute_law_jacobian(fit.theta, c)
+    residual = bpb - scaling.compute_law(fit.theta, c)
+    # the least-squares fit: the residual is orthogonal to every derivative (normal equations), and for its exponent
+    # E and a are the linear least-squares solution (numpy), whose sum of squares is lowest at that exponent
+    assert np.all(np.abs(jac.T @ residual) <= 1e-8 * np.linalg.norm(jac, axis=0) * np.linalg.norm(residual))
+    assert fit.rss == pytest.approx(float(residual @ residual), rel=1e-12) and fit.dof == 5
+
+    def linear_fit(alpha):
+        basis = np.stack([np.ones_like(c), c ** -alpha], axis=1)
+        coef, *_ = np.linalg.lstsq(basis, bpb, rcond=None)
+        return coef, float(np.sum((bpb - basis @ coef) ** 2))
+    assert linear_fit(fit.theta[2])[0] == pytest.approx(fit.theta[:2], rel=1e-7)
+    assert linear_fit(fit.theta[2] - 1e-3)[1] > fit.rss < linear_fit(fit.theta[2] + 1e-3)[1]
+    # the covariance s² (JᵀJ)⁻¹, s² = residual sum of squares / (8 runs - 3 parameters), J the law's derivatives
+    cov = fit.rss / 5 * np.linalg.inv(jac.T @ jac)
+    assert fit.std_errors() == pytest.approx(np.sqrt(np.diag(cov)), rel=1e-5)
     errors = fit.std_errors()
     assert abs(fit.theta[0] - E) < 4 * errors[0] and abs(fit.theta[2] - ALPHA) < 4 * errors[2]
     # the band at c = 1 (C = the scale): gradient (1, c^-alpha, -a c^-alpha ln c) = (1, 1, 0), so its variance is
-    # pcov[0,0] + 2 pcov[0,1] + pcov[1,1], times Student's t(0.975, 8 runs - 3 parameters)
+    # cov[0,0] + 2 cov[0,1] + cov[1,1], times Student's t(0.975, 8 runs - 3 parameters)
     _, band, single = fit.predict(np.array([1.0]))
-    variance = pcov[0, 0] + 2 * pcov[0, 1] + pcov[1, 1]
-    assert band[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance), rel=1e-3)
-    s2 = float(np.sum((bpb - (popt[0] + popt[1] * (FLOPS / fit.scale) ** -popt[2])) ** 2)) / 5
-    assert single[0] == pytest.approx(stats.t.ppf(0.975, 5) * math.sqrt(variance + s2), rel=1e-3)
+    variance = cov[0, 0] + 2 * cov[0, 1] + cov[1, 1]
+    assert band[0] == pytest.approx(T_975_5 * math.sqrt(variance), rel=1e-3)
+    assert single[0] == pytest.approx(T_975_5 * math.sqrt(variance + fit.rss / 5), rel=1e-3)
+    # elsewhere (an extrapolation, c = 30) the exponent's derivative counts too
+    _, band, single = fit.predict(np.array([30.0]))
+    grad = _compute_law_jacobian(fit.theta, np.array([30.0]))[0]
+    assert band[0] == pytest.approx(T_975_5 * math.sqrt(grad @ cov @ grad), rel=1e-3)
+    assert single[0] == pytest.approx(T_975_5 * math.sqrt(grad @ cov @ grad + fit.rss / 5), rel=1e-3)
 
 
 def test_the_95_percent_intervals_cover_95_percent_of_the_time():
@@ -80,6 +101,36 @@ def test_chinchilla_fit_recovers_a_known_law():
     g = (0.34 * 400 / (0.28 * 410)) ** (1 / 0.62)
     assert n_fn(fit.theta) == pytest.approx(g * (flops / 6) ** (0.28 / 0.62), rel=1e-3)
     assert n_fn(fit.theta) * d_fn(fit.theta) == pytest.approx(flops / 6, rel=1e-9)
+
+
+def test_noisy_chinchilla_fit_has_the_least_squares_covariance():
+    """The same grid with noise 0.002 (4 degrees of freedom): residual orthogonal to the law's derivatives, and the
+    standard errors are s² (JᵀJ)⁻¹ with J by hand: (1, n^-α, -a n^-α ln n, d^-β, -b d^-β ln d)."""
+    n = np.array([1e6, 1e6, 1e6, 4e6, 4e6, 4e6, 1.6e7, 1.6e7, 1.6e7])
+    d = np.array([1e8, 4e8, 1.6e9] * 3)
+    law = 1.7 + 400 / n ** 0.34 + 410 / d ** 0.28 + np.random.default_rng(1).normal(0, 0.002, 9)
+    fit = scaling.fit_chinchilla_law(n, d, law)
+    _, a, alpha, b, beta = fit.theta
+    n_s, d_s = fit.x[:, 0], fit.x[:, 1]
+    jac = np.stack([np.ones(9), n_s ** -alpha, -a * n_s ** -alpha * np.log(n_s), d_s ** -beta,
+                    -b * d_s ** -beta * np.log(d_s)], axis=1)
+    residual = law - scaling.chinchilla_law(fit.theta, fit.x)
+    assert np.all(np.abs(jac.T @ residual) <= 1e-8 * np.linalg.norm(jac, axis=0) * np.linalg.norm(residual))
+    assert fit.dof == 4 and fit.std_errors() == pytest.approx(
+        np.sqrt(np.diag(fit.rss / 4 * np.linalg.inv(jac.T @ jac))), rel=1e-5)
+    assert abs(fit.theta[2] - 0.34) < 4 * fit.std_errors()[2] and abs(fit.theta[4] - 0.28) < 4 * fit.std_errors()[4]
+
+
+def test_no_degree_of_freedom_no_interval():
+    """Three runs for three parameters: the law goes through them, no covariance and no interval."""
+    flops = FLOPS[::3]
+    fit = scaling.fit_compute_law(flops, true_loss(flops))
+    assert fit.dof == 0 and fit.cov is None and fit.std_errors() is None
+    value, band, single = fit.predict(np.array([1.0]))
+    assert band is None and single is None and value[0] == pytest.approx(true_loss(fit.scale), rel=1e-6)
+    points = [scaling.ScalingPoint(f"r{i}", f, "results.json", None, None, float(true_loss(f)), None, None, None)
+              for i, f in enumerate(flops)]
+    assert "no degree of freedom left: no interval" in scaling.render_scaling(scaling.ScalingReport(points, [], fit))
 
 
 @pytest.mark.parametrize("text, expected", [("1e18", ("flops", 1e18)), ("2.5e17 FLOPs", ("flops", 2.5e17)),

@@ -1,12 +1,12 @@
 """Scaling laws fitted to finished runs: L(C) = E + A·C^(−α) over training FLOPs, and Chinchilla's
 L(N, D) = E + A/N^α + B/D^β over parameters and tokens (Hoffmann et al. 2022, eq. 2), with 95% intervals.
 
-Fitting: least squares on val bpb (Levenberg–Marquardt in numpy), started from the best point of a grid over the
-exponents where the rest of the law is linear (so the start is the global least-squares fit of that grid).
-Uncertainty: the delta method. The parameters' covariance is s²(JᵀJ)⁻¹ (s² = residual sum of squares / (runs −
-parameters), J the Jacobian at the fit: what scipy.optimize.curve_fit reports); a prediction's variance is gᵀ·cov·g
-with g its gradient in the parameters; the 95% band of the fitted curve is ± t(0.975, runs − parameters) ×
-sqrt(gᵀ·cov·g), and the interval for one new run adds s² under the root.
+Fitting: least squares on val bpb (scipy.optimize.curve_fit, trust region), started from the best point of a grid
+over the exponents where the rest of the law is linear (so the start is the global least-squares fit of that
+grid). Uncertainty: the delta method. The parameters' covariance is curve_fit's s²(JᵀJ)⁻¹ (s² = residual sum of
+squares / (runs − parameters), J the Jacobian at the fit); a prediction's variance is gᵀ·cov·g with g its gradient
+in the parameters (scipy.optimize.approx_fprime); the 95% band of the fitted curve is ± t(0.975, runs − parameters)
+× sqrt(gᵀ·cov·g), and the interval for one new run adds s² under the root.
 
 C is a run's training FLOPs: results.json's train_flops (every step's FLOPs as train_gpt counts them: matmuls and
 the attention pairs the masks allow), else the same sum from metrics.csv, else 6 × parameters × tokens.
@@ -14,11 +14,11 @@ the attention pairs the masks allow), else the same sum from metrics.csv, else 6
 import math
 import re
 import statistics
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from gptlab.compare.stats import t_quantile
 from gptlab.core.errors import UserError
 
 MIN_RUNS_COMPUTE = 4  # 3 parameters: at least one degree of freedom for the residual noise
@@ -27,49 +27,6 @@ CONFIDENCE = 0.95
 
 
 # ------------------------------------------------------------------------------------------------ fitting
-def _jacobian(model, theta, x, step=1e-7):
-    """d model(theta, x) / d theta by central differences (one column per parameter)."""
-    cols = []
-    for i in range(len(theta)):
-        h = step * max(1.0, abs(theta[i]))
-        up, down = theta.copy(), theta.copy()
-        up[i] += h
-        down[i] -= h
-        cols.append((model(up, x) - model(down, x)) / (2 * h))
-    return np.stack(cols, axis=-1)
-
-
-def levenberg_marquardt(model, theta, x, y, iterations=500):
-    """theta minimising sum((y - model(theta, x))^2), from a starting theta."""
-    theta = np.asarray(theta, dtype=float)
-    residual = y - model(theta, x)
-    rss = float(residual @ residual)
-    damping = 1e-3
-    for _ in range(iterations):
-        jac = _jacobian(model, theta, x)
-        normal = jac.T @ jac
-        gradient = jac.T @ residual
-        while True:
-            try:
-                delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), gradient)
-            except np.linalg.LinAlgError:
-                delta = np.zeros_like(theta)
-            trial = theta + delta
-            trial_residual = y - model(trial, x)
-            trial_rss = float(trial_residual @ trial_residual)
-            if np.all(np.isfinite(trial_residual)) and trial_rss <= rss:
-                break
-            damping *= 10.0
-            if damping > 1e12:
-                return theta
-        improvement = rss - trial_rss
-        theta, residual, rss = trial, trial_residual, trial_rss
-        damping = max(damping / 10.0, 1e-12)
-        if improvement <= 1e-15 * max(rss, 1e-300) and np.max(np.abs(delta)) < 1e-12 * (1 + np.max(np.abs(theta))):
-            break
-    return theta
-
-
 @dataclass
 class Fit:
     law: str
@@ -93,27 +50,38 @@ class Fit:
         value = np.atleast_1d(fn(self.theta, x))
         if self.cov is None:
             return value, None, None
-        grad = _jacobian(fn, self.theta, x)
+        from scipy import optimize, stats  # heavy
+
+        step = np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(self.theta))  # forward differences
+        grad = optimize.approx_fprime(self.theta, lambda th: np.atleast_1d(fn(th, x)), step)
         grad = grad.reshape(value.size, len(self.theta))
         variance = np.einsum("ni,ij,nj->n", grad, self.cov, grad)
-        t = t_quantile(0.5 + CONFIDENCE / 2, self.dof)
+        t = stats.t.ppf(0.5 + CONFIDENCE / 2, self.dof)
         return value, t * np.sqrt(variance), t * np.sqrt(variance + self.rss / self.dof)
 
     def std_errors(self):
         return None if self.cov is None else np.sqrt(np.diag(self.cov))
 
 
-def _finish(law, names, model, theta, x, y):
+def _fit(law, names, model, start, x, y):
+    """Least squares from `start` by scipy's curve_fit, with its covariance s²(JᵀJ)⁻¹; the covariance is None
+    without a degree of freedom or when J is singular."""
+    from scipy.optimize import OptimizeWarning, curve_fit  # heavy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)  # "covariance could not be estimated": None below
+        try:
+            # central differences: J (so the covariance) right to ~1e-10, which an ill-determined fit needs
+            theta, cov = curve_fit(lambda x_, *th: model(np.array(th), x_), x, y, p0=start, method="trf",
+                                   jac="3-point", ftol=1e-15, xtol=1e-15, gtol=1e-15, maxfev=20_000)
+        except RuntimeError as e:
+            raise UserError(f"the least-squares fit of the {law} law did not converge ({e}); add runs over a wider "
+                            "range of scales") from None
     residual = y - model(theta, x)
     rss = float(residual @ residual)
     dof = len(y) - len(theta)
-    cov = None
-    if dof > 0:
-        jac = _jacobian(model, theta, x)
-        try:
-            cov = rss / dof * np.linalg.inv(jac.T @ jac)
-        except np.linalg.LinAlgError:
-            cov = None
+    if dof <= 0 or not np.all(np.isfinite(cov)):
+        cov = None
     return Fit(law, names, theta, cov, rss, dof, model, x, y)
 
 
@@ -141,8 +109,7 @@ def fit_compute_law(flops, bpb, scale=None):
     if best is None:
         raise UserError("the runs' val bpb does not fall with compute, so L(C) = E + A·C^(-α) cannot be fitted; "
                         "compare runs of one family that differ in scale")
-    theta = levenberg_marquardt(compute_law, best[1], c, bpb)
-    fit = _finish("compute", ["E", "a", "alpha"], compute_law, theta, c, bpb)
+    fit = _fit("compute", ["E", "a", "alpha"], compute_law, best[1], c, bpb)
     fit.scale = scale
     return fit
 
@@ -171,8 +138,7 @@ def fit_chinchilla_law(n_params, tokens, bpb):
     if best is None:
         raise UserError("val bpb does not fall with both parameters and tokens in these runs, so Chinchilla's "
                         "L(N, D) cannot be fitted")
-    theta = levenberg_marquardt(chinchilla_law, best[1], nd, bpb)
-    fit = _finish("chinchilla", ["E", "a", "alpha", "b", "beta"], chinchilla_law, theta, nd, bpb)
+    fit = _fit("chinchilla", ["E", "a", "alpha", "b", "beta"], chinchilla_law, best[1], nd, bpb)
     fit.scales = scales
     return fit
 

@@ -1,13 +1,12 @@
 """Statistics over runs: seed groups (runs differing only by seed), their run-to-run noise, whether a run's val
 bpb / HellaSwag differ significantly from the reference run's (p-values), and how many runs a comparison needs.
 
-The distributions are written here with the standard library only (no scipy in the product; the tests check
-them against scipy.stats): Student's t through the regularized incomplete beta function (continued fraction,
-modified Lentz), the normal through math.erfc and statistics.NormalDist, the noncentral t (power) by integrating
-the normal over the chi distribution of the standard deviation."""
+The distributions are scipy.stats's: Student's t (Welch's test, p-values), the normal (HellaSwag), the noncentral t
+(power, runs needed)."""
 import json
 import math
 import statistics
+import warnings
 from dataclasses import dataclass
 
 from gptlab.compare.runs import MISSING
@@ -38,95 +37,6 @@ def seed_group_key(config):
     return json.dumps(settings, sort_keys=True, default=str)
 
 
-# ---------------------------------------------------------------------------------------------- distributions
-def _beta_continued_fraction(a, b, x):
-    """The continued fraction of I_x(a, b) (Numerical Recipes 6.4, modified Lentz), converging for x < (a+1)/(a+b+2)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def incomplete_beta(a, b, x):
-    """The regularized incomplete beta function I_x(a, b), a, b > 0, 0 <= x <= 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t, df):
-    """P(|T| >= |t|) for Student's t with df (> 0, not necessarily whole) degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_cdf(t, df):
-    tail = 0.5 * t_two_sided_p(t, df)
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(q, df):
-    """The t with t_cdf(t, df) = q (0 < q < 1), by bisection (monotone, 200 halvings: exact to double precision)."""
-    lo, hi = -1.0, 1.0
-    while t_cdf(lo, df) > q:
-        lo *= 2.0
-    while t_cdf(hi, df) < q:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-15 * max(1.0, abs(mid)):
-            break
-    return 0.5 * (lo + hi)
-
-
-def normal_two_sided_p(z):
-    return math.erfc(abs(z) / math.sqrt(2.0))
-
-
-def normal_quantile(q):
-    return statistics.NormalDist().inv_cdf(q)
-
-
-def noncentral_t_cdf(t, df, noncentrality, points=2001):
-    """P(T <= t) for T = (Z + noncentrality) / S, S = sqrt(chi2_df / df): the normal CDF Phi(t S - noncentrality)
-    averaged over S's density, by Simpson's rule on S's bulk (mean ~1, sd ~1/sqrt(2 df); +-14 sd)."""
-    import numpy as np
-
-    spread = 14.0 / math.sqrt(2.0 * df)
-    lo, hi = max(0.0, 1.0 - spread), 1.0 + spread + (8.0 if df < 8 else 0.0)
-    s = np.linspace(lo, hi, points)
-    half = df / 2.0
-    with np.errstate(divide="ignore"):
-        log_density = (math.log(2.0) + half * math.log(half) - math.lgamma(half) + (df - 1.0) * np.log(s)
-                       - half * s * s)
-    density = np.exp(log_density)
-    phi = np.array([0.5 * math.erfc(-(t * v - noncentrality) / math.sqrt(2.0)) for v in s])
-    weights = np.ones(points)
-    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
-    return float(np.sum(weights * density * phi) * (s[1] - s[0]) / 3.0)
-
-
 def format_p(p):
     return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
 
@@ -144,28 +54,29 @@ class TTest:
 
 def welch_t_test(a, b):
     """Welch's unequal-variance t-test of two samples (each of 2 or more values)."""
-    n_a, n_b = len(a), len(b)
-    mean_a, mean_b = statistics.mean(a), statistics.mean(b)
-    var_a, var_b = statistics.variance(a) / n_a, statistics.variance(b) / n_b
-    diff = mean_a - mean_b
-    se2 = var_a + var_b
-    if se2 == 0.0:
-        return TTest(diff, math.copysign(math.inf, diff) if diff else 0.0, float(n_a + n_b - 2), 0.0 if diff else 1.0,
-                     "Welch")
-    t = diff / math.sqrt(se2)
-    df = se2 ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1))
-    return TTest(diff, t, df, t_two_sided_p(t, df), "Welch")
+    from scipy import stats  # heavy
+
+    diff = statistics.mean(a) - statistics.mean(b)
+    if statistics.variance(a) == statistics.variance(b) == 0.0:  # scipy's t would be nan or inf
+        return TTest(diff, math.copysign(math.inf, diff) if diff else 0.0, float(len(a) + len(b) - 2),
+                     0.0 if diff else 1.0, "Welch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nearly equal values: scipy's precision-loss note
+        result = stats.ttest_ind(a, b, equal_var=False)
+    return TTest(diff, float(result.statistic), float(result.df), float(result.pvalue), "Welch")
 
 
 def t_test_with_noise(a, b, noise):
     """Two means of a and b (any sizes, single runs too) when the run-to-run std is known from seed groups:
     t = diff / (std sqrt(1/n_a + 1/n_b)) with the noise estimate's degrees of freedom."""
+    from scipy import stats  # heavy
+
     diff = statistics.mean(a) - statistics.mean(b)
     se = noise.std * math.sqrt(1.0 / len(a) + 1.0 / len(b))
     if se == 0.0:
         return TTest(diff, math.copysign(math.inf, diff) if diff else 0.0, noise.df, 0.0 if diff else 1.0, "noise")
     t = diff / se
-    return TTest(diff, t, noise.df, t_two_sided_p(t, noise.df), "noise")
+    return TTest(diff, t, noise.df, float(2.0 * stats.t.sf(abs(t), noise.df)), "noise")
 
 
 @dataclass
@@ -178,29 +89,35 @@ class ProportionTest:
 def two_proportion_test(k_a, n_a, k_b, n_b):
     """Pooled two-proportion z-test of k_a/n_a against k_b/n_b (the same p as Pearson's chi-square on the 2x2
     table without continuity correction)."""
+    from scipy import stats  # heavy
+
     p_a, p_b = k_a / n_a, k_b / n_b
     pooled = (k_a + k_b) / (n_a + n_b)
     se = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_a + 1.0 / n_b))
     if se == 0.0:
         return ProportionTest(p_a - p_b, 0.0, 1.0)
     z = (p_a - p_b) / se
-    return ProportionTest(p_a - p_b, z, normal_two_sided_p(z))
+    return ProportionTest(p_a - p_b, z, float(2.0 * stats.norm.sf(abs(z))))
 
 
 def t_test_power(diff, std, n, alpha=RECORD_P):
     """Power of a two-sided two-sample t-test (n runs per side, equal std) to find a true difference `diff`."""
+    from scipy import stats  # heavy
+
     df = 2 * n - 2
-    critical = t_quantile(1.0 - alpha / 2.0, df)
+    critical = stats.t.ppf(1.0 - alpha / 2.0, df)
     shift = abs(diff) / (std * math.sqrt(2.0 / n))
-    return 1.0 - noncentral_t_cdf(critical, df, shift) + noncentral_t_cdf(-critical, df, shift)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
 
 
 def runs_needed(diff, std, alpha=RECORD_P, power=RECORD_POWER, most=100_000):
     """The fewest runs per side for which a two-sided two-sample t-test at `alpha` finds a true difference `diff`
     with probability `power`, given the run-to-run std; None when more than `most` would be needed."""
+    from scipy import stats  # heavy
+
     if std <= 0.0:
         return 2
-    guess = 2.0 * ((normal_quantile(1 - alpha / 2) + normal_quantile(power)) * std / abs(diff)) ** 2
+    guess = 2.0 * ((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * std / abs(diff)) ** 2
     if guess > most:
         return None
     n = max(2, math.ceil(guess))  # the normal approximation; the t-test needs a little more
