@@ -3,6 +3,7 @@
     python compare_experiments.py                                   # every run, writes experiments/LEADERBOARD.md
     python compare_experiments.py experiments/*_Baseline* experiments/*_MyIdea --plot out.png
     python compare_experiments.py --sort hellaswag --desc
+    python compare_experiments.py --columns run,val_bpb,bpb_vs,cost   # these columns (--wide: every column)
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
     python compare_experiments.py --usd_per_gpu_hour 2.5 --overhead  # cost at your price, + gpt-lab's 60 min setup
     python compare_experiments.py experiments/*_Scale* --scaling --budget 50gpuh   # scaling fit and a prediction
@@ -15,6 +16,7 @@ from gptlab.core.errors import run_cli
 
 def parse_args(argv):
     from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL
+    from gptlab.compare.tables import COLUMN_IDS
     from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
     from gptlab.train.records import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -25,6 +27,11 @@ def parse_args(argv):
     parser.add_argument("--sort", metavar="COL", help=f"sort by one of: {', '.join(COLUMNS)} "
                         "(default: val bpb ascending, unfinished runs last)")
     parser.add_argument("--desc", action="store_true", help="sort descending")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--wide", action="store_true", help="print every leaderboard column (default: those that fit "
+                      "the terminal's width, $COLUMNS if set; every column when the output is not a terminal)")
+    view.add_argument("--columns", metavar="A,B,...", help="print these leaderboard columns, in this order: "
+                      f"{', '.join(COLUMN_IDS[1:])}")
     parser.add_argument("--baseline", metavar="RUN",
                         help="compare every run against this one (default: the finished run with the best val bpb)")
     parser.add_argument("--plot", metavar="PATH",
@@ -73,7 +80,7 @@ def main(argv=None):
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,
             overhead_minutes=args.overhead, alpha=args.alpha, detect_bpb=args.detect_bpb, scaling=args.scaling,
-            budget=args.budget)
+            budget=args.budget, columns=args.columns, width=0 if args.wide else None)
 
 
 if __name__ == "__main__":

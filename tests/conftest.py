@@ -53,6 +53,7 @@ def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
     """Run `python <args>` (or a torchrun line when args[0] == 'torchrun') and return the CompletedProcess.
     As root, the child runs without root's read-any-file capabilities, so permission errors are real."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    env.pop("COLUMNS", None)  # the caller's terminal width does not change what a script prints into a pipe
     env.update(env_extra or {})
     if args[0] == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run"] + list(args[1:])

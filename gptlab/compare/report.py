@@ -3,6 +3,8 @@ plots; or print the diff of two runs."""
 import contextlib
 import io
 import os
+import shutil
+import sys
 
 from gptlab.compare.diff import diff_runs
 from gptlab.compare.plots import PLOT_FILE, parse_size, plot_runs
@@ -11,6 +13,7 @@ from gptlab.compare.scaling import plot_scaling, render_scaling, scaling_report
 from gptlab.compare.stats import SIGNIFICANCE_LEVEL
 from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
                                    write_leaderboard)
+from gptlab.compare.tables import text_columns
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable
 from gptlab.train.records import EXPERIMENTS_DIR, RESULTS_FILE, is_run_folder
@@ -51,9 +54,10 @@ def add_bytes_per_token(runs):
 def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending=False, baseline=None, plot=None,
             no_plot=False, size="1600x1200", write=None, overwrite=False, diff=None, now=None, out=None,
             usd_per_gpu_hour=None, overhead_minutes=0.0, alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP,
-            scaling=False, budget=None):
+            scaling=False, budget=None, columns=None, width=None):
     """Print the leaderboard (and noise), write LEADERBOARD.md and plots; or print a diff, or a scaling fit.
-    Returns a summary dict."""
+    `columns`: "a,b,c", the leaderboard columns to print; else those that fit `width` characters (default: the
+    terminal's when `out` is sys.stdout, COLUMNS honoured; 0: every column). Returns a summary dict."""
     out = out or io.StringIO()
     if diff:
         path_a, path_b = (resolve_run(spec, experiments_dir) for spec in diff)
@@ -67,6 +71,9 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
         raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
 
     sort_id = sort_column(sort) if sort else ("val_bpb" if descending else None)
+    column_ids = text_columns(columns) if columns is not None else None
+    if width is None:  # no terminal (a pipe, a file): no width to fit, every column
+        width = shutil.get_terminal_size((0, 0)).columns if out is sys.stdout else 0
     plot_size = parse_size(size)
     if plot:
         if not plot.lower().endswith(".png"):
@@ -99,7 +106,7 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
                       (os.path.join(experiments_dir, n) for n in sorted(os.listdir(experiments_dir)))
                       if is_run_folder(p) and os.path.exists(os.path.join(p, RESULTS_FILE))]
     board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool, alpha, detect_bpb)
-    out.write(render_text(board))
+    out.write(render_text(board, width, column_ids))
     written = []
     if write is None:
         write = not run_specs

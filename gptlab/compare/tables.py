@@ -2,7 +2,11 @@
 import datetime
 import math
 import os
+import textwrap
 from dataclasses import dataclass
+
+# tabulate over rich: small and plain text only (no terminal codes or box drawing), so a pipe gets the same text.
+from tabulate import tabulate
 
 from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
@@ -141,15 +145,37 @@ SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "
                 "wall": "wall_time", "memory": "peak_mem", "mem": "peak_mem", "name": "model", "folder": "run",
                 "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
                 "bpt": "bytes_per_token", "compression": "bytes_per_token"}
+# The leaderboard's columns against the reference, after COLUMNS; ids of board.headers, in order.
+VERSUS_COLUMNS = ("bpb_vs", "hellaswag_vs", "cost_per_bpb")
+COLUMN_IDS = ("rank", *COLUMNS, *VERSUS_COLUMNS)
+# The text view keeps the columns in this order while they fit the terminal. Run (the folder name: date, time and
+# model name) is what a command takes to act on a row, so it comes before Model and Date, which it repeats.
+TEXT_PRIORITY = ("rank", "run", "val_bpb", "bpb_vs", "hellaswag", "hellaswag_vs", "status", "tokens", "params",
+                 "wall_time", "cost", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
+                 "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
+
+
+def _column_key(name):
+    key = name.strip().lower().replace("-", "_").replace(" ", "_")
+    return SORT_ALIASES.get(key, key)
 
 
 def sort_column(name):
     """Normalise a --sort argument to a column id, or a UserError listing the valid ones."""
-    key = name.strip().lower().replace("-", "_").replace(" ", "_")
-    key = SORT_ALIASES.get(key, key)
+    key = _column_key(name)
     if key not in COLUMNS:
         raise UserError(f"unknown --sort column {name!r}; valid columns: {', '.join(COLUMNS)}")
     return key
+
+
+def text_columns(spec):
+    """Normalise --columns a,b,c to column ids, or a UserError naming the unknown ones and listing the valid ones."""
+    names = [n for n in spec.split(",") if n.strip()]
+    unknown = [n.strip() for n in names if _column_key(n) not in COLUMN_IDS[1:]]
+    if unknown or not names:
+        raise UserError(f"unknown --columns column(s) {', '.join(map(repr, unknown)) or repr(spec)}; valid "
+                        f"columns: {', '.join(COLUMN_IDS[1:])}")
+    return [_column_key(n) for n in names]
 
 
 def sort_runs(runs, column=None, descending=False):
@@ -300,12 +326,37 @@ def comparison_lines(board):
     return lines
 
 
-def text_table(headers, rows):
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+def text_table(headers, rows, keep=None):
+    """Columns `keep` (indices, in that order; default all) as a plain-text table, cells left-aligned as given."""
+    keep = range(len(headers)) if keep is None else keep
+    return tabulate([[row[i] for i in keep] for row in rows], [headers[i] for i in keep], "simple",
+                    disable_numparse=True, stralign="left")
+
+
+def fit_columns(headers, rows, width, order):
+    """The columns of `order` (indices) that fit a text table in `width` characters, in that order: each one that
+    would overflow is left out."""
+    widths = [len(dashes) for dashes in text_table(headers, rows).splitlines()[1].split()]
+    kept, used = [], -2
+    for i in order:
+        if used + 2 + widths[i] <= width:  # "simple" separates columns by two spaces
+            kept.append(i)
+            used += 2 + widths[i]
+    return kept
+
+
+def _fitted(headers, rows, width, order, names):
+    """The table of the columns of `order` that fit `width`, and a line naming the others (`names`); width 0: every
+    column, as they come."""
+    keep = fit_columns(headers, rows, width, order) if width else range(len(headers))
+    left = [names[i] for i in range(len(headers)) if i not in keep]
+    return [text_table(headers, rows, keep)] + (_wrap(f"Left out to fit {width} characters: {', '.join(left)} "
+                                                      "(--wide shows every column).", width) if left else [])
+
+
+def _wrap(text, width, indent=""):
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) if width else [text]
 
 
 def _md_escape(text):
@@ -318,18 +369,24 @@ def markdown_table(headers, rows):
     return "\n".join(lines)
 
 
-def render_text(board):
-    out = [text_table(board.headers, board.rows), ""]
-    out += [f"note: {n}" for n in board.notes]
+def render_text(board, width=0, columns=None):
+    """The leaderboard, noise and comparisons as text: the `columns` ids given, else with a `width` (the terminal's)
+    the columns of TEXT_PRIORITY that fit it, paragraphs wrapped to it; else (width 0) every column."""
+    out = [text_table(board.headers, board.rows, [0] + [COLUMN_IDS.index(c) for c in columns])] if columns else \
+        _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS)
+    out.append("")
+    for note in board.notes:
+        out += _wrap(f"note: {note}", width, "      ")
     out += ["", "Noise (runs that differ only by seed):"]
     groups = noise_rows(board.groups)
-    out.append(text_table(NOISE_HEADERS, groups) if groups else
-               "  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise")
+    out += _fitted(NOISE_HEADERS, groups, width, range(len(NOISE_HEADERS)), NOISE_HEADERS) if groups else \
+        ["  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise"]
     if board.runs_needed:
-        out += ["", board.runs_needed]
+        out += [""] + _wrap(board.runs_needed, width)
     if board.comparisons:
-        out += ["", "Seed groups compared (Welch's t-test on final val bpb):"] + [
-            f"  {line}" for line in comparison_lines(board)]
+        out += ["", "Seed groups compared (Welch's t-test on final val bpb):"]
+        for line in comparison_lines(board):
+            out += _wrap(f"  {line}", width, "    ")
     return "\n".join(out) + "\n"
 
 
