@@ -38,7 +38,7 @@ def main(argv=None):
     from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder
     from gptlab.tokenizer.format import read_tokenizer_file
     from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model
+    from gptlab.train.model_source import load_model, logits_fn
 
     model, _, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
     tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)
@@ -52,9 +52,7 @@ def main(argv=None):
           f"source sha256 {ckpt['model_source']['sha256'][:12]}), tokenizer.json ({n_params:,} parameters, vocab "
           f"{n_vocab}, final windows {windows[0]} and {windows[1]} blocks; tokenizer {tok.name})")
     if args.check:
-        def logits_fn(tokens):
-            return model.predict(tokens, tok.eot)[..., :n_vocab]
-        result = check_export(args.out_dir, logits_fn, tok.encoding)
+        result = check_export(args.out_dir, logits_fn(model, tok.eot, n_vocab), tok.encoding)
         print(f"checked with transformers: {result['tokens']} tokens, tokenizer "
               f"{'identical' if result['same_tokens'] else 'DIFFERENT'}, max |logits difference| "
               f"{result['max_abs_diff']:.2e}; generate() wrote {result['generated']!r}")

@@ -62,7 +62,7 @@ def main(argv=None):
     from gptlab.core.distributed import resolve_device
     from gptlab.export.generate import TextStream, cached_next_logits, generate, uncached_next_logits
     from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model
+    from gptlab.train.model_source import load_model, logits_fn
 
     device = resolve_device(args.device)
     model, module, ckpt = load_model(args.checkpoint, device, args.trust_model_code)  # the checkpoint's own model.py
@@ -72,7 +72,7 @@ def main(argv=None):
     for prompt in prompts_from_stdin() if args.interactive else [args.prompt]:
         prompt_tokens = [tok.eot] + tok.encoding.encode(prompt, allowed_special="all")
         if args.no_cache:
-            next_logits = uncached_next_logits(lambda tokens: model.predict(tokens, tok.eot)[..., :n_vocab], device)
+            next_logits = uncached_next_logits(logits_fn(model, tok.eot, n_vocab), device)
         else:
             next_logits = cached_next_logits(module.KVCache(model, tok.eot), device, n_vocab)
         stream = TextStream(tok.encoding)

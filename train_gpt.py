@@ -412,7 +412,7 @@ def train(args, ctx, ckpt=None):
                                  autocast, device)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
-    full_windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)
+    full_windows = model.final_windows()  # what window_blocks gives at the last step
 
     def due(every, step):
         return every and step % every == 0

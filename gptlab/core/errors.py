@@ -6,6 +6,12 @@ class UserError(Exception):
     """Bad input or environment: the message names the problem and the fix."""
 
 
+def one_line(err, limit=400):
+    """A multi-line error (torch's load_state_dict report spans many lines) as one line of at most `limit`
+    characters, for a UserError."""
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:limit]
+
+
 def run_cli(main, argv=None):
     """Call main(argv); a UserError prints one clear line to stderr and exits with status 2."""
     try:

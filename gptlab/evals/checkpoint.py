@@ -18,7 +18,7 @@ from gptlab.data.selection import check_shards_match_tokenizer, expand_shard_fil
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag
 from gptlab.train import checkpointing
-from gptlab.train.model_source import load_model
+from gptlab.train.model_source import load_model, logits_fn
 
 
 def build_parser():
@@ -66,8 +66,7 @@ def evaluate_checkpoint(path, *, val_files=None, val_rows=None, hellaswag_path=H
     hellaswag = None
     if hellaswag_limit != 0:
         check_hellaswag_file(hellaswag_path, hellaswag_limit, required=True)
-        n_vocab = tok.encoding.n_vocab
-        result = evaluate_hellaswag(lambda t: model.predict(t, eot, windows)[..., :n_vocab], tok.encoding,
+        result = evaluate_hellaswag(logits_fn(model, eot, tok.encoding.n_vocab, windows), tok.encoding,
                                     hellaswag_path, device=str(device), limit=hellaswag_limit, progress=progress)
         hellaswag = {k: result[k] for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}
     return {"checkpoint": path, "step": ckpt["step"], "val_loss": val_loss, "val_bpb": val_bpb,

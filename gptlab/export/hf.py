@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_output_dir
 from gptlab.train.records import write_json
 
@@ -160,7 +160,7 @@ def _save_model(folder, wrapper, model_state, config_fields):
     try:
         model.model.load_state_dict(model_state, strict=True)
     except RuntimeError as err:
-        problems = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:400]
+        problems = one_line(err)
         raise UserError(f"the weights do not fit the model the checkpoint's source builds ({problems})") from None
     model.save_pretrained(folder, safe_serialization=True)
 

@@ -128,7 +128,6 @@ class GradientSync:
 
     def __init__(self, model, optimizers, world_size):
         self.world_size = world_size
-        names = {p: n for n, p in model.named_parameters()}
         sharded = [opt.shards for opt in optimizers if isinstance(getattr(opt, "shards", None), MatrixShards)]
         reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
                    for g in opt.param_groups for p in g["params"]]

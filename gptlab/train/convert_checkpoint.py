@@ -17,7 +17,7 @@ import os
 import torch
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter
-from gptlab.core.errors import UserError, run_cli
+from gptlab.core.errors import UserError, one_line, run_cli
 from gptlab.core.files import check_writable
 from gptlab.train import checkpointing, model_source as ms
 
@@ -48,7 +48,7 @@ def convert_payload(old, source, module):
     try:
         model.load_state_dict(old["model"], strict=True)
     except RuntimeError as err:
-        problems = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:400]
+        problems = one_line(err)
         raise UserError(f"the weights do not fit the model of {source['file']} ({problems}); attach the model.py "
                         "that trained it with --model_source FILE") from None
     new["model_config"] = config
@@ -97,16 +97,15 @@ def main(argv=None):
         except OSError as err:
             raise UserError(f"cannot read --model_source {args.model_source} ({err.strerror or err})") from None
         source = {"file": "model.py", "code": code, "sha256": ms.sha256_text(code)}
-        module = ms._import_file(args.model_source, f"gptlab_model_{source['sha256'][:16]}")
+        module = ms.import_file(args.model_source, f"gptlab_model_{source['sha256'][:16]}")
     else:
         source, module = ms.current_source(), ms.current_module()
     new = convert_payload(payload, source, module)
-    extra = {k: new[k] for k in ("args", "tokenizer", "optimizers", "dataloader", "rng", "extra", "data")}
     checkpointing.save_checkpoint(out, model_state=new["model"], model_config=new["model_config"], step=new["step"],
-                        model_source=source, overwrite=args.overwrite, **{
-                            "args": extra["args"], "tokenizer": extra["tokenizer"],
-                            "optimizer_states": extra["optimizers"], "dataloader_state": extra["dataloader"],
-                            "rng_states": extra["rng"], "extra": extra["extra"], "data": extra["data"]})
+                                  model_source=source, args=new["args"], tokenizer=new["tokenizer"],
+                                  optimizer_states=new["optimizers"], dataloader_state=new["dataloader"],
+                                  rng_states=new["rng"], extra=new["extra"], data=new["data"],
+                                  overwrite=args.overwrite)
     ms.record_trained_source(source)  # a run here made these weights with this code
     print(f"wrote {out}: format {checkpointing.CHECKPOINT_VERSION}, model source {source['file']} (sha256 "
           f"{source['sha256'][:12]}), weights checked against it")

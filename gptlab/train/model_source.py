@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write_text
 from gptlab.train import checkpointing
 
@@ -58,7 +58,7 @@ def record_trained_source(source):
 
 def current_module():
     """Today's model.py as a module (the one train_gpt.py imports, or imported here under the same name)."""
-    return _import_file(MODEL_FILE, MODULE_NAME)
+    return import_file(MODEL_FILE, MODULE_NAME)
 
 
 def module_for(source, origin, trust_code=False):
@@ -74,7 +74,7 @@ def module_for(source, origin, trust_code=False):
         return current_module()
     stored = os.path.join(store_dir(), f"{sha}.py")
     if os.path.isfile(stored) and _read(stored) == code:
-        return _import_file(stored, f"gptlab_model_{sha[:16]}")
+        return import_file(stored, f"gptlab_model_{sha[:16]}")
     if not trust_code:
         raise UserError(f"{origin} carries model code (sha256 {sha[:12]}) that differs from model.py and that no "
                         f"run on this machine trained; read it (python -m gptlab.train.convert_checkpoint --show "
@@ -82,7 +82,7 @@ def module_for(source, origin, trust_code=False):
     folder = tempfile.mkdtemp(prefix="gptlab-model-")
     path = os.path.join(folder, f"{sha}.py")
     atomic_write_text(path, code)
-    return _import_file(path, f"gptlab_model_{sha[:16]}")
+    return import_file(path, f"gptlab_model_{sha[:16]}")
 
 
 def _read(path):
@@ -90,7 +90,7 @@ def _read(path):
         return f.read()
 
 
-def _import_file(path, name):
+def import_file(path, name):
     """Import the file at path as module `name`, once: a module of that name from the same file is reused."""
     module = sys.modules.get(name)
     if module is not None and os.path.realpath(getattr(module, "__file__", "") or "") == os.path.realpath(path):
@@ -123,7 +123,7 @@ def load_model(path, device="cpu", trust_code=False):
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:
-        problems = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:400]
+        problems = one_line(err)
         raise UserError(f"the weights in {path} do not fit the model its source builds ({problems})") from None
     return model.to(device).eval(), module, ckpt
 
@@ -138,8 +138,9 @@ def checkpoint_logits_fn(path, device="cpu", trust_code=False):
     The tokenizer is the run's (--tokenizer as recorded, else its name in tokenizers/), checked by hash."""
     model, _, ckpt = load_model(path, device, trust_code)
     tok = checkpointing.checkpoint_tokenizer(ckpt, path)
-    n_vocab = tok.encoding.n_vocab
+    return logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, ckpt
 
-    def logits_fn(tokens):
-        return model.predict(tokens, tok.eot)[..., :n_vocab]
-    return logits_fn, tok.encoding, ckpt
+
+def logits_fn(model, eot, n_vocab, windows=None):
+    """tokens (B, T) → float logits (B, T, n_vocab) of a loaded model (its final windows unless given)."""
+    return lambda tokens: model.predict(tokens, eot, windows)[..., :n_vocab]

@@ -21,7 +21,7 @@ import sys
 import time
 
 from gptlab.core.distributed import broadcast_object
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, records
 
@@ -113,7 +113,7 @@ def restore_training_state(ckpt, model, optimizers, train_loader):
         raise UserError(f"--resume checkpoint has no {err} entry (an incomplete checkpoint); resume from another "
                         "checkpoint of the run") from None
     except (RuntimeError, ValueError, TypeError) as err:  # torch's size-mismatch report spans many lines
-        problems = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:400]
+        problems = one_line(err)
         raise UserError(f"--resume checkpoint does not fit this model and optimizers ({problems}); resume from a "
                         "checkpoint of the same configuration") from None
 

@@ -25,13 +25,13 @@ def save_random_checkpoint(path, tokenizer_path, *, num_layers=6, num_heads=2, m
 
     tok = open_tokenizer(tokenizer_path)
     source = model_source or ms.current_source()
-    module = ms._import_file(ms.MODEL_FILE, ms.MODULE_NAME) if model_source is None else None
+    module = ms.import_file(ms.MODEL_FILE, ms.MODULE_NAME) if model_source is None else None
     if module is None:
         import tempfile
         folder = tempfile.mkdtemp()
         with open(os.path.join(folder, "m.py"), "w") as f:
             f.write(source["code"])
-        module = ms._import_file(os.path.join(folder, "m.py"), f"random_ckpt_model_{source['sha256'][:12]}")
+        module = ms.import_file(os.path.join(folder, "m.py"), f"random_ckpt_model_{source['sha256'][:12]}")
     config = module.GPTConfig(vocab_size=tok.encoding.n_vocab, num_layers=num_layers, num_heads=num_heads,
                               model_dim=model_dim, num_val_emb=num_val_emb, window_size=window_size,
                               max_seq_len=max_seq_len)
