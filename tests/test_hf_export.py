@@ -386,12 +386,12 @@ def test_the_tokenizer_loads_without_trusting_code_and_with_stdin_closed(export,
         assert TRUST_QUESTION not in out + err
 
 
-@pytest.mark.xfail(int(transformers.__version__.split(".")[0]) >= 5, strict=False,
-                   reason="transformers 5's AutoTokenizer.from_pretrained loads config.json through AutoConfig "
-                          "before it reads tokenizer_config.json, and AutoConfig asks to trust any config whose "
-                          "auto_map names remote code for an unregistered model_type: no file of the folder can "
-                          "avoid it (4.x reads tokenizer_config.json's tokenizer_class first); pass "
-                          "trust_remote_code=True or use PreTrainedTokenizerFast")
+@pytest.mark.skipif(int(transformers.__version__.split(".")[0]) >= 5,
+                    reason="transformers 5's AutoTokenizer.from_pretrained loads config.json through AutoConfig "
+                           "before it reads tokenizer_config.json, and AutoConfig asks to trust any config whose "
+                           "auto_map names remote code for an unregistered model_type: no file of the folder can "
+                           "avoid it (4.x reads tokenizer_config.json's tokenizer_class first); pass "
+                           "trust_remote_code=True or use PreTrainedTokenizerFast")
 def test_auto_tokenizer_does_not_ask_to_trust_code(export):
     code, out, err = load_tokenizer_without_stdin(export[0], "auto")
     assert code == 0 and TRUST_QUESTION not in out + err
