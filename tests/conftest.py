@@ -112,3 +112,13 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """A tiny BPE tokenizer (512 merges-free bytes + 256 merges + <|endoftext|>) and shards from real text."""
+    from helpers.tiny_data import make_dataset
+
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("needs ../shared/data beside the checkout")
+    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)

@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 tests/helpers/threads_after_main.py OUT.json -- <train_gpt.py flags>
 
 Each rank writes OUT.json.rank{r}: {"during": threads while training, "after": threads once main returned}. After
-main every process group must be gone (tests/test_train_gpt.py)."""
+main every process group must be gone (tests/e2e/test_train_gpt_e2e.py)."""
 import json
 import os
 import sys

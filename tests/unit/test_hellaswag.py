@@ -1,22 +1,17 @@
-"""The HellaSwag evaluator against a plain one-row-at-a-time reference scorer, on real examples; data loading errors;
-and 2 ranks (torchrun, gloo) giving the same totals as 1."""
-import json
+"""The HellaSwag evaluator against a plain one-row-at-a-time reference scorer, on real examples; data loading errors.
+2 ranks (torchrun, gloo) giving the same totals as 1: tests/e2e/test_hellaswag_e2e.py."""
 import math
 import os
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import HELLASWAG_VAL, REPO, free_port, run_script
+from conftest import HELLASWAG_VAL, REPO
 from gptlab.core.errors import UserError
 from gptlab.evals.hellaswag import evaluate_hellaswag, score_examples, wilson_interval
 from gptlab.data.hellaswag import SAMPLE_GZ, load_hellaswag
-
-HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")
-sys.path.insert(0, HELPERS)
-from hellaswag_tiny import TinyCausalLM, make_tokenizer  # noqa: E402
+from helpers.hellaswag_tiny import TinyCausalLM, make_tokenizer
 
 N_EXAMPLES = 40
 
@@ -174,21 +169,3 @@ def test_malformed_line_is_named(tmp_path, bad_line, problem):
     with pytest.raises(UserError, match=f"hs.jsonl line 3: .*{problem}"):
         load_hellaswag(str(path))
     assert len(load_hellaswag(str(path), limit=2)) == 2  # the lines before it are fine
-
-
-def test_two_ranks_give_the_same_totals_as_one(tmp_path):
-    limit = 21  # odd: the ranks get 11 and 10 examples
-    script = os.path.join(HELPERS, "hellaswag_ranks.py")
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir()
-    two.mkdir()
-    run_script([script, HELLASWAG_VAL, str(limit), str(one)], check=True, timeout=300)
-    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), script, HELLASWAG_VAL,
-                str(limit), str(two)], check=True, timeout=300)
-    single = json.loads((one / "rank0.json").read_text())
-    ranks = [json.loads((two / f"rank{r}.json").read_text()) for r in range(2)]
-    assert single["world_size"] == 1 and ranks[0]["world_size"] == ranks[1]["world_size"] == 2
-    keys = ["n", "acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "acc_correct", "acc_norm_correct"]
-    for result in ranks:
-        assert {k: result[k] for k in keys} == {k: single[k] for k in keys}
-    assert single["n"] == limit

@@ -51,7 +51,7 @@ def test_a_run_logs_its_scalars_to_tensorboard_and_wandb(tmp_path):
     from helpers.tiny_data import make_dataset
 
     tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
-    from test_train_gpt import tiny_args  # the tiny CPU run the trainer's own tests use
+    from helpers.tiny_runs import tiny_args  # the tiny CPU run the trainer's own tests use
 
     argv = tiny_args(tiny, tmp_path / "runs", train_steps=6, val_loss_every=3, hellaswag_limit=8,
                      hellaswag_path=HELLASWAG_VAL, tensorboard=True, wandb="gptlab-tests")

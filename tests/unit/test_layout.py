@@ -2,13 +2,14 @@
 
 Stages, in pipeline order: core (errors, CLI, files, ranks) → data.sources (text in) → tokenizer → data (shards,
 loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export. A module may import its own stage
-and earlier ones, never a later one; the package never imports the top-level scripts or model.py by name."""
+and earlier ones, never a later one; the package never imports the top-level scripts or model.py by name.
+
+The wheel holding every module: tests/e2e/test_layout_e2e.py."""
 import ast
-import os
 
 import pytest
 
-from conftest import REPO
+from helpers.package_modules import package_modules
 
 STAGES = ["gptlab.core", "gptlab.data.sources", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
           "gptlab.compare", "gptlab.export"]
@@ -21,14 +22,6 @@ def stage(module):
     matches = [i for i, s in enumerate(STAGES) if module == s or module.startswith(s + ".")]
     assert matches, f"{module} belongs to no stage: put it in one of {STAGES}"
     return max(matches, key=lambda i: len(STAGES[i]))
-
-
-def package_modules():
-    for dirpath, _, files in os.walk(os.path.join(REPO, "gptlab")):
-        for name in files:
-            if name.endswith(".py"):
-                rel = os.path.relpath(os.path.join(dirpath, name), REPO)[:-3].replace(os.sep, ".")
-                yield rel.removesuffix(".__init__"), os.path.join(dirpath, name)
 
 
 def imports_of(path, module):
@@ -67,27 +60,3 @@ def test_the_stage_check_catches_an_import_back_up(tmp_path):
     assert stage("gptlab.data.sources") < stage("gptlab.tokenizer.job") < stage("gptlab.data.shards")
     with pytest.raises(AssertionError, match="no stage"):
         stage("gptlab.misc")
-
-
-def test_the_package_builds_with_every_module_and_its_c_source(tmp_path):
-    """pyproject.toml: a wheel of gptlab holds every package module and merge_loop.c (compiled on first use), and
-    neither model.py nor a script (they run from the repository root)."""
-    import subprocess
-    import sys
-    import zipfile
-
-    pytest.importorskip("setuptools")
-    import shutil
-
-    src = tmp_path / "src"  # a copy: setuptools builds in the source tree
-    shutil.copytree(os.path.join(REPO, "gptlab"), src / "gptlab", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "requirements.txt", "README.md"):
-        shutil.copy(os.path.join(REPO, name), src / name)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                           str(tmp_path), str(src)], capture_output=True, text=True, cwd=str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    (wheel,) = tmp_path.glob("gptlab-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    modules = {os.path.relpath(path, REPO) for _, path in package_modules()}
-    assert modules <= names and "gptlab/tokenizer/merge_loop.c" in names
-    assert not {n for n in names if not n.startswith(("gptlab/", "gptlab-"))}

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from conftest import REPO
 from gptlab.train import checkpointing
 
 from gptlab.train import environment
@@ -103,7 +104,7 @@ def test_code_backup_keeps_every_project_source_and_the_tokenizer_script(tmp_pat
     rebuilt: every project source comes back as it is in the worktree now."""
     from gptlab.train import code_backup
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     code_backup.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
     rebuilt = code_backup.rebuild_sources(str(tmp_path))
     for rel in ("train_gpt.py", "model.py", "gptlab/train/records.py", "gptlab/data/loader.py", "gptlab/tokenizer/merge_loop.c",

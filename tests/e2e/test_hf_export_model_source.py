@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs .
               pytest.mark.usefixtures("one_torch_thread")]
 
 SWIGLU_MLP = '''class MLP(nn.Module):
-    # SwiGLU (Shazeer 2020), an edit for tests/test_hf_export_model_source.py: a gate beside c_fc
+    # SwiGLU (Shazeer 2020), an edit for tests/e2e/test_hf_export_model_source.py: a gate beside c_fc
     def __init__(self, dim, mlp_ratio):
         super().__init__()
         hidden = int(mlp_ratio * dim)

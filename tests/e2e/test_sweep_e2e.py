@@ -1,28 +1,15 @@
-"""sweep.py: a grid of tiny CPU train_gpt.py runs (2 steps each): every combination runs, named after its
-settings; a grid point with a bad value fails, is recorded and the sweep goes on; running it again skips the
-finished runs; the leaderboard at the end lists exactly the sweep's runs."""
+"""sweep.py end to end on CPU, as a subprocess: a sweep runs every point, survives a failure, resumes and ends with its
+leaderboard. Its checks in process: tests/unit/test_sweep.py."""
 import glob
 import json
 import os
-import sys
 
 import pytest
 
-from conftest import REPO, SHARED_DATA, run_script
-from gptlab.core.errors import UserError
-from test_compare import finished_results, make_run, metrics_rows, table_order, variant
-
-sys.path.insert(0, REPO)
-import sweep as sweep_cli  # noqa: E402
+from conftest import SHARED_DATA, run_script
+from helpers.run_folders import finished_results, make_run, metrics_rows, table_order, variant
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from helpers.tiny_data import make_dataset
-
-    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
 
 
 def train_flags(tiny):
@@ -76,47 +63,3 @@ def test_a_sweep_runs_every_point_survives_a_failure_resumes_and_ends_with_its_l
     for name in ("Sw_lr_scale0.5_num_heads2", "Sw_lr_scale1_num_heads2"):
         assert len(glob.glob(os.path.join(exp_dir, f"*_{name}"))) == 1
     assert len(table_order(proc.stdout[proc.stdout.index("sweep Sw: 2 failed"):])) == 2
-
-
-def test_dry_run_shows_torchrun_commands_and_names(tmp_path, capsys):
-    exp_dir = str(tmp_path / "e")
-    sweep_cli.main(["--name", "Lr", "--grid", "lr_scale=0.5,2", "--seeds", "0,1", "--nproc_per_node", "2",
-                    "--experiments_dir", exp_dir, "--dry_run", "--", "--preset", "quickstart"])
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and all(line.startswith("[would run] ") for line in lines)
-    # seed-major: every setting once before the next seed
-    assert [(l.split("--model_name ")[1].split()[0], l.split("--seed ")[1].split()[0]) for l in lines] == [
-        ("Lr_lr_scale0.5", "0"), ("Lr_lr_scale2", "0"), ("Lr_lr_scale0.5", "1"), ("Lr_lr_scale2", "1")]
-    assert "-m torch.distributed.run --standalone --nproc_per_node=2 " in lines[0]
-    assert "train_gpt.py --preset quickstart --lr_scale 0.5 --seed 0" in lines[0]
-    assert not os.path.exists(exp_dir)  # a dry run writes nothing
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--grid", "lr_scael=1,2"], "train_gpt.py has no flag --lr_scael (did you mean --lr_scale?)"),
-    (["--grid", "seed=1,2"], "is set by the sweep itself; use the sweep's --seeds 0,1,2"),
-    (["--grid", "lr_scale"], "is not FLAG=V1,V2,..."),
-    (["--grid", "lr_scale=1,1"], "repeats a value"),
-    (["--grid", "lr_scale=1", "--grid", "lr_scale=2"], "--grid lr_scale is given twice"),
-    (["--seeds", "0,x", "--grid", "lr_scale=1"], "--seeds '0,x' is not a list of distinct integers"),
-    (["--seeds", "0"], "nothing to sweep"),
-    (["--grid", "lr_scale=1,2", "--", "--seed", "3"], "set --seed, which the sweep sets itself"),
-    (["--grid", "lr_scale=1,2", "--", "--lr_scale", "3"], "set --lr_scale, which the sweep sets itself"),
-    (["--grid", "lr_scale=1,2", "--name", "a/b"], "--name 'a/b' must be a plain name"),
-])
-def test_bad_input_is_one_clear_error(argv, message, tmp_path):
-    with pytest.raises(UserError) as err:
-        sweep_cli.main(["--experiments_dir", str(tmp_path)] + argv)
-    assert message in str(err.value)
-
-
-def test_another_sweep_of_the_same_name_is_refused_without_overwrite(tmp_path, capsys):
-    exp_dir = str(tmp_path)
-    with open(os.path.join(exp_dir, "sweep_Sw.json"), "w") as f:
-        json.dump({"format": "gptlab-sweep", "name": "Sw", "grid": [["num_layers", ["2"]]], "seeds": [0],
-                   "train_flags": [], "nproc_per_node": 1, "points": []}, f)
-    argv = ["--name", "Sw", "--grid", "lr_scale=1,2", "--experiments_dir", exp_dir, "--dry_run"]
-    with pytest.raises(UserError, match="records another sweep named Sw .*--overwrite to start this one afresh"):
-        sweep_cli.main(argv)
-    sweep_cli.main(argv + ["--overwrite"])
-    assert capsys.readouterr().out.count("[would run]") == 2

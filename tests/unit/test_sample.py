@@ -1,6 +1,6 @@
-"""sample.py and gptlab.export.generate: the sampler's distribution worked out by hand, the KV cache against train_gpt's full
-forward (logits at every position, and what each layer keeps), cached and uncached generation giving the same
-tokens, the streamed text, and the CLI."""
+"""gptlab.export.generate (sample.py's sampler): the sampler's distribution worked out by hand, the KV cache against
+train_gpt's full forward (logits at every position, and what each layer keeps), cached and uncached generation
+giving the same tokens, and the streamed text. sample.py's command line: tests/e2e/test_sample_e2e.py."""
 import math
 import os
 import sys
@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from conftest import FINEWEB_150, REPO, SHARED_DATA, run_script
+from conftest import FINEWEB_150, REPO, SHARED_DATA
+from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 from gptlab.export.generate import (TextStream, cached_next_logits, generate, next_token_probs, sample_next,
                              uncached_next_logits)
 
@@ -18,20 +19,6 @@ from gptlab.train import model_source  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.usefixtures("one_torch_thread")]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """(checkpoint path, tokenizer path): a random 6-layer model whose final windows are 2 blocks (long) and 1
-    block (short), and a tokenizer of 512 merges trained on the bundled documents."""
-    from helpers.random_checkpoint import save_random_checkpoint
-    from helpers.tiny_data import read_docs, save_tiny_tokenizer
-
-    folder = tmp_path_factory.mktemp("sample")
-    tok_path = save_tiny_tokenizer(str(folder / "tok_v768.pkl"), read_docs(FINEWEB_150)[:40], 512)
-    ckpt_path = str(folder / "step_000010.pt")
-    save_random_checkpoint(ckpt_path, tok_path, window_size=256)
-    return ckpt_path, tok_path
 
 
 def document_tokens(encoding, n_docs, per_doc):
@@ -122,33 +109,6 @@ def test_cached_and_uncached_generation_give_the_same_tokens(checkpoint):
     assert len(runs["cached"]) == 120  # no stop token: up to position 322, across block 2's start (256)
     assert runs["cached"] == runs["uncached"]
     assert len(set(runs["cached"])) > 20  # sampled, not stuck on one token
-
-
-def test_sample_cli_streams_each_prompt_and_reports_tokens_per_second(checkpoint):
-    ckpt_path, _ = checkpoint
-    prompts = "Once upon a time,\nThe water cycle<|endoftext|>In this lesson\n"
-    outs = []
-    for extra in ([], ["--no_cache"]):
-        proc = subprocess_run(["sample.py", ckpt_path, "--interactive", "--max_tokens", "30", "--seed", "3",
-                               "--top_k", "100"] + extra, prompts)
-        assert proc.returncode == 0, proc.stderr
-        outs.append(proc.stdout)
-        stats = [line for line in proc.stderr.splitlines() if "tokens/s" in line]
-        assert len(stats) == 2, proc.stderr
-    assert outs[0] == outs[1]  # the KV cache changes the speed, not the text
-    lines = outs[0].splitlines()
-    assert outs[0].startswith("Once upon a time,") and "The water cycle<|endoftext|>In this lesson" in outs[0]
-    assert len(lines) >= 2
-    bad = run_script(["sample.py", ckpt_path, "--top_p", "1.5"])
-    assert bad.returncode == 2 and bad.stderr.strip() == "error: --top_p must be in (0, 1], got 1.5"
-
-
-def subprocess_run(args, stdin_text):
-    import subprocess
-
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
-    return subprocess.run([sys.executable] + args, cwd=REPO, env=env, input=stdin_text, capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_uncached_sampling_of_training_logs_is_unchanged():

@@ -7,7 +7,7 @@ import pytest
 from conftest import REPO, run_script
 from gptlab import compare as cmp
 from gptlab.compare import tables
-from test_compare import finished_results, lab, make_run, metrics_rows, table_order, variant  # noqa: F401 (lab: a fixture)
+from helpers.run_folders import finished_results, lab, make_run, metrics_rows, table_order, variant  # noqa: F401 (lab: a fixture)
 
 ALL_HEADERS = [cmp.COLUMNS[c][0] for c in cmp.COLUMNS]
 VERSUS_HEADERS = ["bpb vs best", "HellaSwag vs best", "Cost per 0.01 bpb vs best"]

@@ -1,17 +1,18 @@
 """What runs cost: gptlab.train.cost (GPU-hours, the price table), what gptlab.train.run records, and the leaderboard's GPU-h,
-Cost and cost-per-0.01-bpb columns. Expected figures are worked out by hand from the inputs."""
+Cost and cost-per-0.01-bpb columns. Expected figures are worked out by hand from the inputs. compare_experiments.py's
+cost flags: tests/e2e/test_cost_e2e.py."""
 import json
 import os
 
 import pytest
 
-from conftest import run_script
 from gptlab import compare as cmp
 from gptlab.train import cost
 from gptlab.train import checkpointing
 from gptlab.train import records
 from gptlab.core.errors import UserError
-from test_compare import cells_by_run, finished_results, make_run, metrics_rows, variant
+from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, variant
+from helpers.run_folders import priced  # noqa: F401 (a fixture)
 from test_run import make_run as make_training_run
 from test_run import read, tokenizer  # noqa: F401 (the fixture)
 
@@ -72,21 +73,6 @@ def test_a_resumed_run_carries_its_training_flops_on(tmp_path, tokenizer):  # no
     assert results["train_flops"] == 5e12
 
 
-@pytest.fixture
-def priced(tmp_path):
-    """Three single-GPU H100 runs (results without gpu_hours, as before they were recorded): Base 1.300 in 20 s,
-    Cheap 1.250 in 20 s, Slow 1.280 in 56 s; and one 8-GPU run."""
-    root = str(tmp_path)
-    for folder, name, bpb, wall, world in [("20260101_000000_Base", "Base", 1.300, 20.0, 1),
-                                           ("20260101_000001_Cheap", "Cheap", 1.250, 20.0, 1),
-                                           ("20260101_000002_Slow", "Slow", 1.280, 56.0, 1),
-                                           ("20260101_000003_Wide", "Wide", 1.350, 36.0, 8)]:
-        config = variant(model_name=name, world_size=world, num_layers=len(name))
-        make_run(root, folder, config, metrics_rows(10, bpb, 0.3),
-                 finished_results(config, bpb, 0.3, wall_time_s=wall, world_size=world))
-    return root
-
-
 def test_leaderboard_cost_columns(priced):
     board = cmp.compare([], experiments_dir=priced, baseline="20260101_000000_Base", no_plot=True,
                         write=False)["board"]
@@ -108,19 +94,6 @@ def test_leaderboard_cost_columns(priced):
     assert cells["20260101_000002_Slow"]["Cost per 0.01 bpb vs baseline"] == "$0.05 per 0.01 gained"  # $0.1 / 2
     # wide: 8 x (36 s + 3600 s) = 8.08 GPU-h
     assert cells["20260101_000003_Wide"]["GPU-h"] == "8.08" and cells["20260101_000003_Wide"]["Cost"] == "$80.80"
-
-
-def test_cost_sorts_and_the_cli_flags(priced):
-    proc = run_script(["compare_experiments.py", "--experiments", priced, "--sort", "cost", "--desc", "--no-write",
-                       "--usd_per_gpu_hour", "2", "--overhead"])
-    assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if line[:1].isdigit()]
-    assert "_Wide" in rows[0] and "$16.16" in rows[0]  # 8 x (36 s + 60 min) x $2
-    for args, message in [(["--usd_per_gpu_hour", "-1"], "--overhead and --usd_per_gpu_hour must be >= 0"),
-                          (["--alpha", "1.5"], "--alpha 1.5 must be between 0 and 1"),
-                          (["--budget", "1e18"], "--budget goes with --scaling")]:
-        proc = run_script(["compare_experiments.py", "--experiments", priced, "--no-write", *args])
-        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
 
 
 def test_a_cpu_run_counts_its_process_hours_and_has_no_table_price(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from gptlab import compare as cmp
 from gptlab.compare import scaling
 from gptlab.compare import stats as st
-from test_compare import cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
+from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
 
 
 def _t_test_at(t, df):

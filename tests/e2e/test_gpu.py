@@ -1,6 +1,6 @@
 """The CUDA paths: run only where torch sees a GPU (skipped on CPU machines and in CI).
 
-    GPTLAB_SHARED_DATA=/path/to/shared/data python -m pytest -q tests/test_gpu.py     # on a GPU machine
+    GPTLAB_SHARED_DATA=/path/to/shared/data python -m pytest -q tests/e2e/test_gpu.py     # on a GPU machine
 
 They check what the CPU tests cannot: the torch BPE engine on the GPU gives the CPU engines' merges, FlexAttention
 (compiled, with backward) computes what the dense SDPA path computes, and a whole train_gpt.py run with the GPU

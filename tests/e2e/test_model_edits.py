@@ -64,13 +64,6 @@ def edit_model(repo, edit):
     return text
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from helpers.tiny_data import make_dataset
-
-    return make_dataset(str(tmp_path_factory.mktemp("tiny")), n_merges=256)
-
-
 def train(repo, tiny, exp_dir, steps=10, extra=()):
     flags = ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
              "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_heads", "2",
@@ -189,7 +182,7 @@ def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny,
                 if r["train_loss"] is not None}, run_dir
 
     (full, _), (resumed, resumed_dir) = losses(tmp_path / "full"), losses(tmp_path / "resumed")
-    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/test_train_gpt.py: 1e-6)
+    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/e2e/test_train_gpt_e2e.py: 1e-6)
     assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     with open(os.path.join(resumed_dir, "code", "model.py")) as f:
         assert f.read() == edited
@@ -236,7 +229,7 @@ def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_
                 if r["train_loss"] is not None}
 
     full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
-    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/test_train_gpt.py: 1e-6)
+    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/e2e/test_train_gpt_e2e.py: 1e-6)
     assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     a, b = torch.load(ckpt, weights_only=True), torch.load(new, weights_only=True)
     assert a["model_config"] == b["model_config"] and a["model_source"] == b["model_source"]

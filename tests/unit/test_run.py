@@ -48,7 +48,7 @@ def make_run(tmp_path, tokenizer, **overrides):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     optimizer.param_groups[0]["initial_lr"] = 0.1
     shards = RunShards(["t*.bin"], ["v*.bin"], ["t1.bin", "t2.bin"], ["v.bin"], [])
-    run = Run(cfg, CTX, repo_root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), model=model,
+    run = Run(cfg, CTX, repo_root=REPO, model=model,
               model_config={"dims": 4}, optimizers=[optimizer], train_loader=FakeLoader(), tokenizer=tokenizer,
               shards=shards, extra_config={"padded_vocab": 128}, warnings=["warning: a test warning"])
     return run, model, optimizer

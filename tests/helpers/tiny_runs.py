@@ -1,0 +1,47 @@
+"""Tiny CPU runs of train_gpt.py, shared by the trainer's in-process tests (tests/unit/test_train_gpt.py) and its
+end-to-end runs (tests/e2e/test_train_gpt_e2e.py, tests/e2e/test_dashboards.py): the flags of a tiny run on the
+`tiny` dataset (tests/conftest.py), its run folder, and an in-process run that must fail on bad input."""
+import glob
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+from gptlab.core.errors import UserError
+
+sys.path.insert(0, REPO)
+import train_gpt  # noqa: E402
+
+
+def tiny_args(tiny, exp_dir, **overrides):
+    """CLI flags of a tiny CPU run (dim 64, 4 layers, seq 128, 1024 tokens/step)."""
+    flags = {"tokenizer": tiny["tokenizer"], "train_files": tiny["train"], "val_files": tiny["val"],
+             "train_seq_len": 128, "val_seq_len": 128, "model_dim": 64, "num_heads": 2, "num_layers": 4,
+             "batch_size": 1024, "device_batch_size": 512, "train_steps": 20, "val_loss_every": 10, "val_steps": 2,
+             "window_size": 256, "hellaswag_limit": 0, "experiments_dir": str(exp_dir), "log_every": 0,
+             "sample_tokens": 0, "model_name": "tiny"}
+    flags.update(overrides)
+    argv = []
+    for key, value in flags.items():
+        if value is True:
+            argv.append(f"--{key}")
+        elif value is not None and value is not False:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def only_run_dir(exp_dir, name="tiny"):
+    dirs = sorted(glob.glob(os.path.join(str(exp_dir), f"*_{name}*")))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
+    """In-process run that must fail with a UserError naming message_parts, before creating any run folder."""
+    with pytest.raises(UserError) as info:
+        train_gpt.main(tiny_args(tiny, tmp_path / "exps", **overrides))
+    for part in message_parts:
+        assert part in str(info.value), str(info.value)
+    assert not glob.glob(str(tmp_path / "exps" / "*"))
+    return str(info.value)
