@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements the README asks for, on a machine with one CUDA GPU and the CUDA build of torch.
 #
-#   bash bench/gpu_session.sh tests       # tests/test_gpu.py (CUDA paths) + the BPE exactness tests
+#   bash bench/gpu_session.sh tests       # tests/e2e/test_gpu.py (CUDA paths) + the BPE exactness tests
 #   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), eager and compiled: MFU
 #   bash bench/gpu_session.sh tokenizer   # >= 1 GB corpus, vocab 65534: ours (C loop on CPU, torch loop on the GPU)
 #                                         # vs HuggingFace tokenizers on all cores, in one run
@@ -33,7 +33,7 @@ fi
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee -a "$OUT/gpu.txt"
 case "${1:-}" in
   tests)
-    "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
+    "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py tests/unit/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
   train)
     "$PY" bench/bench_train.py --out "$OUT/bench_train.json" 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_train.txt" ;;
   tokenizer)

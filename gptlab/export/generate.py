@@ -5,7 +5,7 @@ is the model's own (model.py's KVCache, from the checkpoint's source):
     for token in generate(cached_next_logits(cache), prompt_tokens, 200, generator=gen): ...
 
 The uncached path (uncached_next_logits) runs a full forward over every token so far for each new one; both feed
-the same sampler, so with the same seed they give the same tokens (tests/test_sample.py checks it).
+the same sampler, so with the same seed they give the same tokens (tests/unit/test_sample.py checks it).
 """
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 

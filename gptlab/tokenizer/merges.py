@@ -13,7 +13,7 @@ The rule (the same on every backend, rank count and device):
   be as a word of its own (no merge crossed its edges, and left-to-right replacement inside it started from the
   same place). If merge k joined (x, y) over bytes u that an earlier id t = (p, q) already spells, then u alone
   was [p, q] before t's merge, hence [t] ever after, yet [x, y] just before merge k: a contradiction.
-  `finish_result` checks it on every training anyway (tests/test_bpe.py also checks it on random tables).
+  `finish_result` checks it on every training anyway (tests/unit/test_bpe.py also checks it on random tables).
 
 Three implementations of that rule, which must give identical merges (tests check them against a slow reference
 and against each other): the two below, and `native.train_merges_native`, the Python loop's algorithm in C

@@ -51,7 +51,7 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
 
 
 def test_engines_and_worker_counts_agree(tmp_path):
-    engines = ["python", "torch", "native"]  # native needs a C compiler: tests/test_bpe.py says so if it is missing
+    engines = ["python", "torch", "native"]  # native needs a C compiler: tests/unit/test_bpe.py says so if it is missing
     results = {}
     for i, engine in enumerate(engines):
         _, path = train(tmp_path / engine, "--engine", engine, "--workers", str(1 + i % 2), "--pattern", "gpt2",
