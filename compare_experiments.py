@@ -10,8 +10,8 @@
 """
 import sys
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
-from gptlab.core.errors import run_cli
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path
+from gptlab.core.errors import UserError, run_cli
 
 
 def parse_args(argv):
@@ -34,7 +34,7 @@ def parse_args(argv):
                       f"{', '.join(COLUMN_IDS[1:])}")
     parser.add_argument("--baseline", metavar="RUN",
                         help="compare every run against this one (default: the finished run with the best val bpb)")
-    parser.add_argument("--plot", metavar="PATH",
+    parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help=f"write the curves to this PNG (default when RUNs are named: {PLOT_FILE} in each "
                              "compared run's folder)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw curves")
@@ -53,7 +53,9 @@ def parse_args(argv):
     g.add_argument("--overhead", type=float, nargs="?", const=OVERHEAD_MINUTES_GPTLAB, default=0.0, metavar="MIN",
                    help=f"add MIN minutes per run to its GPU-hours (set-up, downloads, compilation); alone: "
                         f"gpt-lab's {OVERHEAD_MINUTES_GPTLAB:g} (default: 0)")
-    g.add_argument("--alpha", type=float, default=SIGNIFICANCE_LEVEL,
+    g.add_argument("--alpha", type=float_in(0, 1, low_open=True, high_open=True,
+                                            message="{value} must be between 0 and 1 (e.g. 0.05)"),
+                   default=SIGNIFICANCE_LEVEL,
                    help="p below this is 'better' / 'worse' in the vs-best columns")
     g.add_argument("--detect_bpb", type=float, default=BPB_STEP, metavar="BPB",
                    help=f"the val bpb difference the 'runs needed' line is for (p < {RECORD_P:g}, 80%% power)")
@@ -66,16 +68,25 @@ def parse_args(argv):
     parser.epilog = (f"vs-best columns: 'better'/'worse' when p < --alpha ({SIGNIFICANCE_LEVEL:g}): Welch's t-test "
                      "of the two runs' seed groups (runs differing only by --seed), else a t-test with the measured "
                      "seed-to-seed noise; HellaSwag: a two-proportion z-test.")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_flags(args)
+    return args
+
+
+def check_flags(args):
+    """What the flags' types do not check: flags that go together, and one rule for the two cost flags."""
+    if args.diff and (args.runs or args.plot or args.sort or args.scaling):
+        raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
+                        "arguments")
+    if args.overhead < 0 or (args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0):
+        raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
+    if args.budget and not args.scaling:
+        raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
 
 
 def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare import compare
-    from gptlab.core.errors import UserError
-    if args.diff and (args.runs or args.plot or args.sort or args.scaling):
-        raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
-                        "arguments")
     compare(run_specs=args.runs, experiments_dir=args.experiments, sort=args.sort, descending=args.desc,
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,

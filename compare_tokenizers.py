@@ -6,7 +6,7 @@ compression by domain.
     python compare_tokenizers.py A.pkl B.pkl --text web.jsonl code.txt shakespeare.txt --plot tokenizers.png
 """
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, png_path
 from gptlab.core.errors import run_cli
 
 
@@ -18,7 +18,8 @@ def parse_args(argv):
                         help="held-out text, one domain per file (.txt, .jsonl with field text, .parquet); default: "
                              "each tokenizer's validation shards (data/*_<name>/val_*.bin), else the bundled sample")
     parser.add_argument("--data_dir", default="data", help="where the shard folders are")
-    parser.add_argument("--plot", metavar="PATH", help="write the bytes-per-token bars by domain to this PNG")
+    parser.add_argument("--plot", type=png_path, metavar="PATH",
+                        help="write the bytes-per-token bars by domain to this PNG")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     return parser.parse_args(argv)
 
@@ -26,12 +27,9 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare.tokenizers import plot_report, render_report, tokenizer_report
-    from gptlab.core.errors import UserError
     from gptlab.core.files import check_writable
 
     if args.plot:
-        if not args.plot.lower().endswith(".png"):
-            raise UserError(f"--plot {args.plot}: the plot is a PNG image; give a path ending in .png")
         check_writable(args.plot, args.overwrite)  # before any work
     report = tokenizer_report(args.tokenizers, args.text, args.data_dir)
     print(render_report(report), end="")

@@ -11,7 +11,7 @@ See gptlab/data/fineweb.py for the exact layout, document order and resume rules
 """
 import os
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
 from gptlab.core.distributed import default_workers
 from gptlab.core.errors import UserError, run_cli
 
@@ -29,15 +29,17 @@ def parse_args(argv=None):
     p.add_argument("--input", nargs="+", metavar="PATH", default=None,
                    help="local .txt (documents split on <|endoftext|>), .jsonl (field text) or .parquet (column "
                         "text) files or globs, instead of the Hub; the dataset folder is then local_<first stem>")
-    p.add_argument("--num_shards", type=int, default=1, help="train shards in total (one val shard is extra)")
-    p.add_argument("--shard_size", type=int, default=10_000_000, help="tokens per train shard")
-    p.add_argument("--val_tokens", type=int, default=1_000_000,
-                   help="validation shard size: whole documents until this many tokens (0: no val shard)")
+    p.add_argument("--num_shards", type=int_in(1), default=1, help="train shards in total (one val shard is extra)")
+    p.add_argument("--shard_size", type=int_in(1, message="must be a positive number of tokens, got {value}"),
+                   default=10_000_000, help="tokens per train shard")
+    p.add_argument("--val_tokens", type=int_in(0, message="must be 0 (no validation shard) or more, got {value}"),
+                   default=1_000_000, help="validation shard size: whole documents until this many tokens (0: no val "
+                   "shard)")
     p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle (Hub and local)")
-    p.add_argument("--shuffle_buffer", type=int, default=10_000,
-                   help="documents in the shuffle buffer (0: keep the stream order)")
+    p.add_argument("--shuffle_buffer", type=int_in(0, message="must be 0 (keep order) or more, got {value}"),
+                   default=10_000, help="documents in the shuffle buffer (0: keep the stream order)")
     p.add_argument("--out", default="data", help="parent folder of the dataset folder")
-    p.add_argument("--workers", type=int, default=default_workers(),
+    p.add_argument("--workers", type=int_in(1), default=default_workers(),
                    help="tokenizer threads (cores / processes on this machine)")
     p.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)),
                    help="this process's part of a split job (torchrun sets RANK)")
@@ -47,11 +49,22 @@ def parse_args(argv=None):
                    help="replace shards made earlier with other settings instead of refusing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    check_flags(args)
+    args.version = args.version or DEFAULT_VERSION
+    return args
+
+
+def check_flags(args):
+    """What the flags' types cannot check: the flags that go together (before any work)."""
+    from gptlab.data.fineweb import hub_dataset_name
+
     if args.input is not None and args.version is not None:
         raise UserError(f"--version {args.version} selects a Hub sample, but --input reads local files instead; "
                         "drop one of them")
-    args.version = args.version or DEFAULT_VERSION
-    return args
+    if not 0 <= args.rank < args.world_size:
+        raise UserError(f"--rank {args.rank} / --world_size {args.world_size}: need 0 <= rank < world_size")
+    if args.input is None:
+        hub_dataset_name(args.version or DEFAULT_VERSION)  # a sample the Hub has (its list is in fineweb.py)
 
 
 def main(argv=None):

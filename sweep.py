@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
 from gptlab.core.errors import run_cli
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -19,14 +19,16 @@ TRAIN_SCRIPT = os.path.join(REPO_ROOT, "train_gpt.py")
 
 def parse_args(argv):
     from gptlab.train.records import EXPERIMENTS_DIR
+    from gptlab.train.sweep import parse_seeds, sweep_name
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2,...",
                         help="a train_gpt.py flag and its values (repeat --grid for more flags: every combination "
                              "runs)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds, each run for every combination")
-    parser.add_argument("--name", default="Sweep", help="the sweep's name: runs are called NAME_<flag><value>..., "
-                        "its record is --experiments_dir/sweep_NAME.json")
-    parser.add_argument("--nproc_per_node", type=int, default=1,
+    parser.add_argument("--seeds", type=parse_seeds, default="0",
+                        help="comma-separated seeds, each run for every combination")
+    parser.add_argument("--name", type=sweep_name, default="Sweep", help="the sweep's name: runs are called "
+                        "NAME_<flag><value>..., its record is --experiments_dir/sweep_NAME.json")
+    parser.add_argument("--nproc_per_node", type=int_in(1), default=1,
                         help="processes (GPUs) per run: more than 1 launches each run with torchrun --standalone")
     parser.add_argument("--experiments_dir", default=EXPERIMENTS_DIR, help="where the run folders and the record go")
     parser.add_argument("--dry_run", action="store_true", help="print the commands (and which runs are finished) "
@@ -45,14 +47,13 @@ def main(argv=None):
     args = parse_args(argv)
     from gptlab.compare import compare
     from gptlab.core.errors import UserError
-    from gptlab.train.sweep import parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_run_dirs
+    from gptlab.train.sweep import parse_grid, plan_sweep, run_sweep, summary_lines, sweep_run_dirs
     from train_gpt import build_parser
 
     known = {a.dest for a in build_parser()._actions if a.option_strings}
-    if not args.grid and len(parse_seeds(args.seeds)) < 2:
+    if not args.grid and len(args.seeds) < 2:
         raise UserError("nothing to sweep: give --grid FLAG=V1,V2,... and/or several --seeds")
-    sweep = plan_sweep(args.name, parse_grid(args.grid, known), parse_seeds(args.seeds), args.train_flags,
-                       args.nproc_per_node)
+    sweep = plan_sweep(args.name, parse_grid(args.grid, known), args.seeds, args.train_flags, args.nproc_per_node)
     run_sweep(sweep, TRAIN_SCRIPT, args.experiments_dir, overwrite=args.overwrite, dry_run=args.dry_run)
     if args.dry_run:
         return sweep

@@ -29,7 +29,8 @@ import torch
 
 import model as arch
 from gptlab.core import distributed as dist_utils
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
+                             positive_int)
 from gptlab.core.errors import UserError, run_cli
 from gptlab.core.files import check_folder_creatable
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
@@ -73,10 +74,6 @@ PRESETS = {
 }
 
 
-def int_or_auto(text):
-    return text if text == "auto" else int(text)
-
-
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -87,31 +84,41 @@ def build_parser():
     g.add_argument("--val_files", nargs="+", default=None,
                    help="validation shards: paths or quoted globs (default: data/*_<tokenizer stem>/val_*.bin)")
     g.add_argument("--tokenizer", default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
-    g.add_argument("--train_seq_len", type=int, default=1024, help="tokens per training row (multiple of 128)")
-    g.add_argument("--val_seq_len", type=int, default=1024, help="tokens per validation row (multiple of 128)")
+    g.add_argument("--train_seq_len", type=positive_int, default=1024,
+                   help="tokens per training row (multiple of 128)")
+    g.add_argument("--val_seq_len", type=positive_int, default=1024,
+                   help="tokens per validation row (multiple of 128)")
     add_model_flags(p, arch.GPTConfig)  # --vocab_size, --num_layers, ...: one per field of model.py's GPTConfig
     g = p.add_argument_group("optimization")
-    g.add_argument("--train_steps", type=int, default=1000, help="optimizer steps")
-    g.add_argument("--batch_size", type=int, default=65536, help="GLOBAL tokens per optimizer step")
-    g.add_argument("--device_batch_size", type=int_or_auto, default="auto", help="tokens per rank per forward "
+    g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
+    g.add_argument("--batch_size", type=positive_int, default=65536, help="GLOBAL tokens per optimizer step")
+    g.add_argument("--device_batch_size", type=or_auto(positive_int), default="auto", help="tokens per rank per forward "
                    "pass, or auto: on CUDA the largest that fits the GPU (probed before the first step), on CPU "
                    "about 4096 (ignored when --grad_acc_steps is given)")
-    g.add_argument("--grad_acc_steps", type=int, default=None,
+    g.add_argument("--grad_acc_steps", type=positive_int, default=None,
                    help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
-    g.add_argument("--cooldown_frac", type=float, default=0.4, help="fraction of steps of linear LR decay at the end")
-    g.add_argument("--lr_scale", type=float, default=1.0, help="multiplies every learning rate")
-    g.add_argument("--seed", type=int, default=0, help="initialisation, data order and sampling")
+    g.add_argument("--cooldown_frac", type=fraction, default=0.4,
+                   help="fraction of steps of linear LR decay at the end")
+    g.add_argument("--lr_scale", type=float_in(0, low_open=True, message="{value} must be a positive number (it "
+                                                                     "multiplies every learning rate; 1 keeps them)"),
+                   default=1.0, help="multiplies every learning rate")
+    g.add_argument("--seed", type=int_in(0, 2**63 - 1, "{value} must be between 0 and 2**63 - 1"), default=0,
+                   help="initialisation, data order and sampling")
     g = p.add_argument_group("evaluation")
-    g.add_argument("--val_loss_every", type=int, default=100, help="validate every N steps (0: only at the end)")
-    g.add_argument("--val_steps", type=int, default=10, help="validation batches per evaluation (a fixed set)")
-    g.add_argument("--val_batch_size", type=int, default=None, help="GLOBAL tokens per validation step (default: "
-                   "batch_size rounded to val_seq_len)")
-    g.add_argument("--hellaswag_every", type=int, default=0,
+    g.add_argument("--val_loss_every", type=non_negative_int, default=100,
+                   help="validate every N steps (0: only at the end)")
+    g.add_argument("--val_steps", type=positive_int, default=10,
+                   help="validation batches per evaluation (a fixed set)")
+    g.add_argument("--val_batch_size", type=positive_int, default=None,
+                   help="GLOBAL tokens per validation step (default: batch_size rounded to val_seq_len)")
+    g.add_argument("--hellaswag_every", type=non_negative_int, default=0,
                    help="also run HellaSwag every N steps (0: only at the end)")
-    g.add_argument("--hellaswag_limit", type=int, default=None, help="first N examples (default: all 10042; 0: skip)")
+    g.add_argument("--hellaswag_limit", type=int_in(0, message="must be 0 or more (0 skips HellaSwag), got {value}"),
+                   default=None, help="first N examples (default: all 10042; 0: skip)")
     g.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH,
                    help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
-    g.add_argument("--sample_tokens", type=int, default=48, help="tokens per sampled continuation at the end (0: none)")
+    g.add_argument("--sample_tokens", type=non_negative_int, default=48,
+                   help="tokens per sampled continuation at the end (0: none)")
     g = p.add_argument_group("hardware")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],

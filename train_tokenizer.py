@@ -14,9 +14,18 @@ The work is gptlab/tokenizer/job.py's train_tokenizer(); this file only reads th
 import os
 import time
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
-from gptlab.core.errors import UserError, run_cli
+from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter
+from gptlab.core.errors import run_cli
 from gptlab.tokenizer.job import DATASET_CONFIG
+
+
+def file_prefix(name):
+    """--name: the start of the tokenizer's file name."""
+    if not name.strip():
+        raise FlagValueError(f"{name!r} is empty; give a file name prefix, e.g. --name mytok")
+    if "/" in name:
+        raise FlagValueError(f"{name!r} must be a plain file name prefix (no '/')")
+    return name
 
 
 def parse_args(argv=None):
@@ -26,7 +35,7 @@ def parse_args(argv=None):
                         formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
     ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
-    ap.add_argument("--name", default="tokenizer", help="file name prefix")
+    ap.add_argument("--name", type=file_prefix, default="tokenizer", help="file name prefix")
     ap.add_argument("--input", nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
                     "without it FineWeb(-Edu) is streamed from the HuggingFace Hub")
     ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb",
@@ -53,10 +62,6 @@ def main(argv=None):
 
     t0 = time.time()
     args = parse_args(argv)
-    if not args.name.strip():
-        raise UserError(f"--name {args.name!r} is empty; give a file name prefix, e.g. --name mytok")
-    if "/" in args.name:
-        raise UserError(f"--name {args.name!r} must be a plain file name prefix (no '/')")
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
                               vocabsize=args.vocabsize, pattern=args.pattern, device=args.device, engine=args.engine,

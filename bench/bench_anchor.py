@@ -78,7 +78,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.core.cli import ArgumentParser, flag_type, int_in  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 
 DEFAULT_ANCHOR = os.path.join(os.path.dirname(REPO), "shared", "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
@@ -110,7 +110,8 @@ PEAK_LINE = re.compile(r"^peak memory allocated: (\d+) MiB reserved: (\d+) MiB")
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=128,
+    p.add_argument("--steps", default=128,
+                   type=int_in(1, ANCHOR_STEPS, f"{{value}} must be between 1 and the anchor's {ANCHOR_STEPS}"),
                    help="anchor steps (of its 1,750) before it is stopped; ours runs the same tokens (default 128: "
                         "the first 7%% of the run, where both windows are 128 tokens; 1750: whole runs)")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "out", "anchor"), help="work folder and report")
@@ -118,15 +119,18 @@ def build_parser():
     p.add_argument("--ours_flags", default=None,
                    help="train_gpt.py flags for ours (default: --preset record26 when train_gpt.py has it, else "
                         f"the explicit equivalent: {RECORD26_FLAGS})")
-    p.add_argument("--ours_batch_size", type=int, default=RECORD26_BATCH,
+    p.add_argument("--ours_batch_size", default=RECORD26_BATCH,
+                   type=flag_type(lambda n: n > 0 and n % ANCHOR_SEQ_LEN == 0,
+                                  f"must be a positive multiple of {ANCHOR_SEQ_LEN} (the anchor's rows), got {{value}}",
+                                  int),
                    help="tokens per optimizer step that --ours_flags give (checked against the run's config)")
     p.add_argument("--step_matched", action="store_true",
                    help="also run ours at --batch_size 49152 on the anchor's 1,750-step schedule for --steps steps")
-    p.add_argument("--warmup_steps", type=int, default=1,
+    p.add_argument("--warmup_steps", type=int_in(1), default=1,
                    help="ours' first steps left out of the speed (the anchor leaves out the same tokens)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds each program may run")
     p.add_argument("--seed", type=int, default=0, help="seed of the random documents")
-    p.add_argument("--doc_len", type=int, default=1000, help="mean document length of the random data")
+    p.add_argument("--doc_len", type=int_in(2), default=1000, help="mean document length of the random data")
     p.add_argument("--val_tokens", type=int, default=ANCHOR_VAL_TOKENS,
                    help="validation tokens to write (the anchor reads exactly 10,485,760; smaller only for tests "
                         "with --prepare_only)")
@@ -589,10 +593,6 @@ def ours_summary(run, plan_, warmup, tokens_per_step, model, ppt, peak):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if not 1 <= args.steps <= ANCHOR_STEPS:
-        raise UserError(f"--steps {args.steps} must be between 1 and the anchor's {ANCHOR_STEPS}")
-    if args.ours_batch_size % ANCHOR_SEQ_LEN or args.warmup_steps < 1 or args.doc_len < 2:
-        raise UserError("--ours_batch_size must be a multiple of 49152, --warmup_steps >= 1, --doc_len >= 2")
     if args.val_tokens < ANCHOR_SEQ_LEN or (not args.prepare_only and args.val_tokens != ANCHOR_VAL_TOKENS):
         raise UserError(f"--val_tokens other than the anchor's {ANCHOR_VAL_TOKENS:,} only with --prepare_only "
                         f"(and at least {ANCHOR_SEQ_LEN})")

@@ -127,4 +127,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from gptlab.core.errors import run_cli  # a bad flag: one error line, exit status 2
+
+    run_cli(main)

@@ -106,4 +106,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, REPO)
+    from gptlab.core.errors import run_cli  # a bad flag: one error line, exit status 2
+
+    run_cli(main)

@@ -30,7 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.core.cli import ArgumentParser, non_negative_int, or_auto, positive_int  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
@@ -46,13 +46,14 @@ def build_parser():
     p.add_argument("--num_heads", type=int)
     p.add_argument("--vocab_size", type=int, help="default: 50304 on GPUs (GPT-2's, padded)")
     p.add_argument("--num_val_emb", type=int)
-    p.add_argument("--seq_len", type=int, help="tokens per row (multiple of 128)")
-    p.add_argument("--batch_size", type=int, help="GLOBAL tokens per optimizer step")
-    p.add_argument("--device_batch_size", default=None, help="tokens per micro-batch, or auto (train_gpt's probe)")
+    p.add_argument("--seq_len", type=positive_int, help="tokens per row (multiple of 128)")
+    p.add_argument("--batch_size", type=positive_int, help="GLOBAL tokens per optimizer step")
+    p.add_argument("--device_batch_size", type=or_auto(positive_int), default=None,
+                   help="tokens per micro-batch, or auto (train_gpt's probe)")
     p.add_argument("--window_size", type=int, help="long sliding window in tokens")
     p.add_argument("--doc_len", type=int, default=600, help="mean document length of the random documents")
-    p.add_argument("--steps", type=int, help="timed steps (GPU default 10, CPU 3)")
-    p.add_argument("--warmup", type=int, help="untimed steps first (GPU default 3, CPU 1)")
+    p.add_argument("--steps", type=positive_int, help="timed steps (GPU default 10, CPU 3)")
+    p.add_argument("--warmup", type=non_negative_int, help="untimed steps first (GPU default 3, CPU 1)")
     p.add_argument("--compile", choices=["both", "on", "off"], default=None, help="default: both on CUDA, off on CPU")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
@@ -82,7 +83,7 @@ def resolve(args, device, world_size):
         if getattr(args, flag) is not None:
             values[key] = getattr(args, flag)
     if args.device_batch_size is not None:
-        values["device_batch_size"] = train_gpt.int_or_auto(args.device_batch_size)
+        values["device_batch_size"] = args.device_batch_size
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
                   attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None)
     return resolve_config(argparse.Namespace(**values), world_size, device, arch)
@@ -207,8 +208,6 @@ def main(argv=None):
         cfg = resolve(args, device, ctx.world_size)
         steps = args.steps or (10 if device.type == "cuda" else 3)
         warmup = args.warmup if args.warmup is not None else (3 if device.type == "cuda" else 1)
-        if steps < 1 or warmup < 0:
-            raise UserError("--steps must be >= 1 and --warmup >= 0")
         compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
         gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         peak = args.peak_tflops or (gpu_bf16_peak_tflops(gpu_name) if gpu_name else None)

@@ -57,27 +57,19 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
             scaling=False, budget=None, columns=None, width=None):
     """Print the leaderboard (and noise), write LEADERBOARD.md and plots; or print a diff, or a scaling fit.
     `columns`: "a,b,c", the leaderboard columns to print; else those that fit `width` characters (default: the
-    terminal's when `out` is sys.stdout, COLUMNS honoured; 0: every column). Returns a summary dict."""
+    terminal's when `out` is sys.stdout, COLUMNS honoured; 0: every column). Returns a summary dict. The numbers are
+    taken as compare_experiments.py's flags check them: 0 < alpha < 1, overhead and price >= 0, plot a .png."""
     out = out or io.StringIO()
     if diff:
         path_a, path_b = (resolve_run(spec, experiments_dir) for spec in diff)
         out.write(diff_runs(path_a, path_b))
         return {"diff": (path_a, path_b)}
-    if not 0 < alpha < 1:
-        raise UserError(f"--alpha {alpha} must be between 0 and 1 (e.g. 0.05)")
-    if overhead_minutes < 0 or (usd_per_gpu_hour is not None and usd_per_gpu_hour < 0):
-        raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
-    if budget and not scaling:
-        raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
-
     sort_id = sort_column(sort) if sort else ("val_bpb" if descending else None)
     column_ids = text_columns(columns) if columns is not None else None
     if width is None:  # no terminal (a pipe, a file): no width to fit, every column
         width = shutil.get_terminal_size((0, 0)).columns if out is sys.stdout else 0
     plot_size = parse_size(size)
     if plot:
-        if not plot.lower().endswith(".png"):
-            raise UserError(f"--plot {plot}: the plot is a PNG image; give a path ending in .png")
         check_writable(plot, overwrite)  # before any work
     if run_specs:
         paths, folder_notes = resolve_runs(run_specs, experiments_dir), []

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from tabulate import tabulate
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
@@ -269,9 +270,9 @@ def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
 
 # ------------------------------------------------------------------------------------------------ output
 def _table(headers, rows):
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
-    return "\n".join(lines + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows])
+    """A plain-text table, cells left-aligned as given: tabulate's "simple" format, as the leaderboard's
+    (gptlab/compare/tables.py's text_table)."""
+    return tabulate(rows, headers, "simple", disable_numparse=True, stralign="left")
 
 
 def _show_token(token):

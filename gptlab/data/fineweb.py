@@ -282,28 +282,11 @@ def finished_prefix(out_dir, manifest):
     return good
 
 
-def check_args(args):
-    if args.num_shards <= 0:
-        raise UserError(f"--num_shards must be at least 1 (got {args.num_shards})")
-    if args.shard_size <= 0:
-        raise UserError(f"--shard_size must be a positive number of tokens (got {args.shard_size})")
-    if args.val_tokens < 0:
-        raise UserError(f"--val_tokens must be 0 (no validation shard) or more (got {args.val_tokens})")
-    if args.workers < 1:
-        raise UserError(f"--workers must be at least 1 (got {args.workers})")
-    if args.shuffle_buffer < 0:
-        raise UserError(f"--shuffle_buffer must be 0 (keep order) or more (got {args.shuffle_buffer})")
-    if args.world_size < 1 or not 0 <= args.rank < args.world_size:
-        raise UserError(f"--rank {args.rank} / --world_size {args.world_size}: need 0 <= rank < world_size")
-    if args.input is None:
-        hub_dataset_name(args.version)
-
-
 def make_shards(args):
-    """Run the whole download/tokenize/write job for this rank; returns the manifest part."""
+    """Run the whole download/tokenize/write job for this rank (args: download_fineweb.py's flags, checked there);
+    returns the manifest part."""
     from gptlab.tokenizer.format import encoding_from_dict, eot_id, read_tokenizer_file
 
-    check_args(args)
     tokenizer = read_tokenizer_file(args.tokenizer)
     enc = encoding_from_dict(tokenizer)
     eot = eot_id(tokenizer)

@@ -7,7 +7,8 @@ from gptlab.core.errors import UserError
 def split_batch(batch_size, seq_len, world_size, device_batch_size, grad_acc_steps=None):
     """How a GLOBAL batch of `batch_size` tokens is cut: (grad_acc_steps, tokens per micro-batch), so that
     batch_size = world_size x grad_acc_steps x micro-batch and every micro-batch holds whole rows of seq_len.
-    grad_acc_steps defaults to batch_size / (world_size x device_batch_size)."""
+    grad_acc_steps (positive, as the flag's type makes it) defaults to batch_size / (world_size x
+    device_batch_size)."""
     if batch_size % seq_len:
         raise UserError(f"--batch_size {batch_size} is not a multiple of --train_seq_len {seq_len}; "
                         f"use {max(1, batch_size // seq_len) * seq_len}")
@@ -22,8 +23,6 @@ def split_batch(batch_size, seq_len, world_size, device_batch_size, grad_acc_ste
                             f"--device_batch_size {device_batch_size}; pick sizes that divide, or pass "
                             "--grad_acc_steps")
         grad_acc_steps = max(1, per_rank // device_batch_size)
-    if grad_acc_steps <= 0:
-        raise UserError("--grad_acc_steps must be a positive integer")
     micro_tokens, rem = divmod(batch_size, world_size * grad_acc_steps)
     if rem or micro_tokens % seq_len or micro_tokens == 0:
         raise UserError(f"--batch_size {batch_size} cannot be split into world_size {world_size} x "

@@ -3,12 +3,10 @@ one list of architecture fields, in model.py), every flag checked before any dat
 dtype, compile and attention derived for the device."""
 import argparse
 import dataclasses
-import math
 
 import torch
 import torch.utils._device
 
-from gptlab.core.cli import require_non_negative, require_positive
 from gptlab.core.distributed import device_memory_bytes
 from gptlab.core.errors import UserError
 from gptlab.train.batching import micro_batch_candidates, split_batch
@@ -73,14 +71,10 @@ def check_model_fits(model_module, model_config, device):
 
 
 def resolve_config(args, world_size, device, model_module):
-    """Check every flag that can be checked without data (the model's through its config dataclass); derive
-    head_dim, the micro-batch split, dtype, compile and attention."""
+    """Check what the flags' types (train_gpt.py's build_parser) cannot: the model's fields (its config dataclass),
+    the row lengths against the attention's block, the batch split and the device; derive head_dim, the micro-batch
+    split, dtype, compile and attention."""
     cfg = argparse.Namespace(**vars(args))
-    require_positive(cfg, ("train_steps", "batch_size", "val_steps", "train_seq_len", "val_seq_len"))
-    if cfg.device_batch_size != "auto":
-        require_positive(cfg, ("device_batch_size",))
-    require_non_negative(cfg, ("val_loss_every", "hellaswag_every", "checkpoint_every", "sample_tokens",
-                               "log_every"))
     fields = {f.name: getattr(cfg, f.name) for f in model_flags(model_module.GPTConfig)}
     try:  # the model checks its own fields (the vocabulary comes from the tokenizer later)
         checked = model_module.GPTConfig(**dict(fields, vocab_size=fields["vocab_size"] or 1))
@@ -93,8 +87,6 @@ def resolve_config(args, world_size, device, model_module):
         if value % multiple:
             raise UserError(f"--{name} {value} is not a multiple of {multiple} (FlexAttention's block size; "
                             f"required on CPU too so configs stay portable); use {-(-value // multiple) * multiple}")
-    if not 0 <= cfg.cooldown_frac <= 1:
-        raise UserError(f"--cooldown_frac {cfg.cooldown_frac} must be between 0 and 1")
     if cfg.device_batch_size == "auto" and cfg.grad_acc_steps is None:
         split_batch(cfg.batch_size, cfg.train_seq_len, world_size, cfg.train_seq_len)  # the batch divides at all
         if device.type != "cuda":  # no memory to probe: micro-batches of about 4096 tokens, at least one row
@@ -117,11 +109,4 @@ def resolve_config(args, world_size, device, model_module):
     if cfg.attention == "flex" and device.type != "cuda":
         raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
                         "--attention sdpa (the same mask, evaluated densely) or auto")
-    if not math.isfinite(cfg.lr_scale) or cfg.lr_scale <= 0:
-        raise UserError(f"--lr_scale {cfg.lr_scale} must be a positive number (it multiplies every learning rate; "
-                        "1 keeps them)")
-    if not 0 <= cfg.seed < 2**63:
-        raise UserError(f"--seed {cfg.seed} must be between 0 and 2**63 - 1")
-    if cfg.hellaswag_limit is not None and cfg.hellaswag_limit < 0:
-        raise UserError("--hellaswag_limit must be >= 0 (0 skips HellaSwag)")
     return cfg

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from gptlab.core.cli import float_in, non_negative_int
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
@@ -34,17 +35,19 @@ def add_run_flags(parser):
                    help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
     g.add_argument("--experiments_dir", default=records.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
-    g.add_argument("--checkpoint_every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
+    g.add_argument("--checkpoint_every", type=non_negative_int, default=0,
+                   help="save a checkpoint every N steps (0: never)")
     g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
-    g.add_argument("--log_every", type=int, default=10, help="print a train line every N steps (the loop reads its "
-                   "figures back from the GPU only then, at evaluations and at checkpoints)")
+    g.add_argument("--log_every", type=non_negative_int, default=10, help="print a train line every N steps (the loop "
+                   "reads its figures back from the GPU only then, at evaluations and at checkpoints)")
     g.add_argument("--trust_model_code", action="store_true", help="--resume from a checkpoint whose model code "
                    "differs from model.py and was trained on another machine: run its code (read it first)")
     g.add_argument("--allow_new_data", action="store_true", help="--resume on shards other than the checkpoint's "
                    "(refused by default: its curve would continue on other data)")
     g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
                    "run folder, no data read")
-    g.add_argument("--usd_per_gpu_hour", type=float, default=None, help="price of one GPU (on CPU: one process) for "
+    g.add_argument("--usd_per_gpu_hour", type=float_in(0, message="{value} must be a price >= 0 (dollars per GPU-hour, "
+                                                                  "e.g. 2.5)"), default=None, help="price of one GPU (on CPU: one process) for "
                    "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/train/cost.py's table of "
                    "typical rental prices by GPU name; none on CPU)")
     g.add_argument("--tensorboard", action="store_true", default=None, help="also write the run's scalars as "

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from gptlab.core.cli import FlagValueError
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write_text, check_folder_creatable
 from gptlab.train.records import RESULTS_FILE, read_run_json
@@ -62,13 +63,21 @@ def parse_grid(specs, known_flags):
 
 
 def parse_seeds(text):
+    """--seeds "0,1,2" → [0, 1, 2] (the flag's type)."""
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         seeds = []
     if not seeds or len(set(seeds)) != len(seeds):
-        raise UserError(f"--seeds {text!r} is not a list of distinct integers; write e.g. --seeds 0,1,2")
+        raise FlagValueError(f"{text!r} is not a list of distinct integers; write e.g. --seeds 0,1,2")
     return seeds
+
+
+def sweep_name(name):
+    """--name (the flag's type): it names the record file and begins every run's folder name."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+-]*", name):
+        raise FlagValueError(f"{name!r} must be a plain name (letters, digits, . + -), e.g. --name LrSweep")
+    return name
 
 
 def flags_given(argv):
@@ -115,15 +124,12 @@ class Sweep:
 
 
 def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1):
-    """Every combination of the grid for each seed, seed-major: one run of every setting before the next seed."""
-    if not name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.+-]*", name):
-        raise UserError(f"--name {name!r} must be a plain name (letters, digits, . + -), e.g. --name LrSweep")
+    """Every combination of the grid for each seed, seed-major: one run of every setting before the next seed
+    (name: a sweep_name, seeds: parse_seeds's list, nproc_per_node >= 1, as sweep.py's flags give them)."""
     clash = sorted(flags_given(train_flags) & (set(SWEEP_SET_FLAGS) | {k for k, _ in grid}))
     if clash:
         raise UserError(f"the train_gpt.py flags after -- set {', '.join('--' + c for c in clash)}, which the sweep "
                         "sets itself (from --grid, --seeds, --name, --experiments_dir); drop them after --")
-    if nproc_per_node < 1:
-        raise UserError(f"--nproc_per_node {nproc_per_node} must be at least 1")
     combos = list(itertools.product(*[[(key, v) for v in values] for key, values in grid]))
     points = [Point(list(combo), seed, point_name(name, combo)) for seed in seeds for combo in combos]
     return Sweep(name, grid, seeds, list(train_flags), nproc_per_node, points)
