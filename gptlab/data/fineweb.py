@@ -51,7 +51,6 @@ VERSIONS = {  # --version → (Hub repo, config)
     "350Bedu": (HUB_DATASETS["fineweb-edu"], "sample-350BT"),
 }
 CHUNK_CHARS = 256 * 1024  # text per tokenizer task: small enough that the threads finish together at the end
-TEST_DIE_ENV = "GPTLAB_TEST_DIE_AFTER_SHARDS"  # tests only: os._exit(1) after this many shards (a crash)
 
 
 def hub_dataset_name(version):
@@ -149,7 +148,6 @@ class ShardWriter:
         self.skip = start[1]  # tokens of the first document already in a finished shard
         self.shard_start = start
         self.pieces, self.filled = [], 0
-        self.die_after = int(os.environ.get(TEST_DIE_ENV, "0") or 0)
         self.written = 0
         self.docs_seen = 0
 
@@ -220,8 +218,6 @@ class ShardWriter:
         self.shard_start = (self.doc, self.offset)
         self.pieces, self.filled = [], 0
         self.written += 1
-        if self.die_after and self.written >= self.die_after:
-            os._exit(1)  # tests: simulate a crash right after a finished shard
 
 
 def save_manifest(out_dir, manifest):

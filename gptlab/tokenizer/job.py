@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from gptlab.core.errors import UserError
 
 DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
-TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1) after counting its documents
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
 SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
@@ -370,8 +369,6 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
             replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
             local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
                      "sample": sample_box[0] if sample_box else ""}
-            if os.environ.get(TEST_DIE_ENV) == str(rank):
-                os._exit(1)
 
             # ---- combine the ranks' tables exactly (sum of counts)
             if world_size > 1:
