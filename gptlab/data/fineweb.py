@@ -27,12 +27,15 @@ or re-cloned checkout resumes too.
 import collections
 import contextlib
 import glob
+import hashlib
 import itertools
 import os
 import random
 import re
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -41,6 +44,7 @@ from gptlab.core.files import check_folder_creatable, exclusive_lock
 from gptlab.data import shards as shard_format
 from gptlab.data.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
+from gptlab.tokenizer.format import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
 VERSIONS = {  # --version → (Hub repo, config)
     "10B": (HUB_DATASETS["fineweb"], "sample-10BT"),
@@ -109,8 +113,6 @@ def encode_chunk(enc, docs, eot, dtype=np.uint32):
 def iter_encoded_chunks(enc, docs, eot, workers, dtype=np.uint32, chunk_chars=CHUNK_CHARS):
     """Tokenize a document stream on `workers` threads (tiktoken releases the GIL), yielding encode_chunk results
     in stream order; the calling thread reads the next documents meanwhile."""
-    from concurrent.futures import ThreadPoolExecutor
-
     docs = iter(docs)
     max_in_flight = 2 * workers + 1
     with ThreadPoolExecutor(workers, thread_name_prefix="tokenize") as pool:
@@ -297,8 +299,6 @@ def check_args(args):
 
 def make_shards(args):
     """Run the whole download/tokenize/write job for this rank; returns the manifest part."""
-    from gptlab.tokenizer.format import encoding_from_dict, eot_id, read_tokenizer_file
-
     check_args(args)
     tokenizer = read_tokenizer_file(args.tokenizer)
     enc = encoding_from_dict(tokenizer)
@@ -319,9 +319,6 @@ def make_shards(args):
     # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one
     # manifest. The lock lives in the temporary folder, keyed by the folder's real path, so a start that fails
     # (an empty input, an unreachable Hub) leaves nothing in the user's folders.
-    import hashlib
-    import tempfile
-
     key = hashlib.sha256(os.path.realpath(out_dir).encode()).hexdigest()[:24]
     lock = os.path.join(tempfile.gettempdir(), "gptlab-locks", f"shards-{key}.rank{args.rank}.lock")
     with exclusive_lock(lock, f"shard folder {out_dir}" + (f" (rank {args.rank})" if args.world_size > 1 else "")):
@@ -330,8 +327,6 @@ def make_shards(args):
 
 def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir):
     """make_shards, holding the folder's lock."""
-    from gptlab.tokenizer.format import ranks_sha256
-
     shard_version = shard_format.version_for_vocab(enc.n_vocab)
     dtype = shard_format.VERSION_DTYPES[shard_version]
     manifest = {
@@ -388,7 +383,7 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)
     progress = None
     if rank == 0 and not args.quiet:
-        from tqdm import tqdm
+        from tqdm import tqdm  # ~25 ms: only with the progress bar (not for --quiet or --help)
         progress = tqdm(total=target, unit="tok", unit_scale=True, desc=f"shards → {out_dir}", file=sys.stderr,
                         smoothing=0.1)
     writer = ShardWriter(out_dir, manifest, plan, start, eot, dtype, args.shard_size, args.val_tokens, progress)

@@ -10,6 +10,7 @@ A shard folder (written by download_fineweb.py) holds `val_000000.bin`, `train_0
 merges them; `check_manifest(dir, tokenizer_sha256)` lets a trainer refuse shards made with another tokenizer.
 """
 import glob
+import hashlib
 import json
 import os
 
@@ -50,8 +51,6 @@ def write_shard(path, tokens, version=1, overwrite=False):
 
 def shard_sha256(path):
     """sha256 of a shard file's bytes (header and tokens): the manifest records it, a re-run checks it."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
