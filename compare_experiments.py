@@ -10,15 +10,15 @@
 """
 import sys
 
+from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
+from gptlab.compare.tables import COLUMN_IDS
 from gptlab.core.cli import ArgumentParser, HelpFormatter
-from gptlab.core.errors import run_cli
+from gptlab.core.errors import UserError, run_cli
+from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
+from gptlab.train.records import EXPERIMENTS_DIR
 
 
 def parse_args(argv):
-    from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL
-    from gptlab.compare.tables import COLUMN_IDS
-    from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
-    from gptlab.train.records import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run folders to compare (paths, folder names in --experiments, or a unique part of "
@@ -71,8 +71,6 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gptlab.compare import compare
-    from gptlab.core.errors import UserError
     if args.diff and (args.runs or args.plot or args.sort or args.scaling):
         raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
                         "arguments")

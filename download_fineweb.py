@@ -14,13 +14,12 @@ import os
 from gptlab.core.cli import ArgumentParser, HelpFormatter
 from gptlab.core.distributed import default_workers
 from gptlab.core.errors import UserError, run_cli
+from gptlab.data.fineweb import VERSIONS, make_shards
 
 DEFAULT_VERSION = "10Bedu"
 
 
 def parse_args(argv=None):
-    from gptlab.data.fineweb import VERSIONS
-
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
     # default None: only an explicitly given --version can conflict with --input
@@ -55,8 +54,6 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from gptlab.data.fineweb import make_shards
-
     args = parse_args(argv)
     manifest, out_dir = make_shards(args)
     return out_dir

@@ -16,12 +16,12 @@ import time
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter
 from gptlab.core.errors import UserError, run_cli
-from gptlab.tokenizer.job import DATASET_CONFIG
+from gptlab.data.sources import HUB_DATASETS
+from gptlab.tokenizer.format import EOT, tokenizer_filename
+from gptlab.tokenizer.job import DATASET_CONFIG, train_tokenizer
 
 
 def parse_args(argv=None):
-    from gptlab.data.sources import HUB_DATASETS
-
     ap = ArgumentParser(description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
@@ -48,9 +48,6 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from gptlab.tokenizer.format import EOT, tokenizer_filename
-    from gptlab.tokenizer.job import train_tokenizer
-
     t0 = time.time()
     args = parse_args(argv)
     if not args.name.strip():
