@@ -10,15 +10,15 @@
 """
 import sys
 
+from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
+from gptlab.compare.tables import COLUMN_IDS
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path
 from gptlab.core.errors import UserError, run_cli
+from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
+from gptlab.train.records import EXPERIMENTS_DIR
 
 
 def parse_args(argv):
-    from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL
-    from gptlab.compare.tables import COLUMN_IDS
-    from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
-    from gptlab.train.records import EXPERIMENTS_DIR
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="run folders to compare (paths, folder names in --experiments, or a unique part of "
@@ -86,7 +86,6 @@ def check_flags(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gptlab.compare import compare
     compare(run_specs=args.runs, experiments_dir=args.experiments, sort=args.sort, descending=args.desc,
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,

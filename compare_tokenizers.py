@@ -8,6 +8,7 @@ compression by domain.
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, png_path
 from gptlab.core.errors import run_cli
+from gptlab.core.files import check_writable
 
 
 def parse_args(argv):
@@ -26,8 +27,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gptlab.compare.tokenizers import plot_report, render_report, tokenizer_report
-    from gptlab.core.files import check_writable
+    # heavy (~0.1 s: numpy, tabulate, the rest of gptlab.compare): after the flags, so --help answers at once
+    from gptlab.compare.tokenizers import plot_report, render_report, tokenizer_report  # heavy
 
     if args.plot:
         check_writable(args.plot, args.overwrite)  # before any work

@@ -14,13 +14,12 @@ import os
 from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
 from gptlab.core.distributed import default_workers
 from gptlab.core.errors import UserError, run_cli
+from gptlab.data.fineweb import VERSIONS, hub_dataset_name, make_shards
 
 DEFAULT_VERSION = "10Bedu"
 
 
 def parse_args(argv=None):
-    from gptlab.data.fineweb import VERSIONS
-
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
     # default None: only an explicitly given --version can conflict with --input
@@ -56,8 +55,6 @@ def parse_args(argv=None):
 
 def check_flags(args):
     """What the flags' types cannot check: the flags that go together (before any work)."""
-    from gptlab.data.fineweb import hub_dataset_name
-
     if args.input is not None and args.version is not None:
         raise UserError(f"--version {args.version} selects a Hub sample, but --input reads local files instead; "
                         "drop one of them")
@@ -68,8 +65,6 @@ def check_flags(args):
 
 
 def main(argv=None):
-    from gptlab.data.fineweb import make_shards
-
     args = parse_args(argv)
     manifest, out_dir = make_shards(args)
     return out_dir

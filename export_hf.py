@@ -17,6 +17,7 @@ import argparse
 from gptlab.core.cli import ArgumentParser, HelpFormatter
 from gptlab.core.errors import run_cli
 from gptlab.core.files import check_output_dir
+from gptlab.tokenizer.format import read_tokenizer_file
 
 
 def build_parser():
@@ -35,10 +36,10 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_output_dir(args.out_dir, args.overwrite)  # before loading anything
-    from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder
-    from gptlab.tokenizer.format import read_tokenizer_file
-    from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model, logits_fn
+    # heavy (torch, ~1.5 s): imported once the flags and the output are checked, so --help and errors answer at once
+    from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder  # torch
+    from gptlab.train import checkpointing  # torch
+    from gptlab.train.model_source import load_model, logits_fn  # torch
 
     model, _, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
     tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)

@@ -13,6 +13,7 @@ import sys
 import time
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, positive_int
+from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
 
 
@@ -54,12 +55,12 @@ def prompts_from_stdin():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_flags(args)
-    import torch
+    # heavy (torch, ~1.5 s): imported once the flags are checked, so --help and a bad flag answer at once
+    import torch  # heavy
 
-    from gptlab.core.distributed import resolve_device
-    from gptlab.export.generate import TextStream, cached_next_logits, generate, uncached_next_logits
-    from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model, logits_fn
+    from gptlab.export.generate import TextStream, cached_next_logits, generate, uncached_next_logits  # torch
+    from gptlab.train import checkpointing  # torch
+    from gptlab.train.model_source import load_model, logits_fn  # torch
 
     device = resolve_device(args.device)
     model, module, ckpt = load_model(args.checkpoint, device, args.trust_model_code)  # the checkpoint's own model.py

@@ -11,15 +11,15 @@ import os
 import sys
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
-from gptlab.core.errors import run_cli
+from gptlab.core.errors import UserError, run_cli
+from gptlab.train.records import EXPERIMENTS_DIR
+from gptlab.train.sweep import parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name, sweep_run_dirs
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 TRAIN_SCRIPT = os.path.join(REPO_ROOT, "train_gpt.py")
 
 
 def parse_args(argv):
-    from gptlab.train.records import EXPERIMENTS_DIR
-    from gptlab.train.sweep import parse_seeds, sweep_name
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     parser.add_argument("--grid", action="append", default=[], metavar="FLAG=V1,V2,...",
                         help="a train_gpt.py flag and its values (repeat --grid for more flags: every combination "
@@ -45,10 +45,9 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from gptlab.compare import compare
-    from gptlab.core.errors import UserError
-    from gptlab.train.sweep import parse_grid, plan_sweep, run_sweep, summary_lines, sweep_run_dirs
-    from train_gpt import build_parser
+    # after the flags are read, so that --help and a bad flag answer at once:
+    from gptlab.compare import compare  # heavy (~0.1 s: numpy, tabulate), only for the closing leaderboard
+    from train_gpt import build_parser  # heavy (~1.5 s: torch), for train_gpt.py's flag names
 
     known = {a.dest for a in build_parser()._actions if a.option_strings}
     if not args.grid and len(args.seeds) < 2:

@@ -16,7 +16,9 @@ import time
 
 from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter
 from gptlab.core.errors import run_cli
-from gptlab.tokenizer.job import DATASET_CONFIG
+from gptlab.data.sources import HUB_DATASETS
+from gptlab.tokenizer.format import EOT, tokenizer_filename
+from gptlab.tokenizer.job import DATASET_CONFIG, train_tokenizer
 
 
 def file_prefix(name):
@@ -29,8 +31,6 @@ def file_prefix(name):
 
 
 def parse_args(argv=None):
-    from gptlab.data.sources import HUB_DATASETS
-
     ap = ArgumentParser(description=__doc__.split("\n\n")[0],
                         formatter_class=HelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
@@ -57,9 +57,6 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from gptlab.tokenizer.format import EOT, tokenizer_filename
-    from gptlab.tokenizer.job import train_tokenizer
-
     t0 = time.time()
     args = parse_args(argv)
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))

@@ -80,6 +80,11 @@ if REPO not in sys.path:
 
 from gptlab.core.cli import ArgumentParser, flag_type, int_in  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
+from gptlab.core.files import atomic_write_text  # noqa: E402
+from gptlab.data.shards import read_header, read_shard, write_shard  # noqa: E402
+from gptlab.tokenizer.format import EOT as EOT_TEXT, PATTERNS, open_tokenizer, save_tokenizer  # noqa: E402
+from gptlab.train.environment import gpu_bf16_peak_tflops  # noqa: E402
+from gptlab.train.records import read_metrics  # noqa: E402
 
 DEFAULT_ANCHOR = os.path.join(os.path.dirname(REPO), "shared", "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
@@ -183,8 +188,6 @@ def plan(steps, ours_batch, warmup_steps, doc_len=1000):
 
 def prepare(out, train_tokens, val_tokens, seed, doc_len):
     """Write (or reuse, when an earlier call wrote the same) both shard layouts; returns their paths."""
-    from gptlab.data.shards import read_header, write_shard
-
     anchor_data = os.path.join(out, "anchor_run", "data", "fineweb10B")
     ours_data = os.path.join(out, "ours_data")
     paths = {"anchor_train": os.path.join(anchor_data, "fineweb_train_000001.bin"),
@@ -230,8 +233,6 @@ def byte_pair_merges(n_merges=EOT - 256):
 
 def write_tokenizer(path):
     """A synthetic, valid BPE tokenizer with the anchor's 50,257 ids (see the module docstring); returns path."""
-    from gptlab.tokenizer.format import EOT as EOT_TEXT, PATTERNS, open_tokenizer, save_tokenizer
-
     merges = byte_pair_merges()
     ranks = {bytes([i]): i for i in range(256)}
     for k, (a, b) in enumerate(merges):
@@ -453,8 +454,6 @@ def train_gpt_has_preset():
 def run_ours(label, flags, paths, tokenizer, exp_dir, train_steps, stop_at, batch_size, timeout_s):
     """train_gpt.py with `flags` + the benchmark's overrides, stopped (SIGINT: recorded as interrupted) once its
     metrics.csv has step stop_at, unless that is its last step. Returns rows, config, results, memory."""
-    from gptlab.train.records import read_metrics
-
     overrides = ["--tokenizer", tokenizer, "--train_files", paths["ours_train"], "--val_files", paths["ours_val"],
                  "--train_steps", str(train_steps), "--val_loss_every", "0", "--val_steps", "1",
                  "--val_seq_len", str(ANCHOR_SEQ_LEN), "--val_batch_size", str(ANCHOR_SEQ_LEN),
@@ -510,10 +509,9 @@ def run_ours(label, flags, paths, tokenizer, exp_dir, train_steps, stop_at, batc
 def pairs_per_token(train_path, max_blocks, rows=8, seed=0):
     """{window blocks: allowed query-key pairs per token} of the document-causal sliding-window mask, counted
     exactly with model.attention_pairs on `rows` rows of 49,152 tokens that start at document starts."""
-    import torch
+    import torch  # heavy (~1 s): only the GPU run needs it; --prepare_only runs without it
 
-    import model as arch
-    from gptlab.data.shards import read_shard
+    import model as arch  # torch
 
     tokens = read_shard(train_path)
     starts = np.flatnonzero(np.asarray(tokens[: len(tokens) - ANCHOR_SEQ_LEN]) == EOT)
@@ -525,10 +523,10 @@ def pairs_per_token(train_path, max_blocks, rows=8, seed=0):
 def our_model(config, run_dir):
     """(our GPT as the run built it, on the meta device: shapes only, no memory; its module): from the model.py
     in the run's code backup (a run trained here: its source is trusted) and its config.json."""
-    import torch
+    import torch  # heavy: as in pairs_per_token
 
-    from gptlab.train import model_source as ms
-    from gptlab.train.config import model_config_of
+    from gptlab.train import model_source as ms  # torch
+    from gptlab.train.config import model_config_of  # torch
 
     path = os.path.join(run_dir, "code", "model.py")
     with open(path, "r", encoding="utf-8") as f:
@@ -568,7 +566,7 @@ def gpu_name():
 
 
 def ours_summary(run, plan_, warmup, tokens_per_step, model, ppt, peak):
-    import train_gpt
+    import train_gpt  # heavy (torch): as in pairs_per_token
 
     cfg = run["config"]
     rows = [r for r in run["rows"] if warmup < r["step"] <= plan_]
@@ -598,7 +596,7 @@ def main(argv=None):
                         f"(and at least {ANCHOR_SEQ_LEN})")
     p = plan(args.steps, args.ours_batch_size, args.warmup_steps, args.doc_len)
     if not args.prepare_only:
-        import torch
+        import torch  # heavy: --prepare_only runs without torch
 
         if not torch.cuda.is_available():
             raise UserError("bench_anchor.py runs the anchor and ours on a CUDA GPU and none is visible here; "
@@ -618,11 +616,9 @@ def main(argv=None):
     if args.prepare_only:
         return {"prepared": out, "paths": paths, "tokenizer": tokenizer, "plan": p}
 
-    import torch
+    import torch  # heavy: as above
 
     name = gpu_name()
-    from gptlab.train.environment import gpu_bf16_peak_tflops
-
     peak = gpu_bf16_peak_tflops(name)
     if args.ours_flags is not None:
         ours_flags = shlex.split(args.ours_flags)
@@ -682,8 +678,6 @@ def main(argv=None):
                              "sum of metrics.csv step_time_s; warm-up: ours' first --warmup_steps steps and the "
                              "anchor's steps holding the same tokens are left out"}
     print_table(sides, name, peak, ratio, report)
-    from gptlab.core.files import atomic_write_text
-
     report_path = os.path.join(out, "bench_anchor.json")
     atomic_write_text(report_path, json.dumps(report, indent=2) + "\n", overwrite=True)
     print(f"report: {report_path}", flush=True)

@@ -20,6 +20,7 @@ tiny reference BPE, tests/helpers/tiny_data.py, if that fails).
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,11 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+import download_fineweb  # noqa: E402
+from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.tokenizer.format import load_tokenizer  # noqa: E402
+
 MAKE_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "bench", "make_corpus.py")
 
 
@@ -51,7 +57,7 @@ def build_tokenizer(corpus, workdir, vocabsize):
     print(f"train_tokenizer.py failed ({proc.stderr.strip()[-300:]}); using tests/helpers/tiny_data.py",
           file=sys.stderr)
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    from helpers.tiny_data import save_tiny_tokenizer
+    from helpers.tiny_data import save_tiny_tokenizer  # the tests' fallback: tests/ is on sys.path only from here
 
     with open(corpus) as f:
         texts = [json.loads(line)["text"][:3000] for _, line in zip(range(100), f)]
@@ -60,8 +66,6 @@ def build_tokenizer(corpus, workdir, vocabsize):
 
 
 def run_ours(corpus, tokenizer, workers, out_dir):
-    import download_fineweb
-
     shutil.rmtree(out_dir, ignore_errors=True)
     t0, c0 = time.perf_counter(), time.process_time()
     download_fineweb.main(["--quiet", "--input", corpus, "--tokenizer", tokenizer, "--out", out_dir,
@@ -71,8 +75,6 @@ def run_ours(corpus, tokenizer, workers, out_dir):
 
 
 def run_raw(tokenizer, docs, workers):
-    from gptlab.tokenizer.format import load_tokenizer
-
     enc = load_tokenizer(tokenizer)  # fresh, untimed: starts as cold as download_fineweb's own Encoding
     t0, c0 = time.perf_counter(), time.process_time()
     out = enc.encode_ordinary_batch(docs, num_threads=workers)
@@ -81,8 +83,6 @@ def run_raw(tokenizer, docs, workers):
 
 
 def main(argv=None):
-    from gptlab.core.cli import ArgumentParser
-
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", help=".jsonl corpus (default: build one with make_corpus.py)")
     p.add_argument("--mb", type=float, default=20, help="size of the corpus to build")
@@ -92,8 +92,6 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--workdir", default=os.path.join(REPO, "bench", "out"))
     args = p.parse_args(argv)
-
-    from gptlab.tokenizer.format import load_tokenizer
 
     os.makedirs(args.workdir, exist_ok=True)
     corpus = args.corpus or build_corpus(args.mb, args.workdir)
@@ -116,8 +114,6 @@ def main(argv=None):
             print(f"rep {rep}: raw encode_ordinary_batch {raw[-1]:.2f} MB/s ({ntok / raw_s / 1e6:.2f} M tokens/s, "
                   f"{raw_c:.1f} CPU s), download_fineweb {ours[-1]:.2f} MB/s ({ours_c:.1f} CPU s), "
                   f"ratio {ours[-1] / raw[-1]:.3f}", flush=True)
-    import statistics
-
     ratios = [o / r for o, r in zip(ours, raw)]
     median = statistics.median(ratios)
     print(f"ratio download_fineweb / raw tiktoken: {median:.3f} (median of {len(ratios)} pairs; target >= 0.9); "

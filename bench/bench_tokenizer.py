@@ -18,6 +18,11 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.tokenizer.format import PATTERNS  # noqa: E402
+
 MAKE_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "bench", "make_corpus.py")
 
 HF_SCRIPT = r"""
@@ -54,9 +59,6 @@ def run_child(cmd, env=None):
 
 
 def main(argv=None):
-    sys.path.insert(0, REPO)
-    from gptlab.core.cli import ArgumentParser
-
     ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=20, help="corpus size in MB when building one")
     ap.add_argument("--vocab", type=int, default=8192, help="vocabulary size (bytes + merges)")
@@ -68,7 +70,6 @@ def main(argv=None):
                          "cpu, cuda), e.g. native:cpu torch:cuda; every one is timed against the same HF run")
     ap.add_argument("--skip-hf", action="store_true", help="time ours only")
     args = ap.parse_args(argv)
-    from gptlab.tokenizer.format import PATTERNS
 
     with tempfile.TemporaryDirectory(prefix="bench_tok_") as tmp:
         corpus = args.corpus
@@ -93,7 +94,7 @@ def main(argv=None):
             print("      " + out.strip().splitlines()[-1])
         if args.skip_hf:
             return
-        import tokenizers  # without the package, the repo's tokenizers/ folder imports as an empty namespace
+        import tokenizers  # optional (HF); without it, the repo's tokenizers/ folder imports as an empty namespace
 
         if not hasattr(tokenizers, "Tokenizer"):
             sys.exit("HuggingFace tokenizers is not installed: pip install tokenizers (benchmark only)")

@@ -26,12 +26,20 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from gptlab.core import distributed as dist_utils  # noqa: E402
 from gptlab.core.cli import ArgumentParser, non_negative_int, or_auto, positive_int  # noqa: E402
+from gptlab.core.distributed import all_reduce_sum  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
+from gptlab.core.files import atomic_write_text  # noqa: E402
+from gptlab.data.shards import write_shard  # noqa: E402
+from gptlab.train.batching import split_batch  # noqa: E402
+from gptlab.train.environment import gpu_bf16_peak_tflops, peak_memory  # noqa: E402
 
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
                    device_batch_size=512, window_size=256, num_val_emb=2)
@@ -63,9 +71,10 @@ def build_parser():
 
 def resolve(args, device, world_size):
     """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace)."""
-    import model as arch
-    import train_gpt
-    from gptlab.train.config import resolve_config
+    # heavy (torch, ~1.5 s), here and below: imported after the flags, so --help and a bad flag answer at once
+    import model as arch  # torch
+    import train_gpt  # torch
+    from gptlab.train.config import resolve_config  # torch
 
     if device.type == "cuda":
         values = dict(train_gpt.build_parser().parse_args([]).__dict__)
@@ -91,10 +100,6 @@ def resolve(args, device, world_size):
 
 def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
     """Shards of random documents (each starts with eot) for the loader: speed does not depend on the text."""
-    import numpy as np
-
-    from gptlab.data.shards import write_shard
-
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, eot, size=n_tokens, dtype=np.int64)
     tokens[rng.random(n_tokens) < 1.0 / doc_len] = eot
@@ -105,14 +110,13 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
 
 
 def bench_one(cfg, ctx, compiled, shards, steps, warmup):
-    import torch
+    import torch  # heavy: as in resolve
 
-    import model as arch
-    import train_gpt
-    from gptlab.data.loader import BOSAlignedLoader
-    from gptlab.train.batching import split_batch
-    from gptlab.train.comm import GradientSync
-    from gptlab.train.config import model_config_of
+    import model as arch  # torch
+    import train_gpt  # torch
+    from gptlab.data.loader import BOSAlignedLoader  # torch
+    from gptlab.train.comm import GradientSync  # torch
+    from gptlab.train.config import model_config_of  # torch
 
     device = ctx.device
     torch.manual_seed(0)
@@ -144,8 +148,6 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-
-    from gptlab.core.distributed import all_reduce_sum
 
     t0 = time.perf_counter()
     for _ in range(warmup):
@@ -181,8 +183,6 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     sync()
     model_s = (time.perf_counter() - t0) / steps
     model.zero_grad(set_to_none=True)
-    from gptlab.train.environment import peak_memory
-
     mem = peak_memory(device)
     return {"compiled": compiled, "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
             "tokens_per_s": cfg.batch_size / step_s, "device_batch_size": cfg.device_batch_size,
@@ -196,12 +196,9 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
 
 
 def main(argv=None):
-    import torch
-
-    from gptlab.core import distributed as dist_utils
-    from gptlab.train.environment import gpu_bf16_peak_tflops
-
     args = build_parser().parse_args(argv)
+    import torch  # heavy: as in resolve
+
     ctx = dist_utils.setup(args.device)
     try:
         device = ctx.device
@@ -243,7 +240,6 @@ def main(argv=None):
                   "peak_tflops": peak, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
                   "results": results, "torch": torch.__version__}
         if args.out and ctx.is_main:
-            from gptlab.core.files import atomic_write_text
             atomic_write_text(args.out, json.dumps(report, indent=2, default=str) + "\n", overwrite=True)
         return report
     finally:

@@ -56,7 +56,7 @@ def main(argv=None):
     digest = hashlib.sha256()
     tmp = args.out + ".tmp"
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # optional: no bar without it
         bar = tqdm(total=target, unit="B", unit_scale=True, desc="corpus", file=sys.stderr)
     except ImportError:
         bar = None

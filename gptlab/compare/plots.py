@@ -52,9 +52,9 @@ def _use_log(xs):
 
 def plot_runs(runs, paths, size=(1600, 1200)):
     """One PNG of val bpb / train loss / HellaSwag acc_norm (rows) against tokens and wall time (columns)."""
-    import matplotlib
+    import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     # Fonts follow the figure size: small PNGs stay legible, large ones are not sparse.
     font_scale = max(0.6, min(1.6, min(size[0] / 1600, size[1] / 1200) ** 0.7))
@@ -67,8 +67,8 @@ def plot_runs(runs, paths, size=(1600, 1200)):
 
 
 def _draw_curves(plt, runs, size, dpi):
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import EngFormatter, NullFormatter
+    from matplotlib.lines import Line2D  # heavy: as in plot_runs
+    from matplotlib.ticker import EngFormatter, NullFormatter  # heavy: as in plot_runs
 
     fig, axes = plt.subplots(3, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi,
                              gridspec_kw={"height_ratios": [1.2, 1.2, 1.0]})

@@ -14,8 +14,10 @@ from gptlab.compare.stats import SIGNIFICANCE_LEVEL
 from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
                                    write_leaderboard)
 from gptlab.compare.tables import text_columns
+from gptlab.compare.tokenizers import shard_bytes_per_token
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable
+from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train.records import EXPERIMENTS_DIR, RESULTS_FILE, is_run_folder
 
 
@@ -33,9 +35,6 @@ SCALING_PLOT_FILE = "scaling.png"
 
 def add_bytes_per_token(runs):
     """Each run's tokenizer on its validation shards (when both are on this machine), one measurement per pair."""
-    from gptlab.compare.tokenizers import shard_bytes_per_token
-    from gptlab.tokenizer.format import open_tokenizer
-
     measured = {}
     for run in runs:
         tokenizer = run.config.get("tokenizer_path") or run.config.get("tokenizer")

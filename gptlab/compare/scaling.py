@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_write
 
 MIN_RUNS_COMPUTE = 4  # 3 parameters: at least one degree of freedom for the residual noise
 MIN_RUNS_CHINCHILLA = 5  # 5 parameters; the interval needs a sixth run
@@ -50,7 +51,7 @@ class Fit:
         value = np.atleast_1d(fn(self.theta, x))
         if self.cov is None:
             return value, None, None
-        from scipy import optimize, stats  # heavy
+        from scipy import optimize, stats  # heavy (~0.7 s): only for the intervals of a fit
 
         step = np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(self.theta))  # forward differences
         grad = optimize.approx_fprime(self.theta, lambda th: np.atleast_1d(fn(th, x)), step)
@@ -66,7 +67,7 @@ class Fit:
 def _fit(law, names, model, start, x, y):
     """Least squares from `start` by scipy's curve_fit, with its covariance s²(JᵀJ)⁻¹; the covariance is None
     without a degree of freedom or when J is singular."""
-    from scipy.optimize import OptimizeWarning, curve_fit  # heavy
+    from scipy.optimize import OptimizeWarning, curve_fit  # heavy (~0.4 s): only when a law is fitted
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)  # "covariance could not be estimated": None below
@@ -359,11 +360,9 @@ def _label_axes(ax, xlabel, title):
 
 def plot_scaling(report, path, size=(1200, 800)):
     """Points, the L(C) fit with its 95% band (and one run's interval at the budget), in a PNG."""
-    import matplotlib
+    import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from gptlab.core.files import atomic_write
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     fit = report.compute_fit
     panels = 2 if report.chinchilla_fit is not None else 1

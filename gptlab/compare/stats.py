@@ -54,7 +54,7 @@ class TTest:
 
 def welch_t_test(a, b):
     """Welch's unequal-variance t-test of two samples (each of 2 or more values)."""
-    from scipy import stats  # heavy
+    from scipy import stats  # heavy (~0.7 s): only for p-values and power
 
     diff = statistics.mean(a) - statistics.mean(b)
     if statistics.variance(a) == statistics.variance(b) == 0.0:  # scipy's t would be nan or inf
@@ -69,7 +69,7 @@ def welch_t_test(a, b):
 def t_test_with_noise(a, b, noise):
     """Two means of a and b (any sizes, single runs too) when the run-to-run std is known from seed groups:
     t = diff / (std sqrt(1/n_a + 1/n_b)) with the noise estimate's degrees of freedom."""
-    from scipy import stats  # heavy
+    from scipy import stats  # heavy (~0.7 s): only for p-values and power
 
     diff = statistics.mean(a) - statistics.mean(b)
     se = noise.std * math.sqrt(1.0 / len(a) + 1.0 / len(b))
@@ -89,7 +89,7 @@ class ProportionTest:
 def two_proportion_test(k_a, n_a, k_b, n_b):
     """Pooled two-proportion z-test of k_a/n_a against k_b/n_b (the same p as Pearson's chi-square on the 2x2
     table without continuity correction)."""
-    from scipy import stats  # heavy
+    from scipy import stats  # heavy (~0.7 s): only for p-values and power
 
     p_a, p_b = k_a / n_a, k_b / n_b
     pooled = (k_a + k_b) / (n_a + n_b)
@@ -102,7 +102,7 @@ def two_proportion_test(k_a, n_a, k_b, n_b):
 
 def t_test_power(diff, std, n, alpha=RECORD_P):
     """Power of a two-sided two-sample t-test (n runs per side, equal std) to find a true difference `diff`."""
-    from scipy import stats  # heavy
+    from scipy import stats  # heavy (~0.7 s): only for p-values and power
 
     df = 2 * n - 2
     critical = stats.t.ppf(1.0 - alpha / 2.0, df)
@@ -113,7 +113,7 @@ def t_test_power(diff, std, n, alpha=RECORD_P):
 def runs_needed(diff, std, alpha=RECORD_P, power=RECORD_POWER, most=100_000):
     """The fewest runs per side for which a two-sided two-sample t-test at `alpha` finds a true difference `diff`
     with probability `power`, given the run-to-run std; None when more than `most` would be needed."""
-    from scipy import stats  # heavy
+    from scipy import stats  # heavy (~0.7 s): only for p-values and power
 
     if std <= 0.0:
         return 2

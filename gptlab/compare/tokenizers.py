@@ -8,6 +8,7 @@ Bytes per token = UTF-8 bytes of the text / tokens of encode_ordinary, each docu
 tokens neither counted nor produced). Without texts, each tokenizer is measured on the validation documents of its
 shard folder (data/*_<tokenizer stem>/val_*.bin, decoded back to text), else on the bundled sample.
 """
+import glob
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from tabulate import tabulate
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
+from gptlab.data.selection import default_shard_folder
+from gptlab.data.shards import read_shard
+from gptlab.data.sources import iter_local_documents
 from gptlab.tokenizer.format import encoding_from_dict, read_tokenizer_file, token_bytes_by_id
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,8 +91,6 @@ def recover_merges(mergeable_ranks, limit=None):
 # ------------------------------------------------------------------------------------------------ texts
 def shard_documents(encoding, paths):
     """The documents of token shards (each starts with <|endoftext|>), decoded back to text."""
-    from gptlab.data.shards import read_shard
-
     eot = encoding.eot_token
     docs = []
     for path in paths:
@@ -106,10 +108,6 @@ def shard_documents(encoding, paths):
 
 def validation_shards(tokenizer_name, data_dir="data"):
     """The val_*.bin of the tokenizer's shard folder, or [] when there is no single such folder."""
-    import glob
-
-    from gptlab.data.selection import default_shard_folder
-
     try:
         folder = default_shard_folder(tokenizer_name, data_dir)
     except UserError:
@@ -119,8 +117,6 @@ def validation_shards(tokenizer_name, data_dir="data"):
 
 def read_domains(text_paths):
     """{domain (file stem): [documents]} of --text files (.txt, .jsonl, .parquet)."""
-    from gptlab.data.sources import iter_local_documents
-
     domains = {}
     for path in text_paths:
         stem = os.path.splitext(os.path.basename(path))[0]
@@ -147,8 +143,7 @@ def default_domains(tokenizer, data_dir="data"):
 def shard_bytes_per_token(encoding, paths):
     """UTF-8 bytes per token of token shards, counted on the tokens themselves (no decoding): special tokens are
     left out of both counts. The leaderboard's Bytes/token column."""
-    from gptlab.data.shards import read_shard
-    from gptlab.evals.bpb import token_byte_lengths
+    from gptlab.evals.bpb import token_byte_lengths  # heavy (~1 s: torch), only for the leaderboard's Bytes/token
 
     lengths = token_byte_lengths(encoding, encoding.n_vocab).numpy()
     total_bytes = total_tokens = 0
@@ -250,7 +245,7 @@ class Report:
 def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
     if not paths:
         raise UserError("name at least one tokenizer .pkl (a path or a name in tokenizers/)")
-    from tqdm import tqdm
+    from tqdm import tqdm  # ~25 ms: compare_experiments.py imports this module and draws no bar
 
     tokenizers = [load_report_tokenizer(p) for p in paths]
     shared = read_domains(text_paths) if text_paths else None
@@ -316,9 +311,9 @@ def render_report(report):
 
 def plot_report(report, path, overwrite=False):
     """Bars of bytes/token by domain (one colour per tokenizer) in a PNG, written atomically."""
-    import matplotlib
+    import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     check_writable(path, overwrite)
     domain_names = list(dict.fromkeys(name for r in report.results for name in r.domains))

@@ -4,6 +4,9 @@ Works unchanged for `python script.py` (one process, no process group), `torchru
 multi-node `torchrun --nnodes=N --rdzv_backend=c10d ...`. CPU runs use gloo, CUDA runs NCCL. Every collective
 has a timeout, so a rank that dies makes the others fail with an error instead of hanging forever (torchrun
 also tears the whole group down when one worker exits non-zero).
+
+torch is imported inside the functions that use it (heavy, ~1 s): download_fineweb.py and a CPU train_tokenizer.py
+run use this module (ranks, worker counts, --device checks) without ever loading torch.
 """
 import datetime
 import os
@@ -45,7 +48,7 @@ def check_device_flag(requested):
 def resolve_device(requested="auto", local_rank=None, local_world_size=None):
     """'auto' → cuda:LOCAL_RANK when a GPU is visible, else cpu. An unavailable 'cuda' is a clear error.
     local_rank / local_world_size default to torchrun's environment."""
-    import torch
+    import torch  # heavy: see the module docstring
 
     check_device_flag(requested)
     env_rank, env_world = local_ranks()
@@ -67,8 +70,8 @@ def resolve_device(requested="auto", local_rank=None, local_world_size=None):
 
 def setup(device="auto", timeout_s=DEFAULT_TIMEOUT_S):
     """Read torchrun's environment, pick the device, and start the process group when world size > 1."""
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: see the module docstring
+    import torch.distributed as dist  # heavy: see the module docstring
 
     rank = int(os.environ.get("RANK", "0"))
     local_rank, _ = local_ranks()
@@ -92,7 +95,7 @@ def import_group_defaults_first():
     first optimizer is built. Imported after init_process_group, ten of its functions keep the group forever, so
     destroy_process_group cannot free it: its gloo threads outlive training into interpreter shutdown, where a
     late teardown killed ranks with SIGABRT ("terminate called without an active exception")."""
-    import torch.distributed.nn  # noqa: F401
+    import torch.distributed.nn  # noqa: F401 (heavy, and imported for its side effect at this moment)
 
 
 def rendezvous_store(timeout_s=DEFAULT_TIMEOUT_S):
@@ -100,21 +103,21 @@ def rendezvous_store(timeout_s=DEFAULT_TIMEOUT_S):
     process group: for small messages between ranks, such as rank 0's error, before the group exists. A group
     held open through long independent work would turn a rank that dies there into errors on the others; without
     one, torchrun ends them."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     store, _, _ = next(dist.rendezvous("env://", timeout=datetime.timedelta(seconds=timeout_s)))
     return store
 
 
 def cleanup(ctx):
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if ctx.is_distributed and dist.is_initialized():
         dist.destroy_process_group()
 
 
 def barrier(ctx):
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if ctx.is_distributed:
         dist.barrier()
@@ -122,7 +125,7 @@ def barrier(ctx):
 
 def broadcast_object(ctx, obj, src=0):
     """Rank src's Python object on every rank (identity when not distributed)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if not ctx.is_distributed:
         return obj
@@ -133,7 +136,7 @@ def broadcast_object(ctx, obj, src=0):
 
 def all_gather_objects(ctx, obj):
     """List of every rank's object, in rank order."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if not ctx.is_distributed:
         return [obj]
@@ -144,7 +147,7 @@ def all_gather_objects(ctx, obj):
 
 def device_memory_bytes(device):
     """Total memory of a CUDA device, or the machine's physical memory for the CPU."""
-    import torch
+    import torch  # heavy: see the module docstring
 
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[1]
@@ -153,7 +156,7 @@ def device_memory_bytes(device):
 
 def broadcast_parameters(ctx, model, src=0):
     """Every rank gets rank src's parameters (in place; nothing to do when not distributed)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if ctx.is_distributed:
         for p in model.parameters():
@@ -162,7 +165,7 @@ def broadcast_parameters(ctx, model, src=0):
 
 def all_reduce_sum(ctx, tensor):
     """In-place sum over ranks; returns the tensor for chaining."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: see the module docstring
 
     if ctx.is_distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)

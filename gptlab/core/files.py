@@ -2,8 +2,11 @@
 that really write (root passes every os.access check); one writer at a time through an exclusive lock."""
 import contextlib
 import errno
+import fcntl
 import json
 import os
+import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -121,8 +124,6 @@ def exclusive_lock(lock_path, what):
 
     The lock is flock(2)'s: the OS drops it when the holder exits or is killed, so no stale lock survives a
     crash (the file may stay; it is removed on a normal exit). Forked children do not keep it. Yields the path."""
-    import fcntl
-
     global _fork_hook_registered
     if not _fork_hook_registered:
         os.register_at_fork(after_in_child=_close_inherited_locks)
@@ -174,8 +175,6 @@ def _open_lock_file(lock_path):
 
 
 def _write_holder(fd):
-    import shlex
-
     holder = {"pid": os.getpid(), "host": socket.gethostname(),
               "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
               "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -212,8 +211,6 @@ def check_output_dir(path, overwrite=False):
 def atomic_output_dir(path, overwrite=False):
     """Yield an empty folder `path.tmp.<pid>` to fill; on success it becomes `path` (an existing `path` is only
     replaced when overwrite=True), on any error it is removed. A reader never sees a half-written folder."""
-    import shutil
-
     check_output_dir(path, overwrite)
     tmp_path = f"{os.path.abspath(path)}.tmp.{os.getpid()}"
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -4,6 +4,7 @@ fixed validation set split over ranks.
 import os
 
 import numpy as np
+import torch
 
 from gptlab.core.errors import UserError
 from gptlab.data.selection import shard_token_counts
@@ -12,8 +13,6 @@ from gptlab.data.shards import read_shard
 
 def to_device(array, device):
     """A numpy batch as a tensor on `device`; on CUDA through pinned memory, so the copy is truly asynchronous."""
-    import torch
-
     tensor = torch.from_numpy(array)
     if device.type == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)

@@ -2,6 +2,7 @@
 tokenizer's name, every shard checked against the tokenizer, and the data's fingerprint (what --resume checks).
 """
 import glob
+import hashlib
 import os
 from dataclasses import dataclass
 
@@ -70,8 +71,6 @@ def data_fingerprint(paths):
     """sha256 naming the data in `paths`, whatever folder it sits in: each shard's file name, token count and
     content digest (the sha256 its manifest records, else a hash of its first and last MiB). A folder rebuilt
     with another seed or other text gets another fingerprint."""
-    import hashlib
-
     recorded = {}
     for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
         if glob.glob(os.path.join(folder, MANIFEST_GLOB)):

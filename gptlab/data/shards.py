@@ -9,8 +9,8 @@ A shard folder (written by download_fineweb.py) holds `val_000000.bin`, `train_0
 `manifest.json` (one writer) or `manifest.rank{r}.json` (one per rank when --world_size > 1). `load_manifest(dir)`
 merges them; `check_manifest(dir, tokenizer_sha256)` lets a trainer refuse shards made with another tokenizer.
 """
-import errno
 import glob
+import hashlib
 import json
 import os
 
@@ -45,26 +45,17 @@ def write_shard(path, tokens, version=1, overwrite=False):
     header[0], header[1], header[2] = MAGIC, version, tokens.size
     with atomic_write(path, "wb", overwrite=overwrite) as f:
         f.write(header.tobytes())
-        _fault_injection(path)
         f.write(memoryview(np.ascontiguousarray(tokens.astype(dtype, copy=False))).cast("B"))
     return path
 
 
 def shard_sha256(path):
     """sha256 of a shard file's bytes (header and tokens): the manifest records it, a re-run checks it."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _fault_injection(path):
-    """Tests only: GPTLAB_TEST_FAIL_WRITE=<shard file name> makes writing that shard fail as on a full disk."""
-    if os.environ.get("GPTLAB_TEST_FAIL_WRITE") == os.path.basename(path):
-        raise OSError(errno.ENOSPC, "No space left on device (GPTLAB_TEST_FAIL_WRITE)", path)
 
 
 def read_header(path):

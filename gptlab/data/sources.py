@@ -106,7 +106,7 @@ def _read_jsonl(path, stats):
 
 
 def _read_parquet(path, stats):
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy (~0.1 s): only for .parquet inputs
 
     try:
         pf = pq.ParquetFile(path)
@@ -147,8 +147,8 @@ def hub_offline():
     """True when huggingface_hub or datasets is in offline mode. Their own reading of the environment decides
     (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE, TRANSFORMERS_OFFLINE set to 1, true, yes or on, any case), so we stop
     exactly when they would refuse to stream."""
-    import datasets.config
-    from huggingface_hub import constants
+    import datasets.config  # heavy (~0.7 s): only for the Hub
+    from huggingface_hub import constants  # only for the Hub (it reads HF_* variables when imported)
 
     return bool(constants.HF_HUB_OFFLINE or getattr(datasets.config, "HF_HUB_OFFLINE", False)
                 or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
@@ -160,8 +160,8 @@ def check_hub_reachable(repo_id, timeout_s=5.0):
     One HEAD request for the dataset card, sent the way the libraries send theirs: huggingface_hub's own HTTP
     session, so HF_ENDPOINT (read by huggingface_hub), HTTPS_PROXY / HTTP_PROXY / NO_PROXY and the port of an
     http:// endpoint count as they do for the download itself. Any HTTP answer means reachable."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import build_hf_headers, get_session
+    from huggingface_hub import constants  # only for the Hub, as above
+    from huggingface_hub.utils import build_hf_headers, get_session  # heavy (~75 ms): only for the Hub
 
     endpoint = constants.ENDPOINT.rstrip("/")
     try:
@@ -217,7 +217,7 @@ def open_hub_stream(repo_id, config):
 
     Only the text column is read, with its type given, so no file is opened just to infer a schema: in W ranks
     that would download the first file W more times."""
-    from datasets import Features, Value, load_dataset_builder
+    from datasets import Features, Value, load_dataset_builder  # heavy (~0.7 s): only for the Hub
 
     builder = load_dataset_builder(repo_id, name=config, columns=["text"], features=Features({"text": Value("string")}))
     files = [str(f) for f in builder.config.data_files["train"]]

@@ -6,12 +6,15 @@ Special tokens (<|endoftext|>) and the model's vocabulary padding count 0 bytes:
 """
 import math
 
+import torch
+
+from gptlab.core.distributed import all_reduce_sum
+from gptlab.data.loader import to_device
+
 
 def token_byte_lengths(encoding, size):
     """(size,) float64 tensor: UTF-8 byte count of every token id of a tiktoken Encoding; ids that are special
     tokens, or beyond the vocabulary (padding up to `size`), count 0."""
-    import torch
-
     special_ids = {encoding.encode_single_token(s) for s in encoding.special_tokens_set}
     lengths = torch.zeros(size, dtype=torch.float64)
     for token_id in range(min(encoding.n_vocab, size)):
@@ -30,11 +33,6 @@ def evaluate_val(loss_fn, val_set, rows_per_batch, byte_lengths, ctx):
 
     loss_fn(x, y): the summed cross-entropy (nats) of a batch of inputs x and targets y, LongTensors (B, T) on
     ctx.device; val_set: a gptlab.data.loader.ValidationSet; byte_lengths: token_byte_lengths(...)."""
-    import torch
-
-    from gptlab.core.distributed import all_reduce_sum
-    from gptlab.data.loader import to_device
-
     with torch.no_grad():  # no graph: one kept alive by the all-reduced totals would waste memory
         totals = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss nats, target tokens, target bytes
         for x_np, y_np in val_set.batches(rows_per_batch):

@@ -23,6 +23,11 @@ import math
 import os
 import time
 
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from gptlab.core.distributed import all_reduce_sum
 from gptlab.core.errors import UserError
 from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag
 
@@ -64,9 +69,6 @@ def encode_example(encoding, example, prepend_eot=True, max_seq_len=None):
 
 def _score_rows(model_fn, rows, starts, *, pad_id, n_vocab, device, seq_multiple):
     """Sum of completion-token losses and completion lengths of each row, in one forward pass."""
-    import torch
-    import torch.nn.functional as F
-
     n_rows = len(rows)
     lengths = [len(r) for r in rows]
     width = -(-max(lengths) // seq_multiple) * seq_multiple
@@ -99,9 +101,6 @@ def score_examples(model_fn, encoding, examples, *, device="cpu", batch_size=DEF
                    prepend_eot=True, max_seq_len=None, progress=False, progress_desc="hellaswag"):
     """Per-example scores, in the order given (no rank split): a list of dicts
     {"label", "loss_sum": [4], "loss_mean": [4], "pred": argmin loss_sum, "pred_norm": argmin loss_mean}."""
-    import torch
-    from tqdm import tqdm
-
     if batch_size < 1:
         raise UserError(f"HellaSwag batch size must be >= 1, got {batch_size}")
     if seq_multiple < 1:
@@ -143,10 +142,6 @@ def evaluate_hellaswag(model_fn, encoding, examples_or_path=DEFAULT_PATH, *, ctx
     "acc_norm_correct", "seconds"}; the counts and accuracies are identical on every rank (seconds is this
     rank's wall time).
     """
-    import torch
-
-    from gptlab.core.distributed import all_reduce_sum
-
     if isinstance(examples_or_path, (str, os.PathLike)):
         examples = load_hellaswag(os.fspath(examples_or_path), limit)
     else:

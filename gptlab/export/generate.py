@@ -7,6 +7,11 @@ is the model's own (model.py's KVCache, from the checkpoint's source):
 The uncached path (uncached_next_logits) runs a full forward over every token so far for each new one; both feed
 the same sampler, so with the same seed they give the same tokens (tests/unit/test_sample.py checks it).
 """
+import codecs
+
+import torch
+import torch.nn.functional as F
+
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 
 
@@ -14,9 +19,6 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
     """The sampling distribution (V,) from last-position logits (V,): logits / temperature, only the top_k
     largest kept, softmax, then top-p (nucleus): only the most likely tokens whose probabilities, added in order,
     first reach top_p, renormalised."""
-    import torch
-    import torch.nn.functional as F
-
     logits = logits.float() / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
@@ -33,8 +35,6 @@ def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token id drawn from next_token_probs(...); temperature 0 is greedy (argmax)."""
-    import torch
-
     if temperature == 0:
         return int(torch.argmax(logits))
     return int(torch.multinomial(next_token_probs(logits, temperature, top_k, top_p), 1, generator=generator))
@@ -47,8 +47,6 @@ def generate(next_logits, prompt_tokens, max_tokens, *, temperature=1.0, top_k=N
     next_logits(new_tokens: list of ids) → logits (V,) of the token after everything fed so far (see
     cached_next_logits, uncached_next_logits); the prompt is fed first, then each sampled token. generator: a CPU
     torch.Generator (its seed fixes the draws)."""
-    import torch
-
     new_tokens = list(prompt_tokens)
     with torch.no_grad():
         for _ in range(max_tokens):
@@ -62,8 +60,6 @@ def generate(next_logits, prompt_tokens, max_tokens, *, temperature=1.0, top_k=N
 def uncached_next_logits(logits_fn, device="cpu"):
     """next_logits for generate(): a full forward pass over all the tokens so far, for every new token.
     logits_fn: LongTensor (1, T) → logits (1, T, V) (e.g. gptlab.train.model_source.checkpoint_logits_fn's)."""
-    import torch
-
     tokens = []
 
     def next_logits(new_tokens):
@@ -75,8 +71,6 @@ def uncached_next_logits(logits_fn, device="cpu"):
 def cached_next_logits(cache, device="cpu", n_vocab=None):
     """next_logits for generate(): only the new tokens go through the cache's model (model.py's KVCache: its
     forward(tokens) returns their logits); the logits are cut to the first n_vocab (the tokenizer's ids)."""
-    import torch
-
     def next_logits(new_tokens):
         return cache.forward(torch.tensor([new_tokens], device=device))[0, -1, :n_vocab]
     return next_logits
@@ -87,8 +81,6 @@ class TextStream:
     pieces add up to encoding.decode(tokens)."""
 
     def __init__(self, encoding):
-        import codecs
-
         self.encoding = encoding
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -104,8 +96,6 @@ def sample_continuations(logits_fn, encoding, n_tokens, seed, device, prompts=DE
     """[(prompt, text)]: each prompt continued by up to n_tokens sampled tokens (top-k, temperature), stopping at
     <|endoftext|> (the samples that close a training log). logits_fn: LongTensor (B, T) → logits (B, T, V). Plain
     full forward passes: fine for a handful of short samples."""
-    import torch
-
     eot = encoding.eot_token
     generator = torch.Generator(device="cpu").manual_seed(seed)  # one stream of draws for all the prompts
     samples = []

@@ -28,6 +28,8 @@ import shutil
 import sys
 import tempfile
 
+import torch
+
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_output_dir
 from gptlab.train.records import write_json
@@ -111,11 +113,11 @@ def hf_config(model_config, windows, eot_id, n_vocab, padded_vocab=None):
 
 
 def _require_transformers():
-    try:
-        import safetensors  # noqa: F401
-        import transformers  # noqa: F401
+    try:  # optional packages, for the export only: checked here, imported where used
+        import safetensors  # noqa: F401 (optional)
+        import transformers  # noqa: F401 (optional)
 
-        import tokenizers  # noqa: F401
+        import tokenizers  # noqa: F401 (optional)
     except ImportError as err:
         raise UserError(f"exporting to Hugging Face needs {err.name}: {HF_FILES_HINT}") from None
 
@@ -172,7 +174,7 @@ def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokeni
     model that made model_state); config_fields: hf_config's; tokenizer_data: the dict of
     gptlab.tokenizer.format.read_tokenizer_file."""
     _require_transformers()
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # optional: export only
 
     eot = config_fields["eot_token_id"]
     eot_text = next(s for s, i in tokenizer_data["special_tokens"].items() if i == eot)
@@ -214,8 +216,7 @@ def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT):
     {"tokens": len(ids), "same_tokens": the HF tokenizer gives ids (ids[1:] with add_special_tokens=False) and
     decodes them as tiktoken does (without the <|endoftext|>s when skipping special tokens), "max_abs_diff":
     float32 logits of ids against logits_fn's, "generated": generate()'s greedy continuation of "The", as text}."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional and heavy: the check only
 
     hf_tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)  # (transformers 5 reads config.json)
     hf_model = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True).float().eval()

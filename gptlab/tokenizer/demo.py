@@ -1,4 +1,6 @@
 """--demo: show a sample text coloured by token (ANSI background colours) while the merges are learned."""
+from gptlab.tokenizer.format import encoding_from_dict
+from gptlab.tokenizer.merges import finish_result
 
 # 256-colour background codes that keep black text readable
 _COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
@@ -7,9 +9,6 @@ _COLOURS = [153, 194, 224, 230, 189, 159, 217, 187, 225, 158]
 def encode_with_merges(text, pattern, merges):
     """Token byte strings of `text` under the merges learned so far, encoded as the saved tokenizer would be:
     a tiktoken Encoding of their ranks."""
-    from gptlab.tokenizer.format import encoding_from_dict
-    from gptlab.tokenizer.merges import finish_result
-
     ranks = finish_result(merges, counts=[]).mergeable_ranks
     encoding = encoding_from_dict({"pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": {}},
                                   name=f"demo_{len(merges)}")

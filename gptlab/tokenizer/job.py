@@ -25,10 +25,19 @@ import sys
 import time
 from dataclasses import dataclass
 
+from gptlab.core import distributed
+from gptlab.core.distributed import check_device_flag, default_workers, resolve_device
 from gptlab.core.errors import UserError
+from gptlab.core.files import check_writable, exclusive_lock, write_fix
+from gptlab.data.sources import HUB_DATASETS, ReadStats, iter_hub_documents, iter_local_documents, take_every
+from gptlab.tokenizer import native
+from gptlab.tokenizer.demo import render
+from gptlab.tokenizer.format import EOT, MAX_VOCAB, ranks_sha256, resolve_pattern, save_tokenizer
+from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
+from gptlab.tokenizer.native import train_merges_native
+from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS, pretokenize
 
 DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
-TEST_DIE_ENV = "GPTLAB_TEST_DIE_RANK"  # tests only: this rank calls os._exit(1) after counting its documents
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
 SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
@@ -48,8 +57,6 @@ class TrainedTokenizer:
 
 def check_settings(samples, vocabsize, workers, pattern):
     """Bad numbers or pattern → UserError naming the flag and the fix; returns (pattern name, pattern string)."""
-    from gptlab.tokenizer.format import MAX_VOCAB, resolve_pattern
-
     if samples <= 0:
         raise UserError(f"--samples must be a positive number of characters, got {samples}")
     if vocabsize < 256:
@@ -72,9 +79,6 @@ def gpu_possible():
 
 def choose_engine(device="auto", engine="auto"):
     """(engine, device string) for the merge loop: the native and Python loops need no torch at all."""
-    from gptlab.core.distributed import check_device_flag, resolve_device
-    from gptlab.tokenizer import native
-
     check_device_flag(device)
     if device == "auto":
         # The C loop on the CPU unless the torch loop is asked for (or there is no C compiler and maybe a GPU):
@@ -106,9 +110,6 @@ def choose_workers(requested, budget_chars, announce=True):
     """Pre-tokenization processes for one rank: the request (default: this rank's cores), lowered to this rank's
     cores and to one per chunk of its `budget_chars` characters (workers are handed whole chunks, so more would
     sit idle). A lowered request is announced in a note."""
-    from gptlab.core.distributed import default_workers
-    from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS
-
     cores = default_workers()
     chunks = max(1, -(-budget_chars // DEFAULT_CHUNK_CHARS))
     workers = min(requested or cores, cores, chunks)
@@ -148,8 +149,6 @@ def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, samp
     Local files: the global budget is applied to the whole stream first (exactly the text one rank would use), then
     the documents are dealt out round robin, so the text does not depend on the world size. The Hub: each rank
     streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
-    from gptlab.data.sources import HUB_DATASETS, iter_hub_documents, iter_local_documents, take_every
-
     if inputs:
         source = {"input": list(inputs)}
         docs = take_every(limit_chars(iter_local_documents(inputs, stats), samples, sample_box), rank, world_size)
@@ -172,8 +171,6 @@ def combine_tables(tables):
 
 def merges_digest(result):
     """A fingerprint of the merges and ranks, compared across ranks."""
-    from gptlab.tokenizer.format import ranks_sha256
-
     return ranks_sha256(result.mergeable_ranks) + str(hash(tuple(result.merges)))
 
 
@@ -192,14 +189,15 @@ def script_content():
 
 
 def library_versions(uses_torch):
-    import numpy
-    import regex
-    import tiktoken
+    # lazy: train_tokenizer.py --help imports this module, and these are only read for their versions here
+    import numpy  # ~45 ms
+    import regex  # ~10 ms
+    import tiktoken  # ~15 ms
 
     versions = {"python": platform.python_version(), "regex": str(regex.__version__), "numpy": str(numpy.__version__),
                 "tiktoken": str(tiktoken.__version__)}
     if uses_torch:
-        import torch
+        import torch  # heavy (~1 s): only when the run used it
 
         versions["torch"] = str(torch.__version__)  # TorchVersion is a str subclass the safe loader refuses
     return versions
@@ -208,7 +206,7 @@ def library_versions(uses_torch):
 def _bar(enabled, **kwargs):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # ~25 ms: only with a progress bar (not for --help or a quiet run)
 
     return tqdm(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
 
@@ -229,13 +227,8 @@ def _read_rate_updater(bar, stats):
 
 def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
     """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
-    from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
-    from gptlab.tokenizer.native import train_merges_native
-
     on_merge = None
     if demo_sample:
-        from gptlab.tokenizer.demo import render
-
         shows = {max(0, int(num_merges * f) - 1) for f in (0.01, 0.1, 0.5, 1.0)} if num_merges else set()
         print(render(demo_sample, pat_str, []), flush=True)
 
@@ -261,9 +254,6 @@ def run_merges(table, num_merges, engine, device, show_progress=False, demo_samp
 def save(trained, out_path, overwrite=False):
     """Write the tokenizer pickle (+ .merges.txt) at out_path; sets and returns trained.out_path. A failed write
     (a full disk) is a UserError, with nothing half-written left."""
-    from gptlab.core.files import write_fix
-    from gptlab.tokenizer.format import EOT, save_tokenizer
-
     result = trained.result
     try:
         save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
@@ -286,8 +276,6 @@ def lock_path_for(out_path):
 def claim_output(out_path, overwrite=False):
     """Check that out_path can be written (by writing in its folder) and hold its lock for the block, so a second
     trainer of the same file is refused at once, naming this one."""
-    from gptlab.core.files import check_writable, exclusive_lock
-
     check_writable(out_path, overwrite)  # before the lock creates the folder
     with exclusive_lock(lock_path_for(out_path), f"tokenizer {out_path}"):
         check_writable(out_path, overwrite)  # again: a writer that just finished may have made it
@@ -329,9 +317,6 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     locks the file against a second trainer; it saves there at the end. Under torchrun every rank calls this; all
     return the same TrainedTokenizer. progress: tqdm bars on rank 0; demo: rank 0 prints a sample coloured by
     token during training."""
-    from gptlab.data.sources import ReadStats
-    from gptlab.tokenizer.pretokenize import pretokenize
-
     t0 = time.time()
     pattern_name, pat_str = check_settings(samples, vocabsize, workers, pattern)
     rank = int(os.environ.get("RANK", "0"))
@@ -344,8 +329,6 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
 
     store = None
     if world_size > 1:
-        from gptlab.core import distributed
-
         store = distributed.rendezvous_store()  # the process group itself starts after pre-tokenization
     ctx = None
     with contextlib.ExitStack() as held:  # the output's lock, held until the end
@@ -370,8 +353,6 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
             replaced_docs = stats.replaced_docs if (not inputs or is_main) else 0
             local = {"table": table, "chars": chars, "docs": n_docs, "replaced_docs": replaced_docs,
                      "sample": sample_box[0] if sample_box else ""}
-            if os.environ.get(TEST_DIE_ENV) == str(rank):
-                os._exit(1)
 
             # ---- combine the ranks' tables exactly (sum of counts)
             if world_size > 1:

@@ -58,6 +58,7 @@ Per merge the work is O(occurrences + log) plus a few passes over the pair table
 only when the candidates outnumber N / 8 (the first merges). Syncs: step 1, and the occasional fold, compaction
 or rebuild.
 """
+import bisect
 import heapq
 from dataclasses import dataclass, field
 
@@ -212,7 +213,7 @@ _NONZERO_STATIC_WORKS = {}  # device type → whether torch.nonzero_static runs 
 def nonzero_static(mask, size, fill_value):
     """Indices (size, 1) of the first `size` True entries of a 1-D mask, padded with fill_value, without a host
     sync. Where this torch build has no nonzero_static for the device, the same result via nonzero (one sync)."""
-    import torch
+    import torch  # heavy (~1 s): only the torch engine; CPU runs never import torch
 
     kind = mask.device.type
     if _NONZERO_STATIC_WORKS.get(kind, True):
@@ -231,9 +232,7 @@ def nonzero_static(mask, size, fill_value):
 
 def train_merges_torch(word_counts, num_merges, device="cpu", progress=None, on_merge=None):
     """The same exact BPE as `train_merges_python`, vectorised with torch on `device` (see module docstring)."""
-    import bisect
-
-    import torch
+    import torch  # heavy (~1 s): only the torch engine; CPU runs never import torch
 
     device = torch.device(device)
     i64 = dict(dtype=torch.int64, device=device)

@@ -8,9 +8,14 @@ the parent merges only `workers` tables.
 
 Lone surrogates (possible in JSON text) are replaced with U+FFFD before splitting, as tiktoken does when
 encoding, so the trainer sees the same text the tokenizer will later encode.
+
+`regex` is imported by the functions that split text: train_tokenizer.py --help imports this module (through
+gptlab.tokenizer.job) and should not pay for it.
 """
 import itertools
 import multiprocessing as mp
+import queue as queue_mod
+import signal
 import sys
 from collections import Counter
 
@@ -30,7 +35,7 @@ def clean_document(doc):
 
 def count_documents(docs, pattern):
     """Single-process reference path: {pre-token str: count} of an iterable of documents."""
-    import regex
+    import regex  # ~10 ms: see the module docstring
 
     findall = regex.compile(pattern).findall
     counter = Counter()
@@ -40,9 +45,7 @@ def count_documents(docs, pattern):
 
 
 def _worker(pattern, tasks, results):
-    import signal
-
-    import regex
+    import regex  # ~10 ms: see the module docstring
 
     # Ctrl-C reaches the whole process group: the parent handles it (and terminates us), so no traceback here
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -76,7 +79,7 @@ def pretokenize(docs, pattern, workers=1, chunk_chars=DEFAULT_CHUNK_CHARS, progr
 
     `progress(n_chars)` is called as text is handed out. `workers` <= 1 counts in this process (no start-up cost).
     """
-    import regex
+    import regex  # ~10 ms: see the module docstring
 
     chars = 0
     n_docs = 0
@@ -145,8 +148,6 @@ def _alive_or_raise(procs):
 
 
 def _put(queue, item, procs):
-    import queue as queue_mod
-
     while True:
         try:
             queue.put(item, timeout=1.0)
@@ -156,8 +157,6 @@ def _put(queue, item, procs):
 
 
 def _get(queue, procs):
-    import queue as queue_mod
-
     while True:
         try:
             return queue.get(timeout=1.0)

@@ -2,11 +2,15 @@
 random generators) with a checksum, written atomically and loaded without running code; the checks that a
 --resume checkpoint fits this run.
 """
+import hashlib
 import os
 import random
 
+import torch
+
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write
+from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train.records import CHECKPOINT_DIR
 
 CHECKPOINT_FORMAT = "gptlab-checkpoint"
@@ -17,16 +21,12 @@ CONVERT_HINT = "python -m gptlab.train.convert_checkpoint"
 
 def rng_states():
     """Every random generator a training run draws from (torch CPU, Python, CUDA), for a checkpoint."""
-    import torch
-
     return {"torch": torch.get_rng_state(), "python": random.getstate(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def set_rng_states(states):
     """Restore rng_states() from a checkpoint (missing parts are left alone)."""
-    import torch
-
     if "torch" in states:
         torch.set_rng_state(states["torch"])
     if "python" in states:
@@ -52,8 +52,6 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
         tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
         data {train_sha256, val_sha256} (gptlab.data.selection.data_fingerprint), sha256 (of all the rest).
     """
-    import torch
-
     state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model_state.items()}
     payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
                "model": state, "model_config": dict(model_config), "model_source": model_source,
@@ -77,10 +75,6 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
 def payload_sha256(payload):
     """sha256 over a checkpoint's content (every tensor's dtype, shape and bytes, every value; the "sha256" entry
     left out), in a fixed order, so a flipped byte anywhere in its data shows on load."""
-    import hashlib
-
-    import torch
-
     digest = hashlib.sha256()
 
     def feed(value):
@@ -114,8 +108,6 @@ def load_checkpoint(path, map_location="cpu", allow_old=False):
     never runs code from the file (weights_only=True). A checkpoint of an older format is refused with the command
     that converts it (allow_old=True reads it anyway: the converter does).
     """
-    import torch
-
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"
                         f"{CHECKPOINT_DIR}/ folder")
@@ -169,8 +161,6 @@ def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_key
 def checkpoint_tokenizer(ckpt, path):
     """The tokenizer a checkpoint (read from `path`) was trained with, as a gptlab.tokenizer.format.LoadedTokenizer: its
     --tokenizer as recorded, else its name in tokenizers/, checked by hash."""
-    from gptlab.tokenizer.format import open_tokenizer
-
     recorded = ckpt["tokenizer"]
     candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
     for candidate in candidates:

@@ -25,7 +25,7 @@ import sys
 import tarfile
 import tempfile
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, run_cli
 from gptlab.core.files import atomic_write
 from gptlab.train.records import CODE_DIR, CONFIG_FILE
 
@@ -438,6 +438,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from gptlab.core.errors import run_cli
-
     run_cli(main)

@@ -14,14 +14,14 @@ def check_available(tensorboard=False, wandb_project=None):
     """Before a run starts: a flag whose package is missing is a UserError naming the pip install."""
     if tensorboard:
         try:
-            from torch.utils.tensorboard import SummaryWriter  # noqa: F401 (needs the tensorboard package)
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401 (optional: needs the tensorboard package)
         except ImportError:
             raise UserError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
     if wandb_project is not None:
         if not wandb_project.strip():
             raise UserError("--wandb needs a project name, e.g. --wandb gptlab")
         try:
-            import wandb  # noqa: F401
+            import wandb  # noqa: F401 (optional package)
         except ImportError:
             raise UserError("--wandb needs the wandb package: pip install wandb") from None
 
@@ -37,11 +37,11 @@ class Dashboards:
         self.tensorboard = self.wandb_run = None
         self.notes = []
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # optional: --tensorboard only
 
             self.tensorboard = SummaryWriter(log_dir=run_dir, flush_secs=30)
         if wandb_project is not None:
-            import wandb
+            import wandb  # optional: --wandb only
 
             logged_in = None if os.environ.get("WANDB_MODE") else _wandb_logged_in(wandb)
             mode = {True: "online", False: "offline", None: None}[logged_in]  # None: WANDB_MODE or wandb decides

@@ -3,8 +3,12 @@ GPU's dense bf16 peak, MFU's denominator), peak memory.
 """
 import os
 import platform
+import re
+import resource
 import subprocess
 import sys
+
+import numpy
 
 
 def git_commit(repo_root):
@@ -23,13 +27,12 @@ def git_commit(repo_root):
 
 
 def versions():
-    import numpy
-    import torch
+    import torch  # heavy (~1 s): compare_experiments.py imports this module (through train.cost) without it
 
     out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
            "cuda": torch.version.cuda, "platform": platform.platform()}
     try:
-        import tiktoken
+        import tiktoken  # optional here: the record only
         out["tiktoken"] = tiktoken.__version__
     except Exception:  # optional for the record only
         out["tiktoken"] = None
@@ -59,8 +62,6 @@ GPU_BF16_PEAK_TFLOPS = [("H200 NVL", 835.5), ("H200", 989.0), ("GH200", 989.0), 
 def lookup_gpu(table, gpu_name):
     """The value of the first (key, value) of `table` whose key is a whole word of `gpu_name` (case-insensitive;
     "L4" does not match "NVIDIA L40"), or None."""
-    import re
-
     name = (gpu_name or "").lower()
     for key, value in table:
         if re.search(r"(?<![a-z0-9])" + re.escape(key.lower()) + r"(?![a-z0-9])", name):
@@ -75,7 +76,7 @@ def gpu_bf16_peak_tflops(gpu_name):
 
 def hardware_info(device):
     """{gpu_name, gpu_count, gpu_bf16_peak_tflops, cpu_model, cpu_count, nvidia_smi (text or None)}."""
-    import torch
+    import torch  # heavy: as in versions()
 
     info = {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "gpu_name": None, "gpu_count": 0,
             "gpu_bf16_peak_tflops": None, "nvidia_smi": None}
@@ -92,13 +93,12 @@ def hardware_info(device):
 
 def peak_memory(device):
     """Peak memory in GB: CUDA allocated/reserved, or on CPU the process's max RSS for both (labelled)."""
-    import torch
+    import torch  # heavy: as in versions()
 
     if str(device).startswith("cuda"):
         return {"allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30,
                 "reserved_gb": torch.cuda.max_memory_reserved(device) / 2**30,
                 "label": "CUDA max_memory_allocated / max_memory_reserved"}
-    import resource
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rss_gb = rss / 2**30 if sys.platform == "darwin" else rss / 2**20  # bytes on macOS, kilobytes on Linux
     return {"allocated_gb": rss_gb, "reserved_gb": rss_gb,

@@ -17,6 +17,7 @@ import datetime
 import json
 import math
 import os
+import socket
 from dataclasses import dataclass, field
 
 from gptlab.core.errors import UserError
@@ -262,8 +263,6 @@ def _process_start(pid):
 
 def write_heartbeat(run_dir, step):
     """heartbeat.json: this process and its last reported step (rewritten at every report)."""
-    import socket
-
     write_json(os.path.join(run_dir, HEARTBEAT_FILE),
                {"host": socket.gethostname(), "pid": os.getpid(), "process_start": _process_start(os.getpid()),
                 "step": step, "time": datetime.datetime.now().isoformat(timespec="seconds")}, overwrite=True)
@@ -272,8 +271,6 @@ def write_heartbeat(run_dir, step):
 def heartbeat_process(run_dir):
     """("alive" | "gone", heartbeat dict) for a run whose training process ran on this host; (None, dict or None)
     when that cannot be told (no heartbeat, or another host)."""
-    import socket
-
     beat = read_run_json(run_dir, HEARTBEAT_FILE, [])
     if not beat or beat.get("host") != socket.gethostname() or not isinstance(beat.get("pid"), int):
         return None, beat

@@ -20,6 +20,9 @@ import os
 import sys
 import time
 
+import torch
+from tqdm import tqdm
+
 from gptlab.core.cli import float_in, non_negative_int
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line
@@ -138,8 +141,6 @@ class StepTimer:
     for the GPU), time.perf_counter elsewhere (CPU work is done when the call returns)."""
 
     def __init__(self, device):
-        import torch
-
         self.events = None
         if device.type == "cuda":
             self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -175,8 +176,6 @@ class Run:
 
     def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
                  model_source=None, checkpoint=None, warnings=(), extra_config=None):
-        import torch
-
         self.cfg, self.ctx = cfg, ctx
         self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
         self.model_source = model_source
@@ -277,8 +276,6 @@ class Run:
                 for note in self._dashboards.notes:
                     self.log(note)
         self._wall_start = time.perf_counter() - self._wall_before
-        from tqdm import tqdm
-
         self._bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=self.start_step * cfg.batch_size,
                          disable=not ctx.is_main, file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True,
                          desc="train")
@@ -326,8 +323,6 @@ class Run:
             return
         self._log_file(text)
         if echo:
-            from tqdm import tqdm
-
             tqdm.write(text, file=sys.stdout)
             sys.stdout.flush()
 
@@ -495,6 +490,4 @@ def _interval(ci):
 
 
 def _is_cuda_oom(err):
-    import torch
-
     return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)

@@ -230,7 +230,7 @@ def _error_of(stderr_lines, exit_code):
 
 def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, out=None):
     """Run the points not yet finished, one after another; returns the sweep (statuses filled in)."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # ~25 ms: sweep.py --help imports this module
 
     out = out or sys.stdout
     path = sweep_record_path(experiments_dir, sweep.name)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import FINEWEB_150, REPO, free_port, run_script, unreadable_file
+from helpers import faults
 from helpers.tiny_data import save_tiny_tokenizer
 
 from gptlab.data import shards
@@ -145,7 +146,7 @@ def test_crash_and_resume_gives_identical_shards(tmp_path, tokenizer_path):
     common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 12, "--shard_size", 25_000,
               "--val_tokens", 20_000, "--seed", 3]
     reference = run_main(common + ["--out", tmp_path / "ref"])
-    crashed = cli(common + ["--out", tmp_path / "run"], env_extra={"GPTLAB_TEST_DIE_AFTER_SHARDS": "3"})
+    crashed = cli(common + ["--out", tmp_path / "run"], env_extra=faults.env(die_after_shards=3))
     assert crashed.returncode == 1
     out_dir = os.path.join(str(tmp_path / "run"), os.path.basename(reference))
     assert len(glob.glob(os.path.join(out_dir, "*.bin"))) == 3
@@ -195,7 +196,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, tokenizer_path):
 def test_disk_full_removes_partial_shard_and_keeps_finished_ones(tmp_path, tokenizer_path):
     common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 4, "--shard_size", 30_000,
               "--val_tokens", 10_000, "--out", tmp_path]
-    proc = cli(common, env_extra={"GPTLAB_TEST_FAIL_WRITE": "train_000002.bin"})
+    proc = cli(common, env_extra=faults.env(full_disk="train_000002.bin"))
     assert proc.returncode == 2 and "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     out_dir = glob.glob(os.path.join(str(tmp_path), "local_*"))[0]
     assert sorted(os.listdir(out_dir)) == ["manifest.json", "train_000001.bin", "val_000000.bin"]

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, free_port, run_script
+from helpers import faults
 from helpers.tiny_data import save_tiny_tokenizer
 from hub_standin import HELLASWAG_PATH, hub_env, split_evenly, standin_for_tests
 
@@ -249,7 +250,7 @@ def test_download_fineweb_hub_killed_resumes_identical(hub, tmp_path, docs, toke
     stem = os.path.splitext(os.path.basename(tokenizer_path))[0]
     reference = os.path.join(str(tmp_path / "ref"), f"fineweb10Bedu_{stem}")
     crashed = run(hub, tmp_path / "hf2", common + ["--out", tmp_path / "run"], check=False,
-                  GPTLAB_TEST_DIE_AFTER_SHARDS=3)
+                  **faults.env(die_after_shards=3))
     assert crashed.returncode == 1
     out_dir = os.path.join(str(tmp_path / "run"), os.path.basename(reference))
     assert len(glob.glob(os.path.join(out_dir, "*.bin"))) == 3

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script, unreadable_file
+from helpers import faults
 
 from gptlab.tokenizer.format import EOT, load_tokenizer, read_tokenizer_file
 
@@ -100,7 +101,7 @@ def test_a_rank_that_dies_ends_the_run(tmp_path):
     proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_tokenizer.py",
                        "--vocabsize", "300", "--samples", "20000", "--workers", "1", "--device", "cpu",
                        "--input", FINEWEB_150, "--out", str(tmp_path)],
-                      timeout=240, env_extra={"GPTLAB_TEST_DIE_RANK": "1", "GPTLAB_DIST_TIMEOUT_S": "60"})
+                      timeout=240, env_extra={**faults.env(die_rank=1), "GPTLAB_DIST_TIMEOUT_S": "60"})
     assert time.time() - start < 200
     # the failure is the planted one: rank 1 exits with status 1 after counting its documents, first, while rank 0
     # is still waiting for it (torchrun then ends rank 0 with SIGTERM). A bad flag (status 2 on both ranks) or an

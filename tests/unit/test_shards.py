@@ -5,6 +5,8 @@ import os
 import numpy as np
 import pytest
 
+from helpers.faults import full_disk_atomic_write
+
 from gptlab.data import shards
 from gptlab.core.errors import UserError
 
@@ -52,7 +54,7 @@ def test_write_refuses_to_replace_without_overwrite(tmp_path):
 
 
 def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPTLAB_TEST_FAIL_WRITE", "x.bin")
+    monkeypatch.setattr(shards, "atomic_write", full_disk_atomic_write(shards.atomic_write, "x.bin"))
     with pytest.raises(OSError, match="No space left"):
         shards.write_shard(str(tmp_path / "x.bin"), np.arange(100))
     assert os.listdir(tmp_path) == []
