@@ -6,7 +6,7 @@ longer than MAX_DOC_BYTES is yielded in pieces cut at line breaks; one with no l
 (a file of NUL bytes, minified text) is refused with an error naming the file, since cutting it elsewhere could
 split a pre-token. A .jsonl line longer than MAX_DOC_BYTES is refused the same way. With `max_chars` the readers
 stop after that many characters, even inside one document (`--samples` of a file with no separator).
-Devices, FIFOs and sockets are refused as inputs (`/dev/zero` never ends, and a FIFO cannot be read twice).
+Devices and sockets are refused as inputs (`/dev/zero` never ends); a named pipe (FIFO) is read as a file.
 Bytes that are not valid UTF-8 are replaced (U+FFFD) and counted in `ReadStats`, never silently dropped; so are
 lone surrogates of JSON text (`"\\ud800"`), which UTF-8 cannot encode.
 """
@@ -54,9 +54,10 @@ def expand_inputs(patterns):
                 raise UserError(f"--input {path!r} does not exist; check the path")
             if os.path.isdir(path):
                 raise UserError(f"--input {path!r} is a directory; pass files or a glob such as {path}/*.jsonl")
-            if not os.path.isfile(path):  # a device (/dev/zero never ends), a FIFO (read once), a socket
-                raise UserError(f"--input {path!r} is not a regular file ({_file_kind(path)}); save the text to a "
-                                ".txt, .jsonl or .parquet file and pass that")
+            kind = _device_kind(path)
+            if kind:  # /dev/zero and /dev/urandom never end; a FIFO (a stream being written) is read, bounded
+                raise UserError(f"--input {path!r} is {kind}, not a file of text; save the text to a .txt, .jsonl "
+                                "or .parquet file (or stream it through a named pipe) and pass that")
             if not path.endswith(LOCAL_SUFFIXES):
                 raise UserError(f"--input {path!r}: unsupported file type; use .txt, .jsonl (field 'text') "
                                 "or .parquet (column 'text')")
@@ -67,13 +68,14 @@ def expand_inputs(patterns):
     return paths
 
 
-def _file_kind(path):
+def _device_kind(path):
+    """'a character device' and the like for a path that is no file to read text from, else None."""
     mode = os.stat(path).st_mode
     for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+                       (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
-    return "not a plain file"
+    return None
 
 
 def _too_long(path, where):
