@@ -12,6 +12,8 @@ merge loop (gptlab/tokenizer/merges.py) gives the same merges on CPU, GPU and an
 The work is gptlab/tokenizer/job.py's train_tokenizer(); this file only reads the flags and reports.
 """
 import os
+import signal
+import sys
 import time
 
 from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter
@@ -56,8 +58,19 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def stop_on_sigterm(signum, frame):
+    """SIGTERM (kill, a scheduler's preemption) ends a single-process run like Ctrl-C does: the pre-tokenizer
+    workers are terminated and the output's lock released on the way out, then the exit status is 143. Under
+    torchrun a rank keeps the default action (torchrun's SIGTERM must end a rank blocked in a collective, where no
+    Python handler runs); its workers end with it all the same (pretokenize.die_with_parent)."""
+    print("\nterminated", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     t0 = time.time()
+    if "WORLD_SIZE" not in os.environ:  # not a torchrun rank: see stop_on_sigterm
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,

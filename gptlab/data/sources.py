@@ -1,11 +1,20 @@
 """Where text comes from: local .txt / .jsonl / .parquet files, or FineWeb(-Edu) streamed from the Hub.
 
-Every reader yields documents (str) one at a time, so inputs larger than memory are never held whole.
-Bytes that are not valid UTF-8 are replaced (U+FFFD) and counted in `ReadStats`, never silently dropped.
+Every reader yields documents (str) one at a time, so inputs larger than memory are never held whole, and reads
+in bounded pieces: a .txt file is read in 8 MiB chunks, and a "document" (text between two `<|endoftext|>`)
+longer than MAX_DOC_BYTES is yielded in pieces cut at line breaks; one with no line break to cut at in that span
+(a file of NUL bytes, minified text) is refused with an error naming the file, since cutting it elsewhere could
+split a pre-token. A .jsonl line longer than MAX_DOC_BYTES is refused the same way. With `max_chars` the readers
+stop after that many characters, even inside one document (`--samples` of a file with no separator).
+Devices and sockets are refused as inputs (`/dev/zero` never ends); a named pipe (FIFO) is read as a file.
+Bytes that are not valid UTF-8 are replaced (U+FFFD) and counted in `ReadStats`, never silently dropped; so are
+lone surrogates of JSON text (`"\\ud800"`), which UTF-8 cannot encode.
 """
 import glob
+import itertools
 import json
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 
@@ -13,7 +22,12 @@ from gptlab.core.errors import UserError
 
 DOC_SEPARATOR = "<|endoftext|>"  # separates documents inside a .txt file
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
-TXT_MAX_DOC_CHARS = 64 * 2**20  # a .txt "document" longer than this is yielded in pieces cut at line breaks
+MAX_DOC_BYTES = 64 * 2**20  # a .txt "document" longer than this is yielded in pieces cut at line breaks; a .jsonl
+# line longer than this, or a .txt stretch this long with no line break, is refused (bounded memory)
+TXT_MAX_DOC_CHARS = MAX_DOC_BYTES  # the former name
+TXT_CHUNK_BYTES = 8 * 2**20
+MAX_UTF8_BYTES = 4  # bytes of one character at most (also of one U+FFFD replacement of invalid bytes)
+STRING_TYPES = ("string", "large_string", "string_view", "null")  # parquet 'text' column types read as str
 HUB_DATASETS = {"fineweb": "HuggingFaceFW/fineweb", "fineweb-edu": "HuggingFaceFW/fineweb-edu"}
 
 
@@ -40,6 +54,10 @@ def expand_inputs(patterns):
                 raise UserError(f"--input {path!r} does not exist; check the path")
             if os.path.isdir(path):
                 raise UserError(f"--input {path!r} is a directory; pass files or a glob such as {path}/*.jsonl")
+            kind = _device_kind(path)
+            if kind:  # /dev/zero and /dev/urandom never end; a FIFO (a stream being written) is read, bounded
+                raise UserError(f"--input {path!r} is {kind}, not a file of text; save the text to a .txt, .jsonl "
+                                "or .parquet file (or stream it through a named pipe) and pass that")
             if not path.endswith(LOCAL_SUFFIXES):
                 raise UserError(f"--input {path!r}: unsupported file type; use .txt, .jsonl (field 'text') "
                                 "or .parquet (column 'text')")
@@ -48,6 +66,32 @@ def expand_inputs(patterns):
             if path not in paths:
                 paths.append(path)
     return paths
+
+
+def _device_kind(path):
+    """'a character device' and the like for a path that is no file to read text from, else None."""
+    mode = os.stat(path).st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def _too_long(path, where):
+    return UserError(f"{path}: {where} is longer than {MAX_DOC_BYTES // 2**20} MiB with no line break to cut it "
+                     "at (a file of NUL bytes, or not text at all?); separate documents with <|endoftext|> or "
+                     "line breaks, or pass another file")
+
+
+def _char_prefix(raw, n_chars):
+    """Bytes at the start of `raw` that hold at least its first n_chars characters, cut at a character start."""
+    end = min(len(raw), MAX_UTF8_BYTES * (n_chars + 1))
+    for _ in range(MAX_UTF8_BYTES - 1):  # back off from inside a multi-byte character
+        if end >= len(raw) or not 0x80 <= raw[end] < 0xC0:
+            break
+        end -= 1
+    return raw[:end]
 
 
 def _decode(raw, stats, where):
@@ -61,9 +105,12 @@ def _decode(raw, stats, where):
         return raw.decode("utf-8", errors="replace")
 
 
-def _read_txt(path, stats, chunk_bytes=8 * 2**20):
+def _read_txt(path, stats, max_chars=None, chunk_bytes=TXT_CHUNK_BYTES):
+    """Documents of a .txt file (split on <|endoftext|>); with max_chars, stop once that many characters were
+    yielded (the last document cut), reading no further than they need."""
     sep = DOC_SEPARATOR.encode()
     pending = b""
+    used = 0
     with open(path, "rb") as f:
         while True:
             chunk = f.read(chunk_bytes)
@@ -74,22 +121,40 @@ def _read_txt(path, stats, chunk_bytes=8 * 2**20):
             if not chunk and not parts[-1]:  # an empty file, or a separator at the very end: no empty last document
                 parts.pop()
             for part in parts:
-                yield _decode(part, stats, f"a document in {path}")
+                doc = _decode(part, stats, f"a document in {path}")
+                used += len(doc)
+                yield doc
+                if max_chars is not None and used >= max_chars:
+                    return
             if not chunk:
                 return
-            while len(pending) > TXT_MAX_DOC_CHARS:  # one huge document: cut at a line break before a non-space
-                cut = pending.rfind(b"\n", 0, TXT_MAX_DOC_CHARS)
+            if max_chars is not None and len(pending) >= MAX_UTF8_BYTES * (max_chars - used + 1) + len(sep):
+                # enough of this document for the budget (and no separator can start inside the part we take)
+                yield _decode(_char_prefix(pending, max_chars - used), stats, f"a document in {path}")
+                return
+            while len(pending) > MAX_DOC_BYTES:  # one huge document: cut at a line break before a non-space
+                cut = pending.rfind(b"\n", 0, MAX_DOC_BYTES)
                 while cut > 0 and pending[cut + 1:cut + 2].isspace():
                     cut = pending.rfind(b"\n", 0, cut)
                 if cut <= 0:
-                    break
-                yield _decode(pending[:cut + 1], stats, f"a document in {path}")
+                    raise _too_long(path, "a document")
+                doc = _decode(pending[:cut + 1], stats, f"a document in {path}")
                 pending = pending[cut + 1:]
+                used += len(doc)
+                yield doc
+                if max_chars is not None and used >= max_chars:
+                    return
 
 
-def _read_jsonl(path, stats):
+def _read_jsonl(path, stats, max_chars=None):
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno in itertools.count(1):
+            raw = f.readline(MAX_DOC_BYTES + 1)
+            if not raw:
+                return
+            if len(raw) > MAX_DOC_BYTES:
+                raise UserError(f"{path}:{lineno} is longer than {MAX_DOC_BYTES // 2**20} MiB (not JSON Lines text, "
+                                "or one huge document); each line must be one {\"text\": ...} object")
             stats.bytes_read += len(raw)
             if not raw.strip():
                 continue
@@ -102,11 +167,28 @@ def _read_jsonl(path, stats):
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise UserError(f"{path}:{lineno} has no string field 'text'; each line must look like "
                                 '{"text": "..."}')
-            yield record["text"]
+            text = record["text"]
+            if b"\\u" in raw:  # only a \u escape can make a lone surrogate, which UTF-8 cannot encode
+                text = _replace_surrogates(text, stats, f"{path}:{lineno}")
+            yield text
 
 
-def _read_parquet(path, stats):
-    import pyarrow.parquet as pq  # heavy (~0.1 s): only for .parquet inputs
+def _replace_surrogates(text, stats, where):
+    """Lone surrogates → U+FFFD (as tiktoken does when encoding), counted like invalid UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        stats.replaced_docs += 1
+        if stats.replaced_docs <= 3:
+            print(f"warning: {where} holds lone surrogates (\\ud800-\\udfff), which are not text; they were "
+                  "replaced with U+FFFD", file=sys.stderr, flush=True)
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _read_parquet(path, stats, max_chars=None):
+    import pyarrow as pa  # heavy (~0.1 s), as pyarrow.parquet: only for .parquet inputs
+    import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
@@ -114,6 +196,11 @@ def _read_parquet(path, stats):
         raise UserError(f"{path} is not a readable parquet file ({err})") from None
     if "text" not in pf.schema_arrow.names:
         raise UserError(f"{path} has no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+    column_type = pf.schema_arrow.field("text").type
+    value_type = column_type.value_type if pa.types.is_dictionary(column_type) else column_type
+    if str(value_type) not in STRING_TYPES:
+        raise UserError(f"{path}: column 'text' holds {column_type} values, not strings; the text column must be "
+                        "of type string")
     for batch in pf.iter_batches(columns=["text"], batch_size=1024):
         for text in batch.column(0).to_pylist():
             if text is not None:
@@ -121,17 +208,33 @@ def _read_parquet(path, stats):
                 yield text
 
 
-def iter_local_documents(paths, stats=None):
-    """Documents from local files in order (.txt split on <|endoftext|>, .jsonl field text, .parquet column text)."""
+def iter_local_documents(paths, stats=None, max_chars=None):
+    """Documents from local files in order (.txt split on <|endoftext|>, .jsonl field text, .parquet column text).
+
+    With max_chars: the first max_chars characters of that stream (the last document cut), read no further than
+    they need, even when one document is endless (a .txt with no separator)."""
     stats = stats if stats is not None else ReadStats()
     readers = {".txt": _read_txt, ".jsonl": _read_jsonl, ".parquet": _read_parquet}
+    used = 0
     for path in expand_inputs(paths):
+        if max_chars is not None and used >= max_chars:
+            return
         stats.files.append(path)
         reader = readers[os.path.splitext(path)[1]]
+        left = None if max_chars is None else max_chars - used
         try:
-            for doc in reader(path, stats):
+            for doc in reader(path, stats, left):
+                if left is not None and len(doc) >= left:
+                    doc = doc[:left]
+                    stats.docs += 1
+                    stats.chars += len(doc)
+                    yield doc
+                    return
                 stats.docs += 1
                 stats.chars += len(doc)
+                used += len(doc)
+                if left is not None:
+                    left -= len(doc)
                 yield doc
         except OSError as err:
             raise UserError(f"cannot read {path}: {err}") from None

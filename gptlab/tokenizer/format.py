@@ -18,7 +18,7 @@ import hashlib
 import io
 import os
 import pickle
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
@@ -38,16 +38,50 @@ PATTERNS = {
 MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
 
 
+# Text a pattern with nested repetition backtracks catastrophically on: a long run of one kind of character and an
+# end that makes the match fail. Splitting all of it takes a few ms with a sane pattern.
+PROBE_RUNS = ("a", "0", " ", "\n", "!", "é", "ab", "a ", "a0", "a!", " \n", "'", "\t")
+PROBE_ENDS = ("", "!", "\x00", " ", "a", "0", "\n")
+PROBE_CHARS = 200  # length of each run
+PROBE_TIMEOUT_S = 0.5  # for all probes together (regex checks its clock coarsely: up to ~3x this)
+
+
+def backtracking_probe(compiled):
+    """None, or the probe text (shortened) on which `compiled` took over PROBE_TIMEOUT_S: it backtracks
+    catastrophically and would hang on real text."""
+    import time
+
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    for run in PROBE_RUNS:
+        for end in PROBE_ENDS:
+            text = run * (PROBE_CHARS // len(run)) + end
+            try:
+                compiled.findall(text, timeout=max(deadline - time.monotonic(), 1e-3))
+            except TimeoutError:
+                return f"{run * 3}…{end}"
+    return None
+
+
 def split_pattern_problem(pat):
-    """None when `pat` can split text (compiles with `regex`, never matches the empty string), else
-    ("invalid", error) or ("empty", None)."""
+    """None when `pat` can split text (compiles with `regex`, never matches the empty string, splits the probe
+    texts in time), else ("invalid", error), ("empty", None) or ("slow", probe text)."""
     import regex  # ~10 ms: see the module docstring
 
     try:
         compiled = regex.compile(pat)
     except regex.error as err:
         return "invalid", err
-    return ("empty", None) if compiled.fullmatch("") is not None else None
+    if compiled.fullmatch("") is not None:
+        return "empty", None
+    if pat in PATTERNS.values():  # the built-in patterns are known to be linear
+        return None
+    probe = backtracking_probe(compiled)
+    return ("slow", probe) if probe is not None else None
+
+
+def _slow_pattern(probe):
+    return (f"backtracks catastrophically: splitting {PROBE_CHARS} characters like {probe!r} took over "
+            f"{PROBE_TIMEOUT_S} s (nested repetition such as (a+)+ or (\\w|\\w\\w)+)")
 
 
 def resolve_pattern(pattern):
@@ -56,6 +90,9 @@ def resolve_pattern(pattern):
     problem = split_pattern_problem(pat)
     if problem and problem[0] == "invalid":
         raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({problem[1]})")
+    if problem and problem[0] == "slow":
+        raise UserError(f"--pattern {pattern!r} {_slow_pattern(problem[1])}; rewrite it with possessive "
+                        "quantifiers (++, *+) or atomic groups, or use gpt4 / gpt2")
     if problem:
         raise UserError(f"--pattern {pattern!r} matches the empty string, so it cannot split text; fix the regex")
     import tiktoken  # ~15 ms: see the module docstring
@@ -131,18 +168,40 @@ def token_bytes_by_id(merges):
 
 
 # ---------------------------------------------------------------------------------------------- safe loading
-_ALLOWED_GLOBALS = {("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
-                    ("collections", "OrderedDict")}
+MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
 
 
 class _RefusedGlobal(pickle.UnpicklingError):
     """The pickle names a class or function: loading it could run code."""
 
 
+def _from_values(kind):
+    """`kind` built only from values the pickle itself holds (a list, tuple, ...): never from a size, so a pickle of
+    a few bytes cannot make the loader allocate gigabytes (bytearray(3_000_000_000))."""
+    def build(*args):
+        if not args:
+            return kind()
+        if len(args) == 1 and isinstance(args[0], (bytes, bytearray) if kind is bytearray
+                                          else (list, tuple, set, frozenset, dict)):
+            return kind(args[0])
+        if kind is bytearray and len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin-1", "latin1"):
+            return bytearray(args[0], args[1])  # how protocols 0-2 pickle a bytearray
+        raise _RefusedGlobal(f"refusing {kind.__name__}() of {', '.join(type(a).__name__ for a in args)}: a "
+                             "tokenizer's containers are built from their items only")
+    build.__name__ = kind.__name__
+    return build
+
+
+# the only globals a pickle may name, each as a constructor that takes items only
+_ALLOWED_GLOBALS = {("builtins", "set"): _from_values(set), ("builtins", "frozenset"): _from_values(frozenset),
+                    ("builtins", "bytearray"): _from_values(bytearray),
+                    ("collections", "OrderedDict"): _from_values(OrderedDict)}
+
+
 class _PlainValuesUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in _ALLOWED_GLOBALS:
-            return super().find_class(module, name)
+            return _ALLOWED_GLOBALS[module, name]
         raise _RefusedGlobal(f"refusing to load global {module}.{name}: a tokenizer holds plain values only")
 
 
@@ -182,10 +241,13 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = f.read(MAX_TOKENIZER_BYTES + 1)  # never more: a huge file is not read whole
     except OSError as err:
         raise UserError(f"tokenizer {path} is not readable ({err.strerror or err}); check its permissions "
                         "(chmod a+r) or retrain it with train_tokenizer.py") from None
+    if len(raw) > MAX_TOKENIZER_BYTES:
+        raise UserError(f"{path} is larger than {MAX_TOKENIZER_BYTES // 2**20} MiB, far more than any tokenizer "
+                        "(2**20 tokens take ~40 MB); it is not a tokenizer file")
     data = safe_unpickle(raw, path)
     if not isinstance(data, dict) or "pat_str" not in data or "mergeable_ranks" not in data:
         raise UserError(f"{path} is a pickle but not a tokenizer (it needs pat_str and mergeable_ranks); "
@@ -221,6 +283,8 @@ def check_tokenizer_dict(data, source):
     problem = split_pattern_problem(pat_str)
     if problem and problem[0] == "invalid":
         raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({problem[1]})")
+    if problem and problem[0] == "slow":
+        raise damaged(f"pat_str {pat_str[:80]!r} {_slow_pattern(problem[1])}, so encoding could hang")
     if problem:
         raise damaged(f"pat_str {pat_str[:80]!r} matches the empty string, so it cannot split text")
     ranks = data["mergeable_ranks"]

@@ -151,7 +151,8 @@ def open_documents(inputs, dataset, seed, samples, rank, world_size, stats, samp
     streams its own part and takes its share of the budget. sample_box gets the first non-blank document's start."""
     if inputs:
         source = {"input": list(inputs)}
-        docs = take_every(limit_chars(iter_local_documents(inputs, stats), samples, sample_box), rank, world_size)
+        docs = take_every(limit_chars(iter_local_documents(inputs, stats, max_chars=samples), samples, sample_box),
+                         rank, world_size)
     else:
         repo_id = HUB_DATASETS[dataset]
         source = {"dataset": repo_id, "config": DATASET_CONFIG, "seed": seed}

@@ -1,0 +1,157 @@
+"""train_tokenizer.py, download_fineweb.py and compare_tokenizers.py on hostile input (issue 24, items 7-10, 13):
+one `error:` line and status 2, bounded memory, no process left behind."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import FINEWEB_150, REPO, run_script
+
+SLOW_PATTERN = r"(\w|\w\w)+$|\s|."
+
+
+def one_error(proc):
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def sparse_zeros(path, size=2**31):
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return str(path)
+
+
+def children_maxrss_mb():
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    run_script(["train_tokenizer.py", "--input", FINEWEB_150, "--samples", "50000", "--vocabsize", "300",
+                "--name", "t", "--out", str(out), "--workers", "1"], check=True)
+    return str(out / "t_v300_n50000.pkl")
+
+
+# ---------------------------------------------------------------- item 7
+def test_samples_are_honoured_inside_an_endless_document(tmp_path):
+    """2 GiB of NUL bytes, no separator, no line break: --samples characters are read and trained on at once."""
+    zeros = sparse_zeros(tmp_path / "zeros.txt")
+    t0 = time.time()
+    proc = run_script(["train_tokenizer.py", "--input", zeros, "--samples", "20000", "--vocabsize", "256",
+                       "--out", str(tmp_path / "out"), "--workers", "1"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "20,000 characters" in proc.stdout and time.time() - t0 < 60
+    assert children_maxrss_mb() < 1500
+
+
+@pytest.mark.parametrize("script", ["train_tokenizer.py", "download_fineweb.py"])
+def test_an_endless_document_beyond_samples_is_one_error_in_bounded_memory(tmp_path, script, tokenizer_path):
+    zeros = sparse_zeros(tmp_path / "zeros.txt")
+    if script == "train_tokenizer.py":
+        args = [script, "--input", zeros, "--samples", str(10**10), "--vocabsize", "300", "--out",
+                str(tmp_path / "out"), "--workers", "1"]
+    else:
+        args = [script, "--input", zeros, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "out"), "--quiet"]
+    proc = run_script(args, timeout=300)
+    assert "no line break" in one_error(proc) and "zeros.txt" in proc.stderr
+    assert children_maxrss_mb() < 1500
+
+
+def test_a_character_device_is_refused(tmp_path):
+    link = tmp_path / "zero.txt"
+    os.symlink("/dev/zero", link)
+    proc = run_script(["train_tokenizer.py", "--input", str(link), "--samples", "1000", "--vocabsize", "260",
+                       "--out", str(tmp_path / "out")], timeout=60)
+    assert "character device" in one_error(proc)
+
+
+# ---------------------------------------------------------------- item 8
+def tokenizer_processes(marker):
+    """pids whose command line holds `marker` (the parent and its forked pre-tokenizer workers)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        pids.append(int(pid))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_trainer_leaves_no_worker(tmp_path, sig):
+    """kill -9 (or SIGTERM) of train_tokenizer.py while its workers pre-tokenize: no worker is left after a few
+    seconds (they used to wait forever on their queue); SIGTERM exits 143 without a traceback."""
+    big = tmp_path / "big.txt"
+    with open(FINEWEB_150, encoding="utf-8") as f:
+        text = "<|endoftext|>".join(json.loads(line)["text"] for line in f)
+    with open(big, "w", encoding="utf-8") as f:
+        for _ in range(30):
+            f.write(text + "<|endoftext|>")
+    out = tmp_path / "marker_out_dir"
+    env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "train_tokenizer.py", "--input", str(big), "--samples", str(10**9),
+                             "--vocabsize", "300", "--workers", "2", "--out", str(out)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while len(tokenizer_processes(str(out))) < 3 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(tokenizer_processes(str(out))) >= 3, "the workers did not start"
+        time.sleep(0.5)  # the workers are busy (or waiting on their queue)
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=30)
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+        deadline = time.time() + 10
+        while tokenizer_processes(str(out)) and time.time() < deadline:
+            time.sleep(0.1)
+        assert tokenizer_processes(str(out)) == []
+    finally:
+        for pid in tokenizer_processes(str(out)):
+            os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- item 10
+def test_a_backtracking_pattern_is_one_error_in_seconds(tmp_path):
+    t0 = time.time()
+    proc = run_script(["train_tokenizer.py", "--input", FINEWEB_150, "--samples", "5000", "--vocabsize", "260",
+                       "--pattern", SLOW_PATTERN, "--out", str(tmp_path)], timeout=120)
+    line = one_error(proc)
+    assert "backtracks catastrophically" in line and SLOW_PATTERN.replace("\\", "\\\\") in line
+    assert time.time() - t0 < 30
+
+
+# ---------------------------------------------------------------- item 13
+@pytest.mark.parametrize("script", ["train_tokenizer.py", "download_fineweb.py", "compare_tokenizers.py"])
+def test_a_parquet_text_column_of_ints_is_one_error(tmp_path, script, tokenizer_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "ints.parquet"
+    pq.write_table(pa.table({"text": [1, 2, 3]}), str(path))
+    args = {"train_tokenizer.py": ["--input", str(path), "--samples", "1000", "--vocabsize", "260", "--out",
+                                   str(tmp_path / "out")],
+            "download_fineweb.py": ["--input", str(path), "--tokenizer", tokenizer_path, "--out",
+                                    str(tmp_path / "out"), "--quiet"],
+            "compare_tokenizers.py": [tokenizer_path, "--text", str(path)]}[script]
+    line = one_error(run_script([script] + args, timeout=120))
+    assert "ints.parquet: column 'text' holds int64 values" in line
+
+
+def test_compare_tokenizers_reads_text_with_a_lone_surrogate(tmp_path, tokenizer_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"text": "hello \\ud800 world, some more text"}\n')
+    proc = run_script(["compare_tokenizers.py", tokenizer_path, "--text", str(path)], timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "lone surrogates" in proc.stderr
