@@ -159,6 +159,10 @@ def exclusive_lock(lock_path, what, holder_extra=None, held_hint=None):
     while True:
         try:
             fd = _open_lock_file(lock_path)
+        except FileNotFoundError:  # another writer removed the folder it had made, empty, as we made ours
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+            continue
         except OSError as err:
             raise UserError(f"cannot create the lock file {lock_path} ({err.strerror or err}); "
                             f"{write_fix(err)}") from None

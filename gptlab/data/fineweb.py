@@ -314,11 +314,22 @@ def shard_folder_lock(out_dir, rank, world_size):
     writer and rank 1 of 2 would write the same train shards). Ranks of one split job run side by side."""
     lock = shard_format.writer_lock_path(out_dir, rank)
     what = f"shard folder {out_dir}" + (f" (rank {rank})" if world_size > 1 else "")
+    made = []  # the folders made to hold the lock: removed again if still empty (a failed start leaves nothing)
+    parent = os.path.dirname(lock)
+    while not os.path.exists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
     try:
-        os.makedirs(os.path.dirname(lock), exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create {os.path.dirname(lock)} ({err.strerror or err}); choose another --out") \
-            from None
+        with _lock_and_check(lock, what, out_dir, rank, world_size):
+            yield lock
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+@contextlib.contextmanager
+def _lock_and_check(lock, what, out_dir, rank, world_size):
     with exclusive_lock(lock, what, holder_extra={"rank": rank, "world_size": world_size},
                         held_hint=shard_format.stale_lock_hint(lock)):
         # after taking ours, look at the other ranks' locks: of two writers racing, at least one sees the other
