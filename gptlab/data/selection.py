@@ -113,8 +113,9 @@ class ShardPrint:
 
     def changed(self, what):
         return UserError(f"{self.path} changed since the run started ({what}); a shard folder must not be rebuilt "
-                         "or replaced while a run trains on it: restart the run (or --resume it with "
-                         "--allow_new_data) once the folder is final")
+                         "or replaced while a run trains on it (if it was not, the folder mixes the shards of two "
+                         "writers: re-run download_fineweb.py on it, which rewrites what does not match its "
+                         "manifest); restart the run, or --resume it with --allow_new_data, once the folder is final")
 
     def read(self):
         """The shard's tokens (a read-only numpy array in memory), read once and checked against the print as
