@@ -28,11 +28,11 @@ FINEWEB_150 = os.path.join(REPO, "data", "sample", "fineweb_edu_150docs.jsonl")
 
 
 def make_folder(tiny, out, seed=0):
-    """A real download_fineweb.py folder (manifest with sha256 per shard): 4 train shards of 5000 tokens."""
+    """A real download_fineweb.py folder (manifest with sha256 per shard): 4 train shards of 3000 tokens."""
     import download_fineweb
 
     return download_fineweb.main(["--quiet", "--input", FINEWEB_150, "--tokenizer", tiny["tokenizer"],
-                                  "--num_shards", "4", "--shard_size", "5000", "--val_tokens", "6000",
+                                  "--num_shards", "4", "--shard_size", "3000", "--val_tokens", "6000",
                                   "--seed", str(seed), "--out", str(out)])
 
 
@@ -81,8 +81,8 @@ def test_a_train_shard_rebuilt_mid_run_stops_the_run_naming_it(tiny, folders, tm
     """A shard the loader has not reached yet is replaced by another seed's shard of the same size: the run stops
     with one error naming it (its sha256 and the manifest's), recorded as failed, instead of training on it."""
     folder = copy_folder(folders[0], tmp_path / "data")
-    victim = os.path.join(folder, "train_000003.bin")
-    other = open(os.path.join(folders[1], "train_000003.bin"), "rb").read()
+    victim = os.path.join(folder, "train_000002.bin")
+    other = open(os.path.join(folders[1], "train_000002.bin"), "rb").read()
     assert len(other) == os.path.getsize(victim) and other != open(victim, "rb").read()
 
     def rebuild():
@@ -92,14 +92,14 @@ def test_a_train_shard_rebuilt_mid_run_stops_the_run_naming_it(tiny, folders, tm
             with open(victim, "r+b") as f:
                 f.write(other)
 
-    at_step(monkeypatch, 3, rebuild)  # 1024 tokens a step, 5000 a shard: shard 3 is reached at step ~10
+    at_step(monkeypatch, 2, rebuild)  # 1024 tokens a step, 3000 a shard: shard 2 is reached at step 3
     with pytest.raises(UserError) as info:
         train_gpt.main(run_args(tiny, tmp_path, folder))
     message = str(info.value)
     assert f"{victim} changed since the run started" in message and "the manifest says" in message, message
     assert "\n" not in message
     results = json.load(open(os.path.join(only_run_dir(tmp_path / "exps"), "results.json")))
-    assert results["status"] == "failed" and "train_000003.bin" in results["error"]
+    assert results["status"] == "failed" and "train_000002.bin" in results["error"]
 
 
 def test_a_shard_that_never_matched_its_manifest_is_caught_when_read(tiny, folders, tmp_path):
@@ -129,13 +129,13 @@ def test_validation_rows_are_read_once_at_start(tiny, folders, tmp_path):
 
 def test_validation_rewritten_mid_run_does_not_change_the_val_loss(tiny, folders, tmp_path, monkeypatch):
     folder = copy_folder(folders[0], tmp_path / "data")
-    flags = dict(train_steps=8, val_loss_every=4)
+    flags = dict(train_steps=4, val_loss_every=2)
     reference = train_gpt.main(run_args(tiny, tmp_path / "ref", folder, **flags))
     val = os.path.join(folder, "val_000000.bin")
     other = open(os.path.join(folders[1], "val_000000.bin"), "rb").read()
-    at_step(monkeypatch, 6, lambda: replace_with(val, other))  # after the evaluation at step 4
+    at_step(monkeypatch, 4, lambda: replace_with(val, other))  # after the evaluation at step 2
     disturbed = train_gpt.main(run_args(tiny, tmp_path / "disturbed", folder, **flags))
-    assert reference["val_loss"] == disturbed["val_loss"], (reference, disturbed)
+    assert reference["final_val_loss"] == disturbed["final_val_loss"], (reference, disturbed)
 
 
 def test_a_folder_symlink_flipped_mid_run_does_not_switch_the_data(tiny, folders, tmp_path):
@@ -188,7 +188,7 @@ def cli(args, **kwargs):
 
 
 def writer_args(tiny, out, *extra):
-    return ["--input", FINEWEB_150, "--tokenizer", tiny["tokenizer"], "--num_shards", 4, "--shard_size", 5000,
+    return ["--input", FINEWEB_150, "--tokenizer", tiny["tokenizer"], "--num_shards", 4, "--shard_size", 3000,
             "--val_tokens", 6000, "--out", out, *extra]
 
 
