@@ -385,9 +385,9 @@ def train(args, ctx, ckpt=None):
     hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
                                              required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
-                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed)
+                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
-                            ctx.rank, ctx.world_size)
+                            ctx.rank, ctx.world_size, prints=shards.val_prints)
     if ckpt is not None:
         checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig), shards,
                                     cfg.allow_new_data)

@@ -67,21 +67,30 @@ def _refuse_existing(path, overwrite):
 
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", overwrite=False):
-    """Yield a file object for `path.tmp.<pid>`; on success rename it to `path`, on any error remove it.
+    """Yield a file object for a new temporary file beside `path`; on success rename it to `path`, on any error
+    remove it.
 
     A reader never sees a half-written file under the final name, and an existing file is only replaced when
-    overwrite=True. A folder that cannot be made or written in is a UserError; errors while writing (a full disk)
-    propagate as OSError for the caller to word, with nothing left behind.
+    overwrite=True. The temporary name (`NAME.tmp.<pid>.<random>`) is unpredictable and created with O_EXCL, so a
+    file or symlink planted in the folder is never followed or overwritten; it gets the permissions a plain
+    `open` would give (0666 less the umask). A folder that cannot be made or written in is a UserError; errors
+    while writing (a full disk) propagate as OSError for the caller to word, with nothing left behind.
     """
     _refuse_existing(path, overwrite)
     folder = os.path.dirname(os.path.abspath(path))
     _nearest_existing_folder(folder)
-    tmp_path = f"{path}.tmp.{os.getpid()}"
     try:  # creating the temporary file is this write's own check of the folder
         os.makedirs(folder, exist_ok=True)
-        tmp_file = open(tmp_path, mode)
+        fd, tmp_path = tempfile.mkstemp(prefix=f"{os.path.basename(path)}.tmp.{os.getpid()}.", dir=folder)
     except OSError as err:
         raise UserError(f"cannot write in {folder} ({err.strerror or err}); {write_fix(err)}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        tmp_file = os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        os.remove(tmp_path)
+        raise
     try:
         with tmp_file as f:
             yield f
@@ -92,6 +101,19 @@ def atomic_write(path, mode="wb", overwrite=False):
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp_path)
         raise
+
+
+def _umask():
+    """The process's umask, read without changing it (os.umask can only be read by setting it, which races with
+    other threads creating files); the os.umask round trip where /proc is missing."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path, text, overwrite=False):
@@ -117,10 +139,11 @@ _fork_hook_registered = False
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path, what):
+def exclusive_lock(lock_path, what, holder_extra=None, held_hint=None):
     """Hold an exclusive lock on `lock_path` (created, with its folder, if missing) for the `with` block, so only
     one process at a time writes `what` (e.g. "tokenizer tokenizers/t.pkl"). The file records the holder (pid,
-    host, command line, start time); a second process gets, at once, a UserError naming that holder.
+    host, command line, start time, and `holder_extra`); a second process gets, at once, a UserError naming that
+    holder (and `held_hint`, when given, after it).
 
     The lock is flock(2)'s: the OS drops it when the holder exits or is killed, so no stale lock survives a
     crash (the file may stay; it is removed on a normal exit). Forked children do not keep it. Yields the path."""
@@ -136,15 +159,20 @@ def exclusive_lock(lock_path, what):
     while True:
         try:
             fd = _open_lock_file(lock_path)
+        except FileNotFoundError:  # another writer removed the folder it had made, empty, as we made ours
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+            continue
         except OSError as err:
             raise UserError(f"cannot create the lock file {lock_path} ({err.strerror or err}); "
                             f"{write_fix(err)}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_retrying(fd, fcntl.LOCK_EX)
         except BlockingIOError:
-            holder = _read_holder(fd)
+            holder = describe_holder(_read_holder(fd))
             os.close(fd)
-            raise UserError(f"{what} is being written by {holder}; wait for it to finish or stop it") from None
+            hint = f" ({held_hint})" if held_hint else ""
+            raise UserError(f"{what} is being written by {holder}; wait for it to finish or stop it{hint}") from None
         except BaseException:
             os.close(fd)
             raise
@@ -158,12 +186,43 @@ def exclusive_lock(lock_path, what):
         os.close(fd)
     _held_lock_fds.add(fd)
     try:
-        _write_holder(fd)
+        _write_holder(fd, holder_extra)
         yield lock_path
     finally:
         with contextlib.suppress(OSError):
             os.remove(lock_path)  # while still held: a waiting process then retries on a fresh file
         _held_lock_fds.discard(fd)
+        os.close(fd)
+
+
+def _flock_retrying(fd, operation, tries=10):
+    """flock(fd, operation | LOCK_NB), retried for a moment: a reader probing the lock (lock_holder) holds it for
+    a few microseconds, which is not a holder. BlockingIOError when it stays held."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.02)
+
+
+def lock_holder(lock_path):
+    """The holder of the exclusive_lock at `lock_path` as a dict (pid, host, command, since, and its extra
+    fields), or None when nobody holds it (no file, or a file left by a holder that has ended)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:
+            _flock_retrying(fd, fcntl.LOCK_SH, tries=3)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
         os.close(fd)
 
 
@@ -174,10 +233,10 @@ def _open_lock_file(lock_path):
         return os.open(lock_path, os.O_RDONLY)  # another user's lock file: flock works on it all the same
 
 
-def _write_holder(fd):
+def _write_holder(fd, extra=None):
     holder = {"pid": os.getpid(), "host": socket.gethostname(),
               "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+              "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **(extra or {})}
     data = (json.dumps(holder) + "\n").encode()
     with contextlib.suppress(OSError):  # the lock holds without them (a full disk, a read-only lock file)
         os.ftruncate(fd, 0)
@@ -185,16 +244,25 @@ def _write_holder(fd):
 
 
 def _read_holder(fd):
-    """'pid N on HOST (`command`), since TIME' from a lock file, or a plainer phrase while it is still empty."""
+    """The holder recorded in a lock file as a dict, or {} while it is still empty (or unreadable)."""
     for _ in range(20):  # the holder writes its details right after taking the lock
         try:
             holder = json.loads(os.pread(fd, 1 << 16, 0).decode("utf-8", "replace"))
-            command = " ".join(str(holder["command"]).split())  # on one line, and not too long
-            command = command if len(command) <= 200 else command[:197] + "..."
-            return f"pid {holder['pid']} on {holder['host']} (`{command}`), since {holder['since']}"
-        except (ValueError, KeyError, TypeError, OSError):
-            time.sleep(0.05)
-    return "another process (its details are not recorded)"
+            if isinstance(holder, dict) and all(k in holder for k in ("pid", "host", "command", "since")):
+                return holder
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.05)
+    return {}
+
+
+def describe_holder(holder):
+    """'pid N on HOST (`command`), since TIME', or a plainer phrase when the details are not recorded."""
+    if not holder:
+        return "another process (its details are not recorded)"
+    command = " ".join(str(holder["command"]).split())  # on one line, and not too long
+    command = command if len(command) <= 200 else command[:197] + "..."
+    return f"pid {holder['pid']} on {holder['host']} (`{command}`), since {holder['since']}"
 
 
 def check_output_dir(path, overwrite=False):

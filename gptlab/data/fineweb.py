@@ -27,20 +27,18 @@ or re-cloned checkout resumes too.
 import collections
 import contextlib
 import glob
-import hashlib
 import itertools
 import os
 import random
 import re
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from gptlab.core.errors import UserError
-from gptlab.core.files import check_folder_creatable, exclusive_lock
+from gptlab.core.files import check_folder_creatable, describe_holder, exclusive_lock
 from gptlab.data import shards as shard_format
 from gptlab.data.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
@@ -300,12 +298,51 @@ def make_shards(args):
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
     check_folder_creatable(out_dir)
     # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one
-    # manifest. The lock lives in the temporary folder, keyed by the folder's real path, so a start that fails
-    # (an empty input, an unreachable Hub) leaves nothing in the user's folders.
-    key = hashlib.sha256(os.path.realpath(out_dir).encode()).hexdigest()[:24]
-    lock = os.path.join(tempfile.gettempdir(), "gptlab-locks", f"shards-{key}.rank{args.rank}.lock")
-    with exclusive_lock(lock, f"shard folder {out_dir}" + (f" (rank {args.rank})" if args.world_size > 1 else "")):
+    # manifest. The lock lives beside the folder, on its own filesystem (shard_folder_lock), so writers in two
+    # containers or hosts sharing the volume exclude each other, and a start that fails leaves nothing in the
+    # folder. The lock under $TMPDIR of earlier versions is taken too, for writers of those versions.
+    what = f"shard folder {out_dir}" + (f" (rank {args.rank})" if args.world_size > 1 else "")
+    legacy_lock = shard_format.legacy_writer_lock_path(out_dir, args.rank)
+    with exclusive_lock(legacy_lock, what), shard_folder_lock(out_dir, args.rank, args.world_size):
         return _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir)
+
+
+@contextlib.contextmanager
+def shard_folder_lock(out_dir, rank, world_size):
+    """Hold rank `rank`'s writer lock of `out_dir` (beside it: writer_lock_path) and refuse, naming the holder,
+    while another writer holds the same rank, or any rank of a job with another --world_size (a --world_size 1
+    writer and rank 1 of 2 would write the same train shards). Ranks of one split job run side by side."""
+    lock = shard_format.writer_lock_path(out_dir, rank)
+    what = f"shard folder {out_dir}" + (f" (rank {rank})" if world_size > 1 else "")
+    made = []  # the folders made to hold the lock: removed again if still empty (a failed start leaves nothing)
+    parent = os.path.dirname(lock)
+    while not os.path.exists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    try:
+        with _lock_and_check(lock, what, out_dir, rank, world_size):
+            yield lock
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+@contextlib.contextmanager
+def _lock_and_check(lock, what, out_dir, rank, world_size):
+    with exclusive_lock(lock, what, holder_extra={"rank": rank, "world_size": world_size},
+                        held_hint=shard_format.stale_lock_hint(lock)):
+        # after taking ours, look at the other ranks' locks: of two writers racing, at least one sees the other
+        for other, holder in shard_format.writer_locks(out_dir, legacy=False).items():
+            if other == lock:
+                continue
+            if holder.get("world_size") != world_size:
+                theirs = f"rank {holder.get('rank')} of a --world_size {holder.get('world_size')} job"
+                raise UserError(f"shard folder {out_dir} is being written by {describe_holder(holder)}, {theirs}; "
+                                f"this writer (rank {rank} of --world_size {world_size}) would write the same "
+                                "shards. Wait for it to finish or stop it, or give every rank the same --world_size "
+                                f"({shard_format.stale_lock_hint(other)})")
+        yield lock
 
 
 def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_stem, out_dir):

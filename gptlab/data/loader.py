@@ -1,5 +1,10 @@
 """Batches for training and validation: BOS-aligned rows of documents for each rank (resumable), and a
 fixed validation set split over ranks.
+
+Data cannot change under a run: both read shards through the ShardPrints taken when the run started
+(gptlab.data.selection): a training shard is read whole into memory when the loader reaches it and checked against
+its print as it is read (size, the manifest's sha256), and the validation rows are read once, at start, and kept
+in memory, so a folder rebuilt (or a symlink flipped) mid-run is an error naming the shard, never other data.
 """
 import os
 
@@ -7,8 +12,7 @@ import numpy as np
 import torch
 
 from gptlab.core.errors import UserError
-from gptlab.data.selection import shard_token_counts
-from gptlab.data.shards import read_shard
+from gptlab.data.selection import shard_prints
 
 
 def to_device(array, device):
@@ -24,7 +28,7 @@ class BOSAlignedLoader:
     each a pair of int64 numpy arrays of shape (rows_per_micro, seq_len)."""
 
     def __init__(self, paths, seq_len, batch_size, bos_id, rank=0, world_size=1, grad_acc_steps=1, seed=0,
-                 align_to_bos=True):
+                 align_to_bos=True, prints=None):
         if batch_size % seq_len:
             raise UserError(f"--batch_size {batch_size} is not a multiple of --train_seq_len {seq_len}; "
                             f"use e.g. {max(1, batch_size // seq_len) * seq_len}")
@@ -32,7 +36,9 @@ class BOSAlignedLoader:
         self.seq_len, self.world_size = seq_len, world_size
         self.set_grad_acc_steps(grad_acc_steps)
         self.paths = list(paths)
-        self.counts = shard_token_counts(self.paths)
+        # what each shard is now (select_run_shards took them at start; else here)
+        self.prints = list(prints) if prints is not None else shard_prints(self.paths)
+        self.counts = [p.tokens for p in self.prints]
         usable = [n for n in self.counts if n >= seq_len + 1]
         if not usable:
             raise UserError(f"no training shard holds one row of {seq_len + 1} tokens (largest: {max(self.counts)}); "
@@ -45,7 +51,7 @@ class BOSAlignedLoader:
         self.seed = seed
         self.align_to_bos = align_to_bos
         self.epoch, self.order_pos, self.pos = 0, 0, 0
-        self._cache = (None, None)  # (path, memmap) of the shard being read
+        self._cache = (None, None)  # (index, tokens) of the shard being read
 
     def set_grad_acc_steps(self, grad_acc_steps):
         """Cut each step's rows into world_size x grad_acc_steps micro-batches (the rows a step reads, and so the
@@ -80,16 +86,17 @@ class BOSAlignedLoader:
             return list(range(len(self.paths)))
         return [int(i) for i in np.random.default_rng(self.seed + epoch).permutation(len(self.paths))]
 
-    def _tokens(self, path):
-        if self._cache[0] != path:
-            self._cache = (path, read_shard(path, mmap=True))
+    def _tokens(self, index):
+        if self._cache[0] != index:
+            self._cache = (None, None)  # the old shard's memory goes first
+            self._cache = (index, self.prints[index].read())
         return self._cache[1]
 
     def _next_row_start(self):
         """Advance (epoch, order_pos, pos) to the next row start; return (tokens, start)."""
         span = self.seq_len + 1
         while True:
-            tokens = self._tokens(self.paths[self._order(self.epoch)[self.order_pos]])
+            tokens = self._tokens(self._order(self.epoch)[self.order_pos])
             start = self.pos
             if self.align_to_bos and start + span <= len(tokens):
                 window = np.asarray(tokens[start:start + self.seq_len])
@@ -124,13 +131,16 @@ class BOSAlignedLoader:
 
 
 class ValidationSet:
-    """The fixed validation rows: n_rows windows of seq_len + 1 tokens, this rank's share via `batches()`."""
+    """The fixed validation rows: n_rows windows of seq_len + 1 tokens, this rank's share via `batches()`. This
+    rank's rows are read once, here, checked against the shards' prints, and kept in memory (they are small), so
+    every evaluation sees the same tokens whatever happens to the files."""
 
-    def __init__(self, paths, seq_len, n_rows, rank=0, world_size=1):
+    def __init__(self, paths, seq_len, n_rows, rank=0, world_size=1, prints=None):
         self.paths = list(paths)
         self.seq_len = seq_len
         self.n_rows = n_rows
-        counts = shard_token_counts(self.paths)
+        prints = list(prints) if prints is not None else shard_prints(self.paths)
+        counts = [p.tokens for p in prints]
         available = sum((n - 1) // seq_len for n in counts if n > seq_len)
         if available < n_rows:
             raise UserError(f"validation needs {n_rows} rows of {seq_len} tokens ({n_rows * seq_len} tokens) but "
@@ -142,20 +152,27 @@ class ValidationSet:
         self.rank = rank
         self.world_size = world_size
         self.locations = []  # (path, start) of every row, global order
-        for path, n in zip(self.paths, counts):
+        where = []  # (shard index, start) of every row
+        for i, (path, n) in enumerate(zip(self.paths, counts)):
             for start in range(0, n - seq_len, seq_len):
                 if len(self.locations) == n_rows:
                     break
                 self.locations.append((path, start))
+                where.append((i, start))
+        mine = where[rank::world_size]
+        self._rows = [None] * len(mine)  # this rank's rows, in the shards' dtype
+        for i in sorted({i for i, _ in mine}):
+            tokens = prints[i].read()
+            for k, (j, start) in enumerate(mine):
+                if j == i:
+                    self._rows[k] = np.array(tokens[start:start + seq_len + 1])
+            del tokens
 
     def my_rows(self):
         return self.locations[self.rank::self.world_size]
 
     def batches(self, rows_per_batch):
         """Yield (inputs, targets) int64 arrays of shape (<=rows_per_batch, seq_len) for this rank's rows."""
-        mine = self.my_rows()
-        shards = {p: read_shard(p) for p in {p for p, _ in mine}}
-        for i in range(0, len(mine), rows_per_batch):
-            rows = np.stack([np.asarray(shards[p][s:s + self.seq_len + 1], dtype=np.int64)
-                             for p, s in mine[i:i + rows_per_batch]])
+        for i in range(0, len(self._rows), rows_per_batch):
+            rows = np.stack([np.asarray(row, dtype=np.int64) for row in self._rows[i:i + rows_per_batch]])
             yield np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, 1:])

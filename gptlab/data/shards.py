@@ -13,11 +13,12 @@ import glob
 import hashlib
 import json
 import os
+import tempfile
 
 import numpy as np
 
 from gptlab.core.errors import UserError
-from gptlab.core.files import atomic_write, atomic_write_text
+from gptlab.core.files import atomic_write, atomic_write_text, describe_holder, lock_holder
 
 MAGIC = 20240520
 HEADER_INTS = 256
@@ -63,12 +64,18 @@ def read_header(path):
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            header = np.frombuffer(f.read(HEADER_BYTES), dtype="<i4")
+            header = f.read(HEADER_BYTES)
     except PermissionError:
         raise UserError(f"shard {path} is not readable (permission denied); check its permissions (chmod a+r) or "
                         "point the shard flags at files you can read") from None
     except OSError as err:
         raise UserError(f"cannot read shard {path}: {err.strerror or err}; check the path and the disk") from None
+    return check_header(header, size, path)
+
+
+def check_header(header, size, path):
+    """(version, ntok) of a shard whose first bytes are `header` and whose size is `size`, or a UserError."""
+    header = np.frombuffer(header[:HEADER_BYTES], dtype="<i4")
     if header.size < HEADER_INTS:
         raise UserError(f"shard {path} is broken: {size} bytes is shorter than the {HEADER_BYTES}-byte header; "
                         "delete it and re-run download_fineweb.py to rewrite it")
@@ -83,6 +90,12 @@ def read_header(path):
         raise UserError(f"shard {path} is broken: header says {ntok} tokens ({expected} bytes) but the file has "
                         f"{size} bytes (truncated or overwritten); delete it and re-run download_fineweb.py")
     return version, ntok
+
+
+def tokens_of_shard_bytes(data, path):
+    """The tokens of a whole shard file held in memory (`data`, bytes), its header checked: a read-only array."""
+    version, ntok = check_header(data, len(data), path)
+    return np.frombuffer(data, dtype=VERSION_DTYPES[version], offset=HEADER_BYTES, count=ntok)
 
 
 def read_shard(path, mmap=True):
@@ -203,3 +216,49 @@ def check_manifest(directory, tokenizer_sha256=None, verify_files=True):
                                 f"(version {version}, {ntok} tokens; manifest: version {manifest['shard_version']}, "
                                 f"{shard['tokens']} tokens); re-run download_fineweb.py to rewrite it")
     return manifest
+
+
+# ------------------------------------------------------------------------------------------------ writer locks
+def writer_lock_path(folder, rank):
+    """The lock of rank `rank`'s writer (download_fineweb.py) of a shard folder: `.NAME.rank{r}.lock` beside the
+    folder's real path, in its parent on the same filesystem, so it exists before the folder does, and every path
+    to the folder (a symlink, the volume mounted in another container or host) names the same lock."""
+    real = os.path.realpath(folder)
+    return os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.rank{rank}.lock")
+
+
+def legacy_writer_lock_path(folder, rank):
+    """Where writers of earlier versions locked a folder: under $TMPDIR, keyed by its real path (seen only by
+    writers with the same $TMPDIR on the same machine; still taken, and still honoured)."""
+    key = hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:24]
+    return os.path.join(tempfile.gettempdir(), "gptlab-locks", f"shards-{key}.rank{rank}.lock")
+
+
+def writer_locks(folder, legacy=True):
+    """{lock path: holder dict} of the writers holding a shard folder now (download_fineweb.py running on it, on
+    any host sharing the volume), found by probing each rank's lock beside it (and under $TMPDIR)."""
+    real = os.path.realpath(folder)
+    patterns = [os.path.join(glob.escape(os.path.dirname(real)), f".{glob.escape(os.path.basename(real))}.rank*.lock")]
+    if legacy:
+        patterns.append(glob.escape(legacy_writer_lock_path(folder, 0)).replace(".rank0.lock", ".rank*.lock"))
+    held = {}
+    for path in (p for pattern in patterns for p in sorted(glob.glob(pattern))):
+        holder = lock_holder(path)
+        if holder is not None:
+            held[path] = holder
+    return held
+
+
+def stale_lock_hint(lock):
+    """What to do about a lock whose holder seems gone (said beside every refusal)."""
+    return (f"its lock is {lock}; a killed writer frees it at once, so if the process named is gone and the lock "
+            "stays held (a lost machine on a network filesystem), delete that file and re-run")
+
+
+def check_no_writer(folder, flag="--train_files"):
+    """Refuse a shard folder that download_fineweb.py is writing now: a run would read shards that are about to
+    change (or not be there yet)."""
+    for lock, holder in writer_locks(folder).items():
+        raise UserError(f"{flag}: shard folder {folder} is being written by {describe_holder(holder)} "
+                        "(download_fineweb.py); train once it has finished, since shards that change under a run "
+                        f"would switch its data mid-run ({stale_lock_hint(lock)})")
