@@ -8,6 +8,7 @@ import math
 import os
 import re
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -89,17 +90,37 @@ def read_json(run_dir, filename, notes, max_bytes=MAX_JSON_BYTES, max_depth=MAX_
 
 def _read_metrics(path):
     """metrics.csv read as gptlab.train.records.read_metrics(strict=False) does, within bounds: a file that is not
-    regular, too large or unreadable as CSV (a field over the csv module's limit) gives no rows and a note."""
-    size = _regular_size(path)
-    why = ("is not a regular file" if size is None else
-           f"is too large ({size:,} bytes; at most {MAX_METRICS_BYTES:,} are read)" if size > MAX_METRICS_BYTES
-           else None)
-    if why is None:
+    regular (nor a named pipe, read up to the bound), too large or unreadable as CSV (a field over the csv module's
+    limit) gives no rows and a note."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return Metrics(notes=[f"{METRICS_FILE} cannot be read ({err.strerror or err}); ignored it"])
+    why = None
+    if stat.S_ISFIFO(st.st_mode):  # a stream: read it up to the bound, then parse that copy
+        return _read_metrics_stream(path)
+    if not stat.S_ISREG(st.st_mode):
+        why = "is not a regular file"
+    elif st.st_size > MAX_METRICS_BYTES:
+        why = f"is too large ({st.st_size:,} bytes; at most {MAX_METRICS_BYTES:,} are read)"
+    else:
         try:
             return read_metrics(path, strict=False)
         except (OSError, csv.Error, ValueError, RecursionError) as err:
             why = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
     return Metrics(notes=[f"{METRICS_FILE} {why}; ignored it"])
+
+
+def _read_metrics_stream(path):
+    with open(path, "rb") as f:
+        data = f.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        return Metrics(notes=[f"{METRICS_FILE} is too large (over {MAX_METRICS_BYTES:,} bytes); ignored it"])
+    with tempfile.TemporaryDirectory(prefix="gptlab-metrics-") as tmp:
+        copy = os.path.join(tmp, METRICS_FILE)
+        with open(copy, "wb") as f:
+            f.write(data)
+        return _read_metrics(copy)
 
 
 # What load_run accepts in config.json / results.json: a key missing or null is "not recorded"; text that is no
