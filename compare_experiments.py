@@ -13,6 +13,11 @@ import sys
 from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
 from gptlab.compare.tables import COLUMN_IDS
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path
+
+# What the numeric flags accept (finite numbers only: nan and inf are refused by the types).
+COST_FLAG = float_in(0, 1e6, message="{value} is out of range: --overhead and --usd_per_gpu_hour must be >= 0 "
+                     "(finite, at most 1e6)")
+DETECT_BPB = float_in(1e-6, 10, message="must be a val bpb difference between 1e-06 and 10 (e.g. 0.01), got {value}")
 from gptlab.core.errors import UserError, run_cli
 from gptlab.train.cost import OVERHEAD_MINUTES_GPTLAB
 from gptlab.train.records import EXPERIMENTS_DIR
@@ -47,17 +52,17 @@ def parse_args(argv):
     parser.add_argument("--diff", nargs=2, metavar=("A", "B"),
                         help="show what changed from run A to run B: config flags and code backup (unified diff)")
     g = parser.add_argument_group("cost and significance")
-    g.add_argument("--usd_per_gpu_hour", type=float, default=None, metavar="USD",
+    g.add_argument("--usd_per_gpu_hour", type=COST_FLAG, default=None, metavar="USD",
                    help="price every run's GPU-hours at this (default: the price each run recorded, else "
                         "gptlab/train/cost.py's typical rental price by GPU name)")
-    g.add_argument("--overhead", type=float, nargs="?", const=OVERHEAD_MINUTES_GPTLAB, default=0.0, metavar="MIN",
+    g.add_argument("--overhead", type=COST_FLAG, nargs="?", const=OVERHEAD_MINUTES_GPTLAB, default=0.0, metavar="MIN",
                    help=f"add MIN minutes per run to its GPU-hours (set-up, downloads, compilation); alone: "
                         f"gpt-lab's {OVERHEAD_MINUTES_GPTLAB:g} (default: 0)")
     g.add_argument("--alpha", type=float_in(0, 1, low_open=True, high_open=True,
                                             message="{value} must be between 0 and 1 (e.g. 0.05)"),
                    default=SIGNIFICANCE_LEVEL,
                    help="p below this is 'better' / 'worse' in the vs-best columns")
-    g.add_argument("--detect_bpb", type=float, default=BPB_STEP, metavar="BPB",
+    g.add_argument("--detect_bpb", type=DETECT_BPB, default=BPB_STEP, metavar="BPB",
                    help=f"the val bpb difference the 'runs needed' line is for (p < {RECORD_P:g}, 80%% power)")
     g = parser.add_argument_group("scaling laws")
     g.add_argument("--scaling", action="store_true", help="fit L(C) = E + A*C^-alpha to the finished runs' training "

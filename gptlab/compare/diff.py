@@ -2,10 +2,17 @@
 import difflib
 import json
 import os
+import stat
 
+from gptlab.compare.runs import read_json
 from gptlab.compare.stats import VOLATILE_CONFIG_KEYS
 from gptlab.train import code_backup
-from gptlab.train.records import CODE_DIR, CONFIG_FILE, read_run_json
+from gptlab.train.records import CODE_DIR, CONFIG_FILE
+
+# What --diff reads of one run's code/ backup: regular files only (a symlink is followed only to one), this many
+# and this many bytes in all; a backup beyond that is not compared, with a line saying why.
+MAX_CODE_FILES = 5000
+MAX_CODE_BYTES = 64 << 20
 
 
 def _fmt_value(value):
@@ -22,10 +29,42 @@ class _CodeView:
         self.commit, self.reason = commit, reason
 
 
+def _unsafe_code_dir(root):
+    """Why code/ cannot be read safely (an entry that is not a regular file or folder, such as a link to /dev/zero
+    or a FIFO; too many files or bytes; a git.json the diff cannot use), or None."""
+    count = total = 0
+    for dirpath, _, names in os.walk(root):  # symlinked folders are neither entered nor read, here and in code_backup
+        for name in names:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            try:
+                st = os.stat(full)
+            except OSError as err:
+                return f"{CODE_DIR}/{rel} cannot be read ({err.strerror or err})"
+            if not stat.S_ISREG(st.st_mode):
+                return f"{CODE_DIR}/{rel} is not a regular file"
+            count, total = count + 1, total + st.st_size
+            if count > MAX_CODE_FILES or total > MAX_CODE_BYTES:
+                return (f"it holds more than {MAX_CODE_FILES:,} files or {MAX_CODE_BYTES >> 20} MB, more than a "
+                        "code backup")
+    notes = []
+    if os.path.lexists(os.path.join(root, code_backup.GIT_FILE)):
+        record = read_json(root, code_backup.GIT_FILE, notes)
+        if record is not None and not (isinstance(record.get("patch", ""), str)
+                                       and isinstance(record.get("prefix", ""), str)
+                                       and isinstance(record.get("research_files", []), list)
+                                       and all(isinstance(f, str) for f in record.get("research_files", []))):
+            notes.append(f"{code_backup.GIT_FILE} holds a field of the wrong type")
+    return notes[0] if notes else None
+
+
 def _code_view(run_path, repo=None):
     root = os.path.join(run_path, CODE_DIR)
     if not os.path.isdir(root):
         return None
+    unsafe = _unsafe_code_dir(root)
+    if unsafe:
+        return _CodeView({}, set(), "unsafe", unsafe)
     try:
         record = code_backup.read_record(root)
     except code_backup.CannotRebuild as err:
@@ -70,7 +109,7 @@ def diff_runs(path_a, path_b, repo=None):
     the patches and the copied files are compared instead, and a line says so."""
     notes_a, notes_b = [], []
     name_a, name_b = os.path.basename(os.path.normpath(path_a)), os.path.basename(os.path.normpath(path_b))
-    config_a, config_b = read_run_json(path_a, CONFIG_FILE, notes_a), read_run_json(path_b, CONFIG_FILE, notes_b)
+    config_a, config_b = read_json(path_a, CONFIG_FILE, notes_a), read_json(path_b, CONFIG_FILE, notes_b)
     out = [f"A = {path_a}", f"B = {path_b}", "", f"== config ({CONFIG_FILE}) =="]
     out += [f"  note: A: {n}" for n in notes_a] + [f"  note: B: {n}" for n in notes_b]
     if config_a is None or config_b is None:
@@ -92,6 +131,10 @@ def diff_runs(path_a, path_b, repo=None):
 
     out += ["", f"== code ({CODE_DIR}/) =="]
     view_a, view_b = _code_view(path_a, repo), _code_view(path_b, repo)
+    unsafe = [f"{n}: {v.describe}" for n, v in ((name_a, view_a), (name_b, view_b)) if v and v.kind == "unsafe"]
+    if unsafe:
+        out.append(f"  cannot compare code: not reading {CODE_DIR}/ of {'; '.join(unsafe)}")
+        return "\n".join(out) + "\n"
     if not (view_a and view_a.files) or not (view_b and view_b.files):
         missing = " and ".join(n for n, v in ((name_a, view_a), (name_b, view_b)) if not (v and v.files))
         out.append(f"  cannot compare code: no {CODE_DIR}/ backup in {missing}")

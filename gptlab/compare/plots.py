@@ -11,7 +11,7 @@ MIN_PLOT_SIZE = (800, 600)
 
 
 def parse_size(text):
-    match = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text or "")
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*[xX×]\s*([0-9]{1,9})\s*", text or "")
     if not match:
         raise UserError(f"--size {text!r} is not WIDTHxHEIGHT in pixels; use e.g. --size 1600x1200")
     width, height = int(match.group(1)), int(match.group(2))

@@ -8,7 +8,7 @@ import sys
 
 from gptlab.compare.diff import diff_runs
 from gptlab.compare.plots import PLOT_FILE, parse_size, plot_runs
-from gptlab.compare.runs import list_run_folders, load_run, price_run, resolve_run, resolve_runs
+from gptlab.compare.runs import BadRunFolder, list_run_folders, load_run, price_run, resolve_run, resolve_runs
 from gptlab.compare.scaling import plot_scaling, render_scaling, scaling_report
 from gptlab.compare.stats import SIGNIFICANCE_LEVEL
 from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
@@ -74,18 +74,23 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
         paths, folder_notes = resolve_runs(run_specs, experiments_dir), []
     else:
         paths, folder_notes = list_run_folders(experiments_dir)
-    runs = [load_run(p, now=now) for p in paths]
+    skipped = []
+    runs = _load_runs(paths, now, skipped)
+    folder_notes = folder_notes + skipped
     for run in runs:
         price_run(run, usd_per_gpu_hour, overhead_minutes)
     if scaling:
-        return _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out)
+        return _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out, skipped)
     add_bytes_per_token(runs)
     baseline_run = None
     if baseline:
         baseline_path = os.path.realpath(resolve_run(baseline, experiments_dir))
         baseline_run = next((r for r in runs if os.path.realpath(r.path) == baseline_path), None)
         if baseline_run is None:  # compared against, so it joins the table
-            baseline_run = load_run(baseline_path, now=now)
+            try:
+                baseline_run = load_run(baseline_path, now=now)
+            except BadRunFolder as err:
+                raise UserError(f"--baseline {baseline}: cannot compare against it: {err}") from None
             price_run(baseline_run, usd_per_gpu_hour, overhead_minutes)
             add_bytes_per_token([baseline_run])
             runs.append(baseline_run)
@@ -93,9 +98,9 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
     noise_pool = []
     if run_specs and os.path.isdir(experiments_dir):
         # Named runs are compared with the noise measured by every run on disk, shown or not.
-        noise_pool = [load_run(p, now=now, with_metrics=False) for p in
-                      (os.path.join(experiments_dir, n) for n in sorted(os.listdir(experiments_dir)))
-                      if is_run_folder(p) and os.path.exists(os.path.join(p, RESULTS_FILE))]
+        noise_pool = _load_runs([p for p in (os.path.join(experiments_dir, n) for n in sorted(os.listdir(experiments_dir)))
+                                 if is_run_folder(p) and os.path.exists(os.path.join(p, RESULTS_FILE))],
+                                now, [], with_metrics=False)
     board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool, alpha, detect_bpb)
     out.write(render_text(board, width, column_ids))
     written = []
@@ -122,10 +127,27 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
     return {"board": board, "written": written}
 
 
-def _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out):
+def _load_runs(paths, now, skipped, with_metrics=True):
+    """The runs of `paths` that can be read; a folder holding a value of the wrong type or out of range is left out,
+    with a line in `skipped` naming it and the field. None readable of several named: one error."""
+    runs = []
+    for path in paths:
+        try:
+            runs.append(load_run(path, now=now, with_metrics=with_metrics))
+        except BadRunFolder as err:
+            skipped.append(f"skipped {err}")
+    if paths and not runs and with_metrics:
+        raise UserError(f"none of the {len(paths)} run folder(s) can be compared: {skipped[-1]}"
+                        + (f" (and {len(paths) - 1} more)" if len(paths) > 1 else "")
+                        + "; fix or move the damaged files")
+    return runs
+
+
+def _scaling(runs, experiments_dir, plot, no_plot, overwrite, budget, usd_per_gpu_hour, out, skipped=()):
     """compare_experiments.py --scaling: the fits, the prediction and scaling.png (a generated report, redrawn,
     unless --plot names a file, which is only replaced with --overwrite)."""
     report = scaling_report(runs, budget, usd_per_gpu_hour)
+    report.notes.extend(skipped)
     out.write(render_scaling(report))
     written = []
     if not no_plot:

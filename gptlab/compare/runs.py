@@ -1,23 +1,181 @@
 """Reading experiment run folders: one folder into a Run with its summary figures (load_run), and listing or
 resolving the run folders to compare."""
+import csv
 import datetime
 import glob
+import json
 import math
 import os
 import re
+import stat
+import tempfile
 import time
 from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
 from gptlab.train import cost
-from gptlab.train.records import (CONFIG_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE, Metrics,
-                                  heartbeat_process, is_run_folder, read_metrics, read_run_json)
+from gptlab.train.records import (CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE,
+                                  Metrics, heartbeat_process, is_run_folder, read_metrics)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
 # A folder without results.json whose files changed this recently is taken to be a run still in progress.
 RUNNING_WINDOW_S = 600
 RUN_FOLDER_RE = re.compile(r"^(\d{8}_\d{6})_(.+)$")
+# Bounds on what is read from a run folder (a crafted or damaged folder must not exhaust memory or the stack):
+# a JSON file's size and nesting, metrics.csv's size. train_gpt.py writes JSON files of a few KB, nested 3 deep,
+# and about 150 bytes of metrics.csv per step.
+MAX_JSON_BYTES = 16 << 20
+MAX_JSON_DEPTH = 32
+MAX_METRICS_BYTES = 512 << 20
+
+
+class BadRunFolder(UserError):
+    """A run folder whose files hold a value of the wrong type or out of range: it is left out of a comparison,
+    with a line naming it and the field."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bounded readers
+
+def _regular_size(path):
+    """The size of the regular file at `path` (symlinks followed), or None when it is missing or is not a regular
+    file (a folder, a FIFO, a device such as /dev/zero)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _depth(value):
+    """How deep JSON containers nest in `value` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_json(run_dir, filename, notes, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
+    """run_dir/filename as a dict, read within bounds; None when it is missing, or (with a line in `notes`) when it
+    is not a regular file, is too large, too deeply nested, unreadable or not a JSON object."""
+    path = os.path.join(run_dir, filename)
+    if not os.path.lexists(path):
+        return None
+    size = _regular_size(path)
+    problem = None
+    if size is None:
+        problem = "is not a regular file"
+    elif size > max_bytes:
+        problem = f"is too large ({size:,} bytes; at most {max_bytes:,} are read)"
+    else:
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read(max_bytes + 1).decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting deeper than Python's stack
+            problem = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
+        else:
+            if not isinstance(data, dict):
+                problem = "is not a JSON object"
+            elif _depth(data) > max_depth:
+                problem = f"nests deeper than {max_depth} levels"
+    if problem:
+        notes.append(f"{filename} {problem}; ignored it")
+        return None
+    return data
+
+
+def _read_metrics(path):
+    """metrics.csv read as gptlab.train.records.read_metrics(strict=False) does, within bounds: a file that is not
+    regular (nor a named pipe, read up to the bound), too large or unreadable as CSV (a field over the csv module's
+    limit) gives no rows and a note."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return Metrics(notes=[f"{METRICS_FILE} cannot be read ({err.strerror or err}); ignored it"])
+    why = None
+    if stat.S_ISFIFO(st.st_mode):  # a stream: read it up to the bound, then parse that copy
+        return _read_metrics_stream(path)
+    if not stat.S_ISREG(st.st_mode):
+        why = "is not a regular file"
+    elif st.st_size > MAX_METRICS_BYTES:
+        why = f"is too large ({st.st_size:,} bytes; at most {MAX_METRICS_BYTES:,} are read)"
+    else:
+        try:
+            return read_metrics(path, strict=False)
+        except (OSError, csv.Error, ValueError, RecursionError) as err:
+            why = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
+    return Metrics(notes=[f"{METRICS_FILE} {why}; ignored it"])
+
+
+def _read_metrics_stream(path):
+    with open(path, "rb") as f:
+        data = f.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        return Metrics(notes=[f"{METRICS_FILE} is too large (over {MAX_METRICS_BYTES:,} bytes); ignored it"])
+    with tempfile.TemporaryDirectory(prefix="gptlab-metrics-") as tmp:
+        copy = os.path.join(tmp, METRICS_FILE)
+        with open(copy, "wb") as f:
+            f.write(data)
+        return _read_metrics(copy)
+
+
+# What load_run accepts in config.json / results.json: a key missing or null is "not recorded"; text that is no
+# number, or a number that is not finite (a diverged loss), reads as not recorded too. A value of another type, or
+# a number out of its range, makes the run a BadRunFolder.
+_TEXT_KEYS = ("model_name", "tokenizer", "tokenizer_name", "tokenizer_path", "tokenizer_ranks_sha256",
+              "tokenizer_sha256", "gpu_name", "device", "peak_mem_label", "error", "resumed_from")
+# key: (lowest, highest) allowed
+_NUMBER_KEYS = {"n_params": (0, None), "tokens": (0, None), "final_val_loss": (0, None), "final_val_bpb": (0, None),
+                "wall_time_s": (0, None), "mfu": (0, None), "peak_mem_allocated_gb": (0, None),
+                "world_size": (0, 1e7), "gpu_count": (0, 1e7), "train_flops": (0, None), "gpu_hours": (0, None),
+                "usd_per_gpu_hour": (0, None)}
+_HELLASWAG_KEYS = {"acc_norm": (0, 1), "n": (0, 1e12)}
+
+
+def _in_range(value, bounds):
+    low, high = bounds
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def _bounds_text(bounds):
+    low, high = bounds
+    return f"between {low:g} and {high:g}" if high is not None else f"{low:g} or more"
+
+
+def _kind(value):
+    return {dict: "an object", list: "a list", str: "text", bool: "true/false"}.get(type(value), type(value).__name__)
+
+
+def field_problems(data, filename):
+    """Lines naming each field of a config.json / results.json dict that load_run cannot use."""
+    problems = []
+    for key in _TEXT_KEYS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            problems.append(f"{filename} field {key!r} must be text, got {_kind(value)}")
+    checks = [(key, data.get(key), bounds) for key, bounds in _NUMBER_KEYS.items()]
+    hellaswag = data.get("hellaswag")
+    if hellaswag is not None and not isinstance(hellaswag, dict):
+        problems.append(f"{filename} field 'hellaswag' must be an object, got {_kind(hellaswag)}")
+    elif hellaswag:
+        checks += [(f"hellaswag.{key}", hellaswag.get(key), bounds) for key, bounds in _HELLASWAG_KEYS.items()]
+    for key, value, bounds in checks:
+        if value is None or isinstance(value, bool):
+            continue  # not recorded
+        if not isinstance(value, (int, float, str)):
+            problems.append(f"{filename} field {key!r} must be a number, got {_kind(value)}")
+            continue
+        number = _number(value)  # None for text that is no number, or a diverged value: shown as missing
+        if number is not None and not _in_range(number, bounds):
+            problems.append(f"{filename} field {key!r} must be {_bounds_text(bounds)}, got {number:g}")
+    shards = data.get("val_shards")
+    if shards is not None and not (isinstance(shards, list) and all(isinstance(p, str) for p in shards)):
+        problems.append(f"{filename} field 'val_shards' must be a list of paths")
+    return problems
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -28,7 +186,7 @@ def _number(value):
         return None
     try:
         value = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer beyond a float's range
         return None
     return value if math.isfinite(value) else None
 
@@ -123,14 +281,17 @@ def load_run(path, now=None, with_metrics=True):
     now = time.time() if now is None else now
     notes = []
     metrics_path = os.path.join(path, METRICS_FILE)
-    config = read_run_json(path, CONFIG_FILE, notes) or {}
+    config = read_json(path, CONFIG_FILE, notes) or {}
     if not os.path.exists(os.path.join(path, CONFIG_FILE)):
         notes.append("no config.json")
     if config.get("resumed_from"):  # its metrics.csv starts where the checkpoint's run stopped
         notes.append(f"resumed at step {config.get('resume_step')} from {config['resumed_from']}; steps before "
                      "that are in the earlier run's folder")
-    results = read_run_json(path, RESULTS_FILE, notes)
-    metrics = read_metrics(metrics_path, strict=False) if with_metrics and os.path.exists(metrics_path) else Metrics()
+    results = read_json(path, RESULTS_FILE, notes)
+    problems = field_problems(config, CONFIG_FILE) + field_problems(results or {}, RESULTS_FILE)
+    if problems:
+        raise BadRunFolder(f"{path}: {'; '.join(problems[:3])}" + (" ..." if len(problems) > 3 else ""))
+    metrics = _read_metrics(metrics_path) if with_metrics and os.path.lexists(metrics_path) else Metrics()
     notes.extend(metrics.notes)
 
     if results is not None and results.get("status") in RESULT_STATUSES:
@@ -142,7 +303,9 @@ def load_run(path, now=None, with_metrics=True):
         status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "no metrics"
     else:
         status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "crashed"
-    process, beat = heartbeat_process(path) if results is None else (None, None)
+    # the heartbeat is read by its owner, records.py; a damaged one (bounded check here) tells nothing
+    readable_beat = results is None and read_json(path, HEARTBEAT_FILE, []) is not None
+    process, beat = heartbeat_process(path) if readable_beat else (None, None)
     if process == "gone":  # its training process, on this host, is no more: no need to wait for the window
         status = "crashed" if metrics.rows else "no metrics"
         notes.append(f"no results.json and its process (pid {beat['pid']} on {beat['host']}) is gone: killed or "
@@ -184,6 +347,7 @@ def load_run(path, now=None, with_metrics=True):
     run.hs_ci = ci_interval(run.hs_acc_norm, hellaswag.get("acc_norm_ci95"))
     if run.hs_acc_norm is None:
         run.hs_acc_norm = metrics.last("hellaswag_acc_norm")
+    _check_measured(run)
     if run.hs_ci is None and run.hs_acc_norm is not None and run.hs_n:
         # Normal-approximation 95% interval when the trainer reported n but no interval.
         half = 1.96 * math.sqrt(run.hs_acc_norm * (1 - run.hs_acc_norm) / run.hs_n)
@@ -208,17 +372,41 @@ def load_run(path, now=None, with_metrics=True):
     return run
 
 
+# The run's figures, wherever they came from (results.json was checked by field_problems; these catch
+# metrics.csv's): attribute, its metrics.csv column, (lowest, highest).
+_MEASURED = (("tokens", "tokens", (0, None)), ("val_loss", "val_loss", (0, None)), ("val_bpb", "val_bpb", (0, None)),
+             ("wall_time_s", "elapsed_s", (0, None)), ("mfu", "mfu", (0, None)),
+             ("hs_acc_norm", "hellaswag_acc_norm", (0, 1)))
+
+
+def _check_measured(run):
+    problems = [f"{METRICS_FILE} column {column!r} must be {_bounds_text(bounds)}, got {getattr(run, attr):g}"
+                for attr, column, bounds in _MEASURED
+                if getattr(run, attr) is not None and not _in_range(getattr(run, attr), bounds)]
+    if problems:
+        raise BadRunFolder(f"{run.path}: {'; '.join(problems)}")
+
+
+def _positive_finite(value):
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
 def _train_flops(res, metrics, run):
     """(FLOPs, source): results.json's train_flops (the sum of every step's), else the sum over metrics.csv's step
     rows of tflops_per_gpu x step_time_s x world size (the same figures, as logged), else 6 x parameters x tokens."""
-    recorded = _number(res.get("train_flops"))
+    # each source only when it gives a positive, finite figure (a damaged or crafted one falls through)
+    recorded = _positive_finite(_number(res.get("train_flops")))
     if recorded:
         return recorded, "results.json"
     steps = [(r.get("tflops_per_gpu"), r.get("step_time_s")) for r in metrics.rows if r.get("train_loss") is not None]
     if steps and all(t is not None and s is not None for t, s in steps):
-        return sum(t * s for t, s in steps) * 1e12 * run.world_size, "metrics.csv"
+        summed = _positive_finite(sum(t * s for t, s in steps) * 1e12 * run.world_size)
+        if summed:
+            return summed, "metrics.csv"
     if run.n_params and run.tokens:
-        return 6.0 * run.n_params * run.tokens, "6ND"
+        product = _positive_finite(6.0 * run.n_params * run.tokens)
+        if product:
+            return product, "6ND"
     return None, None
 
 

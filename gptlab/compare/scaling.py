@@ -25,6 +25,9 @@ from gptlab.core.files import atomic_write
 MIN_RUNS_COMPUTE = 4  # 3 parameters: at least one degree of freedom for the residual noise
 MIN_RUNS_CHINCHILLA = 5  # 5 parameters; the interval needs a sixth run
 CONFIDENCE = 0.95
+# A prediction is made within this factor of the fitted runs' FLOPs (nine decades either way): beyond it the law
+# is not evidence of anything, and the figures run into the float range.
+MAX_EXTRAPOLATION = 1e9
 
 
 # ------------------------------------------------------------------------------------------------ fitting
@@ -183,6 +186,10 @@ def scaling_points(runs):
             notes.append(f"{run.name}: left out ({run.status}, or no val bpb)")
         elif not run.train_flops:
             notes.append(f"{run.name}: left out (no training FLOPs: no train_flops, step FLOPs, parameters or tokens)")
+        elif not (math.isfinite(run.train_flops) and run.train_flops > 0 and math.isfinite(run.val_bpb)
+                  and run.val_bpb > 0):
+            notes.append(f"{run.name}: left out (training FLOPs {run.train_flops:g} or val bpb {run.val_bpb:g} is "
+                         "not a positive number)")
         else:
             points.append(ScalingPoint(run.name, run.train_flops, run.train_flops_source, run.n_params, run.tokens,
                                        run.val_bpb, run.gpu_hours, run.cost_usd, run.usd_per_gpu_hour))
@@ -208,6 +215,9 @@ def parse_budget(text):
         value = float(match.group(2)) if kind else None
     except ValueError:
         value = None
+    if value is not None and not math.isfinite(value):
+        raise UserError(f"--budget {text!r} is beyond a float's range; give a budget near the fitted runs' (e.g. "
+                        "1e18 FLOPs, 50gpuh or $20)")
     if not value or value <= 0:
         raise UserError(f"--budget {text!r} is not a budget: write FLOPs (1e18), GPU-hours (50gpuh) or dollars "
                         "($20)")
@@ -233,6 +243,9 @@ def budget_in_flops(kind, value, points, usd_per_gpu_hour=None):
                 raise UserError("no price per GPU-hour is known for these runs (CPU runs, or GPUs missing from "
                                 "gptlab/train/cost.py's table); pass --usd_per_gpu_hour to turn dollars into GPU-hours")
             price = statistics.median(prices)
+        if not price > 0:
+            raise UserError("at $0 per GPU-hour a dollar budget buys unlimited GPU-hours; pass --usd_per_gpu_hour "
+                            "above 0, or give --budget in GPU-hours or FLOPs")
         hours = value / price
         how = f"${value:g} at ${price:g}/GPU-hour = {hours:.3g} GPU-hours"
     return hours * rate, f"{how} at {rate:.3g} FLOPs per GPU-hour (median of the fitted runs, evaluations included)"
@@ -255,7 +268,8 @@ def scaling_report(runs, budget=None, usd_per_gpu_hour=None):
         raise UserError(f"a scaling fit needs at least {MIN_RUNS_COMPUTE} finished runs with different training "
                         f"FLOPs; {len(points)} usable run(s) here" + (f" ({'; '.join(notes[:3])})" if notes else "")
                         + ". Train the same recipe at a few sizes or step counts, e.g. with sweep.py")
-    report = ScalingReport(points, notes, fit_compute_law([p.flops for p in points], [p.bpb for p in points]))
+    report = ScalingReport(points, notes, _fitted(fit_compute_law, [p.flops for p in points],
+                                                  [p.bpb for p in points]))
     usable = [p for p in points if p.n_params and p.tokens]
     design = np.stack([np.ones(len(usable)), np.log([p.n_params for p in usable] or [1]),
                        np.log([p.tokens for p in usable] or [1])], axis=1) if usable else None
@@ -263,11 +277,52 @@ def scaling_report(runs, budget=None, usd_per_gpu_hour=None):
         report.chinchilla_note = (f"Chinchilla's L(N, D) needs at least {MIN_RUNS_CHINCHILLA} runs that vary both "
                                   "parameters and tokens independently (not all on one tokens-per-parameter line)")
     else:
-        report.chinchilla_fit = fit_chinchilla_law([p.n_params for p in usable], [p.tokens for p in usable],
-                                                   [p.bpb for p in usable])
+        report.chinchilla_fit = _fitted(fit_chinchilla_law, [p.n_params for p in usable],
+                                        [p.tokens for p in usable], [p.bpb for p in usable])
     if budget:
         report.budget = budget_in_flops(*parse_budget(budget), points, usd_per_gpu_hour)
+        check_prediction(report)
     return report
+
+
+def _fitted(fit_law, *columns):
+    """fit_law(*columns), its numerical failures (a singular system, values beyond the float range) one error."""
+    try:
+        with np.errstate(all="ignore"):
+            return fit_law(*columns)
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError, OverflowError, ZeroDivisionError) as err:
+        raise UserError(f"the scaling law cannot be fitted to these runs ({type(err).__name__}: {err}); check their "
+                        "training FLOPs and val bpb, or compare runs of one family that differ in scale") from None
+
+
+def _prediction_problem(value, fit_e):
+    """Why a predicted val bpb cannot be shown (not finite, not positive, below the fit's irreducible term E), or
+    None."""
+    if not math.isfinite(value):
+        return f"the fit gives {value} there"
+    if value <= 0 or value < fit_e:
+        return (f"the fit gives val bpb {value:.4g} there, "
+                + ("not a positive number (" if value <= 0 else "below") + f" its irreducible term E = {fit_e:.4g}" + (")" if value <= 0 else ""))
+    return None
+
+
+def check_prediction(report):
+    """Refuse (UserError) a --budget the L(C) fit cannot speak for: beyond MAX_EXTRAPOLATION times the fitted runs'
+    FLOPs either way, or where its prediction is not a positive val bpb above the fit's E."""
+    flops, how = report.budget
+    low, high = min(p.flops for p in report.points), max(p.flops for p in report.points)
+    lowest, highest = low / MAX_EXTRAPOLATION, high * MAX_EXTRAPOLATION
+    if not (math.isfinite(flops) and lowest <= flops <= highest):
+        raise UserError(f"--budget {how} = {flops:.3g} FLOPs is too far from the fitted runs ({low:.3g} to {high:.3g} "
+                        f"FLOPs) to extrapolate the law to; give a budget between {lowest:.3g} and {highest:.3g} "
+                        "FLOPs")
+    fit = report.compute_fit
+    with np.errstate(all="ignore"):
+        value = float(np.atleast_1d(fit.model(fit.theta, np.array([flops / fit.scale])))[0])
+    problem = _prediction_problem(value, float(fit.theta[0]))
+    if problem:
+        raise UserError(f"refusing to extrapolate L(C) to {flops:.3g} FLOPs: {problem}, so the law does not hold "
+                        f"that far from the fitted runs ({low:.3g} to {high:.3g} FLOPs); give a budget closer to them")
 
 
 def _interval(value, half):
@@ -336,17 +391,25 @@ def render_scaling(report):
         if not min(p.flops for p in report.points) <= flops <= max(p.flops for p in report.points):
             out.append("  (an extrapolation beyond the fitted runs' FLOPs: the interval assumes the law holds there)")
         if report.chinchilla_fit is not None:
-            ch = report.chinchilla_fit
-            n_fn, d_fn, loss_fn = compute_optimal(ch, flops)
-            loss, band, single = ch.predict(None, loss_fn)
-            out.append(f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, "
-                       f"D = {d_fn(ch.theta):.3g} tokens (C = 6ND): val bpb {loss[0]:.4f}"
-                       + (f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
-                          if band is not None else ""))
+            out.append(_chinchilla_prediction(report.chinchilla_fit, flops))
     out += [f"note: {n}" for n in report.notes]
     out.append("Intervals: delta method, parameter covariance s²(JᵀJ)⁻¹, Student t with runs − parameters degrees "
                "of freedom.")
     return "\n".join(out) + "\n"
+
+
+def _chinchilla_prediction(ch, flops):
+    """The line of L(N, D)'s prediction at the compute-optimal N and D for `flops`, or why there is none."""
+    n_fn, d_fn, loss_fn = compute_optimal(ch, flops)
+    with np.errstate(all="ignore"):
+        problem = _prediction_problem(float(np.atleast_1d(loss_fn(ch.theta))[0]), float(ch.theta[0]))
+    if problem:
+        return f"  L(N, D): no prediction at {flops:.3g} FLOPs: {problem}; the law does not hold that far"
+    loss, band, single = ch.predict(None, loss_fn)
+    return (f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, "
+            f"D = {d_fn(ch.theta):.3g} tokens (C = 6ND): val bpb {loss[0]:.4f}"
+            + (f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
+               if band is not None else ""))
 
 
 def _label_axes(ax, xlabel, title):

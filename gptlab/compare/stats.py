@@ -117,8 +117,14 @@ def runs_needed(diff, std, alpha=RECORD_P, power=RECORD_POWER, most=100_000):
 
     if std <= 0.0:
         return 2
-    guess = 2.0 * ((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * std / abs(diff)) ** 2
-    if guess > most:
+    if not (math.isfinite(diff) and math.isfinite(std)) or diff == 0:
+        return None  # no difference (or none to compute with) is ever told apart
+    try:
+        z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))  # a Python float: ** raises, not warns
+        guess = 2.0 * (z * std / abs(diff)) ** 2
+    except OverflowError:  # a tiny difference against the noise
+        return None
+    if not guess <= most:
         return None
     n = max(2, math.ceil(guess))  # the normal approximation; the t-test needs a little more
     while n > 2 and t_test_power(diff, std, n - 1, alpha) >= power:
@@ -256,7 +262,7 @@ def compare_bpb(run, reference, noise, groups=(), alpha=SIGNIFICANCE_LEVEL):
 
 def hellaswag_counts(run):
     """(correct, n) of a run's final HellaSwag acc_norm, or None when n is unknown."""
-    if run.hs_acc_norm is None or not run.hs_n:
+    if run.hs_acc_norm is None or not run.hs_n or int(run.hs_n) < 1:
         return None
     return round(run.hs_acc_norm * run.hs_n), int(run.hs_n)
 

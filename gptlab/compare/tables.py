@@ -110,6 +110,8 @@ def cost_per_bpb(run, reference, same_config=False):
     gain = (reference.val_bpb - run.val_bpb) / BPB_STEP
     if gain == 0 and extra == 0:
         return "same"
+    if gain == 0 and extra < 0:  # a tie on val bpb at a lower cost (no gain to divide by)
+        return "same bpb, cheaper"
     if gain > 0 and extra <= 0:
         return "better and cheaper"
     if gain <= 0 and extra >= 0:
@@ -217,7 +219,7 @@ def _compare_groups_with_reference(reference, groups):
 def runs_needed_line(noise, detect_bpb):
     if noise is None or not detect_bpb:
         return None
-    n = runs_needed(detect_bpb, noise.std)
+    n = runs_needed(detect_bpb, noise.std)  # compare_experiments.py's --detect_bpb is in [1e-6, 10]
     how_many = f"{n} runs per side" if n is not None else "more than 100,000 runs per side"
     return (f"Runs needed to tell apart a val bpb difference of {detect_bpb:g} at p < {RECORD_P:g} with "
             f"{RECORD_POWER:.0%} power, given the noise (std {noise.std:.4f}, {noise.source}): {how_many} "
@@ -326,11 +328,22 @@ def comparison_lines(board):
     return lines
 
 
+# Control characters (a newline in --model_name or in a folder's name) would split a table's row: shown escaped.
+_CONTROL = {i: f"\\x{i:02x}" for i in (*range(32), 127)}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def one_line(text):
+    """`text` with its control characters escaped (\\n, \\x1b ...), so a table cell stays on its row."""
+    return str(text).translate(_CONTROL)
+
+
 def text_table(headers, rows, keep=None):
-    """Columns `keep` (indices, in that order; default all) as a plain-text table, cells left-aligned as given."""
+    """Columns `keep` (indices, in that order; default all) as a plain-text table, cells left-aligned as given
+    (control characters escaped, so each row is one line)."""
     keep = range(len(headers)) if keep is None else keep
-    return tabulate([[row[i] for i in keep] for row in rows], [headers[i] for i in keep], "simple",
-                    disable_numparse=True, stralign="left")
+    return tabulate([[one_line(row[i]) for i in keep] for row in rows], [one_line(headers[i]) for i in keep],
+                    "simple", disable_numparse=True, stralign="left")
 
 
 def fit_columns(headers, rows, width, order):
@@ -363,9 +376,14 @@ def _md_escape(text):
     return text.replace("|", "\\|").replace("*", "\\*")
 
 
+def _md_cell(text):
+    return _md_escape(one_line(text))
+
+
 def markdown_table(headers, rows):
-    lines = ["| " + " | ".join(map(_md_escape, headers)) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(map(_md_escape, row)) + " |" for row in rows]
+    """A markdown table; `|` and `*` escaped, control characters too (a newline would end the row)."""
+    lines = ["| " + " | ".join(map(_md_cell, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
     return "\n".join(lines)
 
 

@@ -9,11 +9,15 @@ sweep's record, experiments/sweep_<name>.json, holds every point's status, run f
 recorded and the sweep goes on; running the same sweep again skips the points whose run finished (a longer grid or
 more seeds extend it). The sweep ends with the leaderboard of its runs.
 """
+import ctypes
+import ctypes.util
 import difflib
 import itertools
 import json
 import os
 import re
+import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -22,13 +26,15 @@ from dataclasses import asdict, dataclass, field
 
 from gptlab.core.cli import FlagValueError
 from gptlab.core.errors import UserError
-from gptlab.core.files import atomic_write_text, check_folder_creatable
+from gptlab.core.files import atomic_write_text, check_folder_creatable, exclusive_lock
 from gptlab.train.records import RESULTS_FILE, read_run_json
 
 SWEEP_FORMAT = "gptlab-sweep"
 # flags the sweep sets itself on every run (the grid and the passed-through flags may not)
 SWEEP_SET_FLAGS = ("seed", "model_name", "experiments_dir")
 ERROR_TAIL_LINES = 20
+POINT_STATUSES = ("pending", "finished", "failed", "interrupted")
+MAX_RECORD_BYTES = 64 << 20  # a record holds a few hundred bytes per point
 
 
 def sweep_record_path(experiments_dir, name):
@@ -131,6 +137,13 @@ def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1):
         raise UserError(f"the train_gpt.py flags after -- set {', '.join('--' + c for c in clash)}, which the sweep "
                         "sets itself (from --grid, --seeds, --name, --experiments_dir); drop them after --")
     combos = list(itertools.product(*[[(key, v) for v in values] for key, values in grid]))
+    named = {}
+    for combo in combos:  # a run is known by its name: two settings may not share one
+        other = named.setdefault(point_name(name, combo), combo)
+        if other is not combo:
+            a, b = (" ".join(f"{k}={v!r}" for k, v in c if dict(other)[k] != dict(combo)[k]) for c in (other, combo))
+            raise UserError(f"--grid values {a} and {b} give the same run name {point_name(name, combo)!r} (only "
+                            "letters, digits and . + - are kept in names); give values that differ in those")
     points = [Point(list(combo), seed, point_name(name, combo)) for seed in seeds for combo in combos]
     return Sweep(name, grid, seeds, list(train_flags), nproc_per_node, points)
 
@@ -146,16 +159,68 @@ def save_record(sweep, path):
     atomic_write_text(path, json.dumps(_record(sweep), indent=2) + "\n", overwrite=True)
 
 
+def _read_record(path):
+    """The sweep record at `path` as a dict, or the reason it cannot be used (bounded read, every field checked)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return "it is not a regular file"
+        if st.st_size > MAX_RECORD_BYTES:
+            return f"it is {st.st_size:,} bytes, more than a sweep record"
+        with open(path, "rb") as f:
+            old = json.loads(f.read(MAX_RECORD_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    return _record_problem(old) or old
+
+
+def _is_text_list(value):
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _record_problem(old):
+    """Why a parsed record is not one this module wrote (a field missing or of the wrong type), or None."""
+    if not isinstance(old, dict) or old.get("format") != SWEEP_FORMAT:
+        return f"its format is not {SWEEP_FORMAT!r}"
+    grid = old.get("grid", [])
+    if not (isinstance(grid, list) and all(isinstance(g, list) and len(g) == 2 and isinstance(g[0], str)
+                                           and _is_text_list(g[1]) for g in grid)):
+        return "its 'grid' is not a list of [flag, [values]]"
+    if not _is_text_list(old.get("train_flags", [])):
+        return "its 'train_flags' is not a list of text"
+    nproc = old.get("nproc_per_node", 1)
+    if isinstance(nproc, bool) or not isinstance(nproc, int):
+        return "its 'nproc_per_node' is not an integer"
+    points = old.get("points", [])
+    if not isinstance(points, list):
+        return "its 'points' is not a list"
+    kinds = {"model_name": (str,), "seed": (int,), "status": (str,), "run_dir": (str, type(None)),
+             "error": (str, type(None)), "exit_code": (int, type(None)), "seconds": (int, float, type(None))}
+    for i, point in enumerate(points):
+        if not isinstance(point, dict):
+            return f"point {i} is not an object"
+        for key, types in kinds.items():
+            if key not in point:
+                if key in ("model_name", "seed"):
+                    return f"point {i} has no {key!r}"
+                continue
+            if isinstance(point[key], bool) or not isinstance(point[key], types):
+                return (f"point {i}'s {key!r} is {type(point[key]).__name__}, not "
+                        f"{' or '.join(t.__name__ for t in types)}")
+        if point.get("status", "pending") not in POINT_STATUSES:
+            return f"point {i}'s status {point['status']!r} is not one of {', '.join(POINT_STATUSES)}"
+    return None
+
+
 def load_previous(sweep, path, overwrite=False):
     """Carry the recorded status of each point over from an earlier run of this sweep (same train_gpt flags, same
     grid flags; more values or seeds extend it). A point counts as finished only if its run folder says so."""
-    if not os.path.exists(path) or overwrite:
+    if not os.path.lexists(path) or overwrite:
         return
-    notes = []
-    old = read_run_json(os.path.dirname(path) or ".", os.path.basename(path), notes)
-    if old is None or old.get("format") != SWEEP_FORMAT:
-        raise UserError(f"{path} is not a readable sweep record ({'; '.join(notes) or 'wrong format'}); pass "
-                        "--overwrite to replace it, or --name NEW for another sweep")
+    old = _read_record(path)
+    if isinstance(old, str):
+        raise UserError(f"{path} is not a readable sweep record ({old}); pass --overwrite to replace it (its run "
+                        "folders are kept), or --name NEW for another sweep")
     same = (old.get("train_flags") == sweep.train_flags and [k for k, _ in old.get("grid", [])] ==
             [k for k, _ in sweep.grid] and old.get("nproc_per_node", 1) == sweep.nproc_per_node)
     if not same:
@@ -171,15 +236,25 @@ def load_previous(sweep, path, overwrite=False):
         point.run_dir, point.error, point.exit_code, point.seconds = (before.get("run_dir"), before.get("error"),
                                                                        before.get("exit_code"), before.get("seconds"))
         point.status = before.get("status", "pending")
-        if point.status == "finished" and not _run_finished(point.run_dir):
-            point.status = "pending"  # its folder was removed or never finished: run it again
+        if point.status == "finished" and not _run_finished(point.run_dir, point):
+            point.status = "pending"  # its folder was removed, never finished or is another run's: run it again
 
 
-def _run_finished(run_dir):
+def _run_finished(run_dir, point=None):
+    """The run folder holds a finished run (of `point`: its model name and seed, where results.json records them)."""
     if not run_dir or not os.path.isdir(run_dir):
         return False
-    results = read_run_json(run_dir, RESULTS_FILE, [])
-    return bool(results) and results.get("status") == "finished"
+    try:
+        results = read_run_json(run_dir, RESULTS_FILE, [])
+    except RecursionError:
+        return False
+    if not results or results.get("status") != "finished":
+        return False
+    if point is not None:
+        for key, want in (("model_name", point.model_name), ("seed", point.seed)):
+            if key in results and results[key] != want:
+                return False  # another point's (or another run's) folder
+    return True
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -192,11 +267,61 @@ def command_of(sweep, point, script, experiments_dir):
         "--seed", str(point.seed), "--model_name", point.model_name, "--experiments_dir", experiments_dir]
 
 
+# The child gets this signal when the sweep dies, even by kill -9: SIGTERM, as a preemption, so train_gpt.py (and
+# torchrun, which forwards it to its workers) can stop cleanly.
+CHILD_DEATH_SIGNAL = signal.SIGTERM
+_PR_SET_PDEATHSIG = 1
+# Off Linux (no prctl), a small watcher process stands between the sweep and the child: it polls its parent and
+# ends the child when the sweep is gone.
+_WATCHER = r"""
+import os, signal, subprocess, sys, time
+parent = int(sys.argv[1])
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the child itself; the watcher waits for it
+child = subprocess.Popen(sys.argv[2:])
+while child.poll() is None:
+    if os.getppid() != parent:
+        child.terminate()
+        try:
+            child.wait(60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        break
+    time.sleep(0.5)
+sys.exit(child.wait())
+"""
+
+
+def _libc_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _child_launch(command):
+    """(command, preexec_fn) so the child dies with the sweep: on Linux prctl(PR_SET_PDEATHSIG) in the child, else
+    the command under the watcher."""
+    prctl = _libc_prctl()
+    if prctl is None:
+        return [sys.executable, "-c", _WATCHER, str(os.getpid())] + list(command), None
+    parent = os.getpid()
+
+    def die_with_parent():  # runs in the child between fork and exec: only async-signal-safe work
+        prctl(_PR_SET_PDEATHSIG, int(CHILD_DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:  # the sweep died before the line above: the signal will never come
+            os.kill(os.getpid(), CHILD_DEATH_SIGNAL)
+
+    return list(command), die_with_parent
+
+
 def _run_one(command, write):
     """Run a training command: stdout lines go to `write` as they come, stderr is kept; (exit code, run folder,
-    stderr lines)."""
+    stderr lines). The command ends with the sweep, even when the sweep is killed outright (_child_launch)."""
+    command, preexec_fn = _child_launch(command)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            bufsize=1, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            bufsize=1, env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=preexec_fn)
     stderr = []
     reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)
     reader.start()
@@ -235,13 +360,21 @@ def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, ou
     out = out or sys.stdout
     path = sweep_record_path(experiments_dir, sweep.name)
     check_folder_creatable(experiments_dir)
-    load_previous(sweep, path, overwrite)
-    todo = [p for p in sweep.points if p.status != "finished"]
     if dry_run:
+        load_previous(sweep, path, overwrite)
         for point in sweep.points:
             state = "finished: skipped" if point.status == "finished" else "would run"
             out.write(f"[{state}] {' '.join(command_of(sweep, point, script, experiments_dir))}\n")
         return sweep
+    # one sweep of a name at a time: a second one (the same command in another terminal) is refused at once
+    with exclusive_lock(os.path.join(experiments_dir, f".sweep_{sweep.name}.lock"), f"sweep {sweep.name} ({path})"):
+        load_previous(sweep, path, overwrite)
+        _run_points(sweep, script, experiments_dir, path, out, tqdm)
+    return sweep
+
+
+def _run_points(sweep, script, experiments_dir, path, out, tqdm):
+    todo = [p for p in sweep.points if p.status != "finished"]
     os.makedirs(experiments_dir, exist_ok=True)
     save_record(sweep, path)
     done = len(sweep.points) - len(todo)
@@ -263,7 +396,7 @@ def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, ou
                 point.seconds = time.perf_counter() - start
                 save_record(sweep, path)
             point.exit_code, point.run_dir = code, run_dir or point.run_dir
-            if code == 0 and _run_finished(point.run_dir):
+            if code == 0 and run_dir and _run_finished(run_dir, point):  # the folder this very run printed
                 point.status, point.error = "finished", None
             else:
                 point.status, point.error = "failed", _error_of(stderr, code)
@@ -273,7 +406,6 @@ def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, ou
             bar.update(1)
     finally:
         bar.close()
-    return sweep
 
 
 def summary_lines(sweep):
