@@ -439,9 +439,14 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
         if manifest["exhausted"] and len(train) < len(owned_plan(rank, world_size, args.num_shards, 0)):
             print(f"{who}note: the input ran out after {len(train)} train shard(s)", file=sys.stderr, flush=True)
     if not train and manifest["exhausted"]:
-        raise UserError(f"the input held only {sum(s['tokens'] for s in manifest['shards']):,} tokens, all "
-                        f"used by the validation shard (--val_tokens {args.val_tokens}); lower --val_tokens or "
-                        "add input")
+        docs = sum(s["docs"] for s in manifest["shards"])
+        tokens = sum(s["tokens"] for s in manifest["shards"])
+        if docs <= 1:  # the validation shard takes whole documents, so no --val_tokens > 0 leaves one for training
+            raise UserError(f"the input is {docs} document ({tokens:,} tokens), taken whole by the validation shard "
+                            "(a document is never split between validation and training); add documents, or pass "
+                            "--val_tokens 0 for no validation shard")
+        raise UserError(f"the input held only {tokens:,} tokens in {docs:,} documents, all used by the validation "
+                        f"shard (--val_tokens {args.val_tokens}); lower --val_tokens or add input")
     return manifest, out_dir
 
 

@@ -416,3 +416,18 @@ def test_a_second_writer_of_a_shard_folder_is_refused_naming_the_first(tmp_path,
         if name.endswith(".bin"):
             assert open(os.path.join(out_dir, name), "rb").read() == \
                 open(os.path.join(tmp_path / "race" / folder, name), "rb").read()
+
+
+@pytest.mark.parametrize("docs, val_tokens, expected", [
+    # one document goes whole to the validation shard: lowering --val_tokens (to anything but 0) cannot help
+    (["a single document " * 40], 1, "error: the input is 1 document ("),
+    (["first document " * 20, "second document " * 20], 100_000, "lower --val_tokens or add input"),
+])
+def test_an_input_used_up_by_the_validation_shard_says_why(tokenizer_path, tmp_path, docs, val_tokens, expected):
+    write_jsonl(tmp_path / "in.jsonl", docs)
+    proc = cli(["--input", str(tmp_path / "in.jsonl"), "--tokenizer", tokenizer_path, "--out", str(tmp_path / "out"),
+                "--val_tokens", str(val_tokens)])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and expected in lines[-1], proc.stderr
+    if len(docs) == 1:
+        assert "--val_tokens 0" in lines[-1] and "lower --val_tokens" not in lines[-1]
