@@ -94,7 +94,8 @@ def test_sigterm_to_a_two_rank_run_checkpoints_the_agreed_step_and_resumes_bit_f
     assert f"SIGTERM received: stopping after step {stopped_at} with a checkpoint" in log
     assert f"run interrupted (SIGTERM) after step {stopped_at}; resume with --resume {ckpt}" in log
     assert f"step {stopped_at}/{steps} train_loss" in out  # rank 0's buffered stdout was flushed
-    assert "Traceback" not in err.split("torch.distributed.elastic")[0], err[-3000:]  # the workers' own stderr
+    # torchrun prints a traceback of its own (its SignalException); the workers print none
+    assert err.count("Traceback") <= 1 and "interrupted (SIGTERM)" in err, err[-3000:]
 
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py", "--resume", ckpt,
                 "--experiments_dir", str(tmp_path / "resumed"), "--log_every", "1"], check=True)
@@ -194,7 +195,7 @@ def test_ranks_started_with_different_flags_or_data_all_stop_with_one_error(tiny
     assert len(errors) == 1, proc.stderr[-3000:]
     assert f"error: ranks disagree on {shown}" in errors[0], errors[0]
     assert errors[0].endswith("start every rank with the same flags and data")
-    assert "Traceback" not in proc.stderr.split("torch.distributed.elastic")[0]
+    assert proc.stderr.count("Traceback") <= 1 and "ChildFailedError" in proc.stderr  # torchrun's own, no rank's
     assert not glob.glob(str(tmp_path / "exps" / "*"))  # no run folder, no training
 
 
