@@ -361,19 +361,18 @@ def main(argv=None):
                              arch)
         print(json.dumps(vars(cfg), indent=2, default=str))
         return vars(cfg)
-    with stop.StopSignals() as stopper:  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
+    with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
         ctx = dist_utils.setup(args.device)
         try:
-            return train(args, ctx, ckpt, stopper)
+            return train(args, ctx, ckpt)
         finally:
             dist_utils.cleanup(ctx)
 
 
-def train(args, ctx, ckpt=None, stopper=None):
-    """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded; `stopper` a gptlab.train.stop
-    StopSignals (installed by main). Returns the final figures."""
+def train(args, ctx, ckpt=None):
+    """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
-    stopper = stopper or stop.StopSignals()
+    stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one when called without main)
     # a resumed run trains the model its checkpoint carries (today's model.py when it is the same source)
     source = model_source.current_source() if ckpt is None else ckpt["model_source"]
     module = arch if ckpt is None else model_source.module_for(source, args.resume, args.trust_model_code)

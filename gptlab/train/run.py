@@ -312,7 +312,7 @@ class Run:
             message = _user_message(err, self.dir)
         try:
             if err is not None and self.ctx.is_main and not self._finished:
-                self._record_failure(err, message)
+                self._record_failure(err, message if isinstance(err, OSError) else None)
         finally:
             self._close()
         if message is not None:

@@ -10,7 +10,8 @@ for the write to complete: torch.save turns an exception raised inside it into "
 Ctrl-C pressed a second time (more than a second after the first: torchrun forwards the terminal's Ctrl-C to
 workers that got it already) stops at once even between steps.
 
-    stopper = StopSignals().install()   # in the main thread; uninstall() restores the previous handlers
+    with StopSignals():                 # in the main thread; leaving restores the previous handlers
+        ... stopper = installed() ...   # the one in place, wherever the loop is
 """
 import contextlib
 import signal
@@ -30,6 +31,14 @@ STOP_CHECK_S = 5.0
 REPEAT_WINDOW_S = 1.0  # a second SIGINT within this of the first is the same Ctrl-C (torchrun forwards it)
 
 
+_INSTALLED = []
+
+
+def installed():
+    """The StopSignals installed last (a fresh one, installed nowhere, when none is)."""
+    return _INSTALLED[-1] if _INSTALLED else StopSignals()
+
+
 class StopSignals:
     def __init__(self):
         self.requested = None  # the signal asked for (SIGTERM wins over SIGINT), None until one arrives
@@ -43,12 +52,15 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
+        _INSTALLED.append(self)
         return self
 
     def uninstall(self):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        if self in _INSTALLED:
+            _INSTALLED.remove(self)
 
     def __enter__(self):
         return self.install()
