@@ -24,6 +24,8 @@ import json
 import math
 import os
 import random
+import signal
+import time
 
 import torch
 
@@ -31,7 +33,7 @@ import model as arch
 from gptlab.core import distributed as dist_utils
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
                              positive_int)
-from gptlab.core.errors import UserError, run_cli
+from gptlab.core.errors import StopRequested, UserError, run_cli
 from gptlab.core.files import check_folder_creatable
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.loader import BOSAlignedLoader, ValidationSet, to_device
@@ -40,10 +42,11 @@ from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, model_source
+from gptlab.train import checkpointing, model_source, stop
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, split_batch
 from gptlab.train.comm import GradientSync, MatrixShards
-from gptlab.train.config import add_model_flags, arch_fields, check_model_fits, model_config_of, resolve_config
+from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
+                                 resolve_config)
 from gptlab.train.run import Run, add_run_flags, parse_flags, restore_training_state
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -99,9 +102,12 @@ def build_parser():
                    help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
     g.add_argument("--cooldown_frac", type=fraction, default=0.4,
                    help="fraction of steps of linear LR decay at the end")
-    g.add_argument("--lr_scale", type=float_in(0, low_open=True, message="{value} must be a positive number (it "
-                                                                     "multiplies every learning rate; 1 keeps them)"),
-                   default=1.0, help="multiplies every learning rate")
+    # at most 1e6: a learning rate a million times the tuned one only diverges, and from ~1e38 the optimizers' float32
+    # learning rates overflow (a traceback from inside torch)
+    g.add_argument("--lr_scale", type=float_in(0, 1e6, low_open=True, message="{value} must be a positive number up "
+                                                                     "to 1e6 (it multiplies every learning rate; 1 "
+                                                                     "keeps them)"),
+                   default=1.0, help="multiplies every learning rate (at most 1e6)")
     g.add_argument("--seed", type=int_in(0, 2**63 - 1, "{value} must be between 0 and 2**63 - 1"), default=0,
                    help="initialisation, data order and sampling")
     g = p.add_argument_group("evaluation")
@@ -355,16 +361,18 @@ def main(argv=None):
                              arch)
         print(json.dumps(vars(cfg), indent=2, default=str))
         return vars(cfg)
-    ctx = dist_utils.setup(args.device)
-    try:
-        return train(args, ctx, ckpt)
-    finally:
-        dist_utils.cleanup(ctx)
+    with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
+        ctx = dist_utils.setup(args.device)
+        try:
+            return train(args, ctx, ckpt)
+        finally:
+            dist_utils.cleanup(ctx)
 
 
 def train(args, ctx, ckpt=None):
     """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
+    stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one when called without main)
     # a resumed run trains the model its checkpoint carries (today's model.py when it is the same source)
     source = model_source.current_source() if ckpt is None else ckpt["model_source"]
     module = arch if ckpt is None else model_source.module_for(source, args.resume, args.trust_model_code)
@@ -382,6 +390,8 @@ def train(args, ctx, ckpt=None):
     check_model_fits(module, model_config, device)
     shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
+    # one collective: every rank runs the same flags on the same data, or all stop naming what differs
+    check_ranks_agree(ctx, cfg, tokenizer=tok, shards=shards, checkpoint=ckpt, model_source=source)
     hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
                                              required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
@@ -430,16 +440,30 @@ def train(args, ctx, ckpt=None):
              warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab}) as run:
 
         def save(step):
-            muon.gather_state()  # collective: rank 0 needs every matrix's momentum
-            run.save_checkpoint(step, model, optimizers, train_loader)
+            with stopper.deferred():  # a signal waits for the checkpoint to be complete
+                muon.gather_state()  # collective: rank 0 needs every matrix's momentum
+                run.save_checkpoint(step, model, optimizers, train_loader)
 
         unreported = []  # steps whose figures are still on the device: (step, lr, sums, timer, new data pass)
+        # the stop agreement (gptlab/train/stop.py): a row of every report's all-reduce carries each rank's stop
+        # request and its wall time since the last report; the sum is the same on every rank, so all stop after the
+        # same step, and all derive the same next forced report, about stop.STOP_CHECK_S later
+        control = {"stop": 0, "next_check": run.start_step + 1, "since": time.monotonic()}
 
         def report():
             """One all-reduce and one host read for every unreported step, then their log lines and rows: quiet
             steps never wait for the GPU (modded-nanogpt reads nothing back between its log lines either)."""
-            sums = dist_utils.all_reduce_sum(ctx, torch.stack([u[2] for u in unreported]))
-            for (done, lr, _, timer, new_pass), (loss, pairs_long, pairs_short) in zip(unreported, run.read(sums)):
+            now = time.monotonic()
+            # a SIGTERM counts more than all ranks' SIGINTs together: the sum says whether any rank got one
+            request = {None: 0, signal.SIGINT: 1}.get(stopper.requested, ctx.world_size + 1)
+            mine = torch.tensor([[request, now - control["since"], 0]], dtype=torch.float64, device=device)
+            sums = dist_utils.all_reduce_sum(ctx, torch.cat([torch.stack([u[2] for u in unreported]), mine]))
+            *rows, (requests, wall_s, _) = run.read(sums)
+            control["stop"] = signal.SIGTERM if requests > ctx.world_size else signal.SIGINT if requests else 0
+            step_wall_s = wall_s / ctx.world_size / len(unreported)
+            control["next_check"] = unreported[-1][0] + max(1, int(stop.STOP_CHECK_S / max(step_wall_s, 1e-6)))
+            control["since"] = now
+            for (done, lr, _, timer, new_pass), (loss, pairs_long, pairs_short) in zip(unreported, rows):
                 if new_pass:
                     run.log(f"step {done}: the training data ran out; pass {new_pass} over it begins")
                 run.check_loss(done, loss)  # NaN/inf: the run stops, recorded as failed, before any checkpoint
@@ -447,8 +471,11 @@ def train(args, ctx, ckpt=None):
                 run.log_step(done, loss, lr, timer.seconds(), flops)
             unreported.clear()
 
+        stopper.begin_steps()
         for step in range(run.start_step, cfg.train_steps + 1):
             last = step == cfg.train_steps
+            if last:
+                stopper.end_steps()  # a signal from here on stops at once (the final evaluations)
             eval_windows = full_windows if last else window_blocks(step, cfg.train_steps, cfg.window_size)
             # -- evaluations (not counted in the train time)
             if last or due(cfg.val_loss_every, step):
@@ -478,10 +505,19 @@ def train(args, ctx, ckpt=None):
             unreported.append((done, lr_mult, sums, timer, train_loader.epoch + 1 if train_loader.epoch > epoch else 0))
             if (due(cfg.log_every, done) or done in (cfg.train_steps, run.start_step + 1, run.start_step + 2)
                     or due(cfg.checkpoint_every, done) or due(cfg.val_loss_every, done)
-                    or due(cfg.hellaswag_every, done)):  # the first two steps: a line and the time estimate
-                report()
+                    or due(cfg.hellaswag_every, done) or (ctx.is_distributed and done >= control["next_check"])):
+                report()  # the first two steps: a line and the time estimate; the rest: see `control`
             if due(cfg.checkpoint_every, done) and done < cfg.train_steps:
                 save(done)
+            # a signal: one process stops after the step it arrived in, ranks after the step they agreed on
+            stop_now = (control["stop"] if ctx.is_distributed else stopper.requested) if done < cfg.train_steps else 0
+            if stop_now:
+                if unreported:
+                    report()
+                run.log(f"{signal.Signals(stop_now).name} received: stopping after step {done} with a checkpoint")
+                if not due(cfg.checkpoint_every, done):
+                    save(done)
+                raise StopRequested(stop_now)
 
         run.end_training()  # peak memory, speed
         if cfg.sample_tokens and ctx.is_main:

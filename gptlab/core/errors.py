@@ -1,9 +1,32 @@
 """One kind of error for bad input, and one way for every CLI to report it (no traceback, exit code 2)."""
+import signal
 import sys
 
 
 class UserError(Exception):
-    """Bad input or environment: the message names the problem and the fix."""
+    """Bad input or environment: the message names the problem and the fix. `quiet=True`: the same error is raised
+    on every rank and rank 0 prints it, so the others exit 2 without printing it again."""
+
+    def __init__(self, *args, quiet=False):
+        super().__init__(*args)
+        self.quiet = quiet
+
+
+class StopRequested(KeyboardInterrupt):
+    """A stop asked for by a signal: SIGINT (Ctrl-C) or SIGTERM (a preempted machine, a scheduler, `kill`). A
+    KeyboardInterrupt, so every path that ends a Ctrl-C'd run cleanly ends this one too; the exit status is
+    128 + the signal's number (130, 143)."""
+
+    def __init__(self, signum=signal.SIGINT):
+        super().__init__(signal_name(signum))
+        self.signum = int(signum)
+
+
+def signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def one_line(err, limit=400):
@@ -13,12 +36,17 @@ def one_line(err, limit=400):
 
 
 def run_cli(main, argv=None):
-    """Call main(argv); a UserError prints one clear line to stderr and exits with status 2."""
+    """Call main(argv); a UserError prints one clear line to stderr and exits with status 2; Ctrl-C (or a
+    StopRequested for another signal) exits with 128 + the signal's number, without a traceback."""
     try:
         return main(argv)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        if not err.quiet:
+            print(f"error: {err}", file=sys.stderr, flush=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr, flush=True)  # on a line of its own, after any progress bar
-        sys.exit(130)
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", signal.SIGINT)
+        note = "" if signum == signal.SIGINT else f" ({signal_name(signum)})"
+        print(f"\ninterrupted{note}", file=sys.stderr, flush=True)  # on a line of its own, after any progress bar
+        sys.stdout.flush()
+        sys.exit(128 + signum)

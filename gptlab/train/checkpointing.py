@@ -2,6 +2,7 @@
 random generators) with a checksum, written atomically and loaded without running code; the checks that a
 --resume checkpoint fits this run.
 """
+import errno
 import hashlib
 import os
 import random
@@ -60,8 +61,9 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
                "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
     payload["sha256"] = payload_sha256(payload)
     try:
-        with atomic_write(path, "wb", overwrite=overwrite) as f:
-            torch.save(payload, f)
+        if overwrite or not _save_unnamed_then_link(path, payload):
+            with atomic_write(path, "wb", overwrite=overwrite) as f:
+                torch.save(payload, f)
     except (OSError, RuntimeError) as err:  # torch's zip writer turns a failed write (disk full) into RuntimeErrors
         failed_write = err if isinstance(err, OSError) else err.__context__
         if not isinstance(failed_write, OSError) and "writ" not in str(err):
@@ -70,6 +72,34 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
         raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
                         "(or fix the folder) and resume from the last checkpoint") from None
     return path
+
+
+def _save_unnamed_then_link(path, payload):
+    """torch.save into an unnamed file in path's folder (Linux O_TMPFILE), fsynced, then linked in as `path`: a
+    process killed while writing (a checkpoint is megabytes to gigabytes) leaves nothing behind, where a named
+    temporary file (path.tmp.PID) would stay. False where that cannot be done (no O_TMPFILE on this system or
+    filesystem, no folder yet, an existing `path`): the caller writes through gptlab.core.files.atomic_write."""
+    flag, folder = getattr(os, "O_TMPFILE", None), os.path.dirname(os.path.abspath(path))
+    if flag is None or os.path.lexists(path):
+        return False
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(folder, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:  # atomic_write words the folder's problem
+        return False
+    with os.fdopen(fd, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+        try:
+            os.link(f"/proc/self/fd/{f.fileno()}", path)  # linkat(AT_SYMLINK_FOLLOW): the complete file gets its name
+        except FileExistsError:
+            raise UserError(f"{path} already exists; checkpoints are never overwritten") from None
+        except OSError as err:
+            if err.errno not in (errno.ENOENT, errno.EXDEV, errno.EPERM, errno.EACCES, errno.EINVAL):
+                raise
+            return False  # no /proc, or a filesystem that refuses the link: write it the other way
+    return True
 
 
 def payload_sha256(payload):

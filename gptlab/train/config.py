@@ -7,7 +7,7 @@ import dataclasses
 import torch
 import torch.utils._device
 
-from gptlab.core.distributed import device_memory_bytes
+from gptlab.core.distributed import all_gather_objects, device_memory_bytes
 from gptlab.core.errors import UserError
 from gptlab.train.batching import micro_batch_candidates, split_batch
 
@@ -110,3 +110,60 @@ def resolve_config(args, world_size, device, model_module):
         raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
                         "--attention sdpa (the same mask, evaluated densely) or auto")
     return cfg
+
+
+# flags that may differ between ranks: paths (node-local copies: what they hold is compared instead, below) and what
+# only rank 0 uses (the run folder, the console, the dashboards, the price)
+_PER_RANK_FLAGS = ("train_files", "val_files", "tokenizer", "resume", "hellaswag_path", "experiments_dir", "device",
+                   "dry_run", "usd_per_gpu_hour", "tensorboard", "wandb", "from_checkpoint")
+
+
+def rank_settings(cfg, device, tokenizer, shards, checkpoint=None, model_source=None):
+    """What every rank must share, as {name shown in an error: short text of the value}: each resolved flag but the
+    per-rank ones, and in place of the paths what they name (the data's fingerprint: shard names, sizes and manifest
+    checksums; the tokenizer's hash; the --resume checkpoint's step and checksum; model.py's hash)."""
+    settings = {f"--{key}": value for key, value in sorted(vars(cfg).items()) if key not in _PER_RANK_FLAGS}
+    settings.update({"--device (type)": device.type, "--tokenizer (its merges)": tokenizer.ranks_sha256,
+                     "--train_files (the shards' names, sizes and checksums)": getattr(shards, "train_sha256", None),
+                     "--val_files (the shards' names, sizes and checksums)": getattr(shards, "val_sha256", None),
+                     "model.py": (model_source or {}).get("sha256")})
+    if checkpoint is not None:
+        settings["--resume (the checkpoint's step and checksum)"] = (checkpoint.get("step"), checkpoint.get("sha256"))
+    return {name: _short(value) for name, value in settings.items()}
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_ranks_agree(ctx, cfg, *, tokenizer, shards, checkpoint=None, model_source=None):
+    """One collective at start (an all-gather of a small dict): every rank compares its settings (rank_settings)
+    with every other's. Ranks started with other flags or other data (multi-node runs launched with different
+    per-node commands, node-local data that differs) all stop with the same error naming what differs, on which
+    ranks; rank 0 prints it."""
+    if not ctx.is_distributed:
+        return
+    mine = rank_settings(cfg, ctx.device, tokenizer, shards, checkpoint, model_source)
+    everyone = all_gather_objects(ctx, mine)
+    differ = []
+    for name in sorted(set().union(*everyone)):
+        values = [settings.get(name, "(missing)") for settings in everyone]
+        if len(set(values)) > 1:
+            ranks_by_value = {}
+            for rank, value in enumerate(values):
+                ranks_by_value.setdefault(value, []).append(rank)
+            shown = ", ".join(f"{_ranks(ranks)}: {value}" for value, ranks in ranks_by_value.items())
+            differ.append(f"{name} ({shown})")
+    if differ:
+        raise UserError(f"ranks disagree on {'; '.join(differ[:6])}" + (f"; and {len(differ) - 6} more" if
+                        len(differ) > 6 else "") + "; start every rank with the same flags and data",
+                        quiet=not ctx.is_main)
+
+
+def _ranks(ranks):
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")

@@ -14,18 +14,21 @@ formats belong to gptlab.train.records.
 """
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
+import signal
 import sys
 import time
+import unicodedata
 
 import torch
 from tqdm import tqdm
 
-from gptlab.core.cli import float_in, non_negative_int
+from gptlab.core.cli import FlagValueError, float_in, non_negative_int
 from gptlab.core.distributed import broadcast_object
-from gptlab.core.errors import UserError, one_line
+from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, records
 
@@ -34,7 +37,7 @@ from gptlab.train import checkpointing, code_backup, cost, dashboards, environme
 def add_run_flags(parser):
     """The flags of the run's bookkeeping (folder, checkpoints, resume, console)."""
     g = parser.add_argument_group("run")
-    g.add_argument("--model_name", default="GPT",
+    g.add_argument("--model_name", type=run_name, default="GPT",
                    help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
     g.add_argument("--experiments_dir", default=records.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
@@ -57,6 +60,23 @@ def add_run_flags(parser):
                    "TensorBoard events in its folder (tensorboard --logdir experiments; pip install tensorboard)")
     g.add_argument("--wandb", default=None, metavar="PROJECT", help="also log the run's scalars to this Weights & "
                    "Biases project (offline when not logged in or WANDB_MODE=offline; pip install wandb)")
+
+
+MODEL_NAME_MAX_BYTES = 200  # the folder's name adds a 15-character stamp and maybe _N: within a file name's 255 bytes
+
+
+def run_name(text):
+    """--model_name: a plain folder name (no slashes, not hidden, no control characters such as a newline, which
+    would split a LEADERBOARD.md row), at most MODEL_NAME_MAX_BYTES bytes of UTF-8."""
+    shown = repr(text) if len(text) <= 60 else repr(text[:40]) + f"... ({len(text)} characters)"
+    if not text or any(c in text for c in "/\\") or text.startswith("."):
+        raise FlagValueError(f"{shown} must be a plain folder name (no slashes, not hidden)")
+    if any(unicodedata.category(c)[0] == "C" for c in text):
+        raise FlagValueError(f"{shown} must not hold control characters (a newline, a tab...)")
+    if len(text.encode("utf-8", "surrogatepass")) > MODEL_NAME_MAX_BYTES:
+        raise FlagValueError(f"{shown} is too long: the run folder's name must fit a file name; use at most "
+                             f"{MODEL_NAME_MAX_BYTES} bytes")
+    return text
 
 
 # run flags that a --resume run never takes from its checkpoint
@@ -162,7 +182,12 @@ class StepTimer:
 
 # ------------------------------------------------------------------------------------------------ the run
 class TrainingDiverged(Exception):
-    """The loss became NaN or infinite."""
+    """The loss became NaN or infinite, or stayed above a uniform guess's (Run.check_loss)."""
+
+
+DIVERGED_MARGIN_NATS = 1.0
+DIVERGED_AFTER_STEPS = 10
+DIVERGED_PATIENCE = 5
 
 
 class Run:
@@ -197,6 +222,7 @@ class Run:
         self._speed_flops = self._speed_time = 0.0  # over the steps after this process's first (MFU in results)
         self._memory = None
         self._finished = False
+        self._above_ceiling = 0  # steps in a row with a loss above a uniform guess's (check_loss)
         self._dashboards = None
         self._dashboard_flags = {"tensorboard": getattr(cfg, "tensorboard", None),
                                  "wandb_project": getattr(cfg, "wandb", None)}
@@ -281,40 +307,61 @@ class Run:
                          desc="train")
 
     def __exit__(self, exc_type, err, tb):
+        message = None
+        if err is not None and not isinstance(err, KeyboardInterrupt):
+            message = _user_message(err, self.dir)
         try:
             if err is not None and self.ctx.is_main and not self._finished:
-                self._record_failure(err)
+                self._record_failure(err, message if isinstance(err, OSError) else None)
         finally:
             self._close()
-        if err is None:
-            return False
-        if _is_cuda_oom(err):
-            raise UserError(f"CUDA out of memory ({err}); lower --device_batch_size (more gradient accumulation, "
-                            "same results), --batch_size or --train_seq_len") from None
-        if isinstance(err, TrainingDiverged):
-            raise UserError(str(err)) from None
+        if message is not None:
+            raise UserError(message) from None
         return False
 
-    def _record_failure(self, err):
+    def _record_failure(self, err, message=None):
+        """results.json "interrupted" (a signal, naming the checkpoint to resume from) or "failed" (with the error);
+        on a full disk, as much of it as still fits (the error line on the console says the rest)."""
         identity = {"model_name": self.cfg.model_name, "world_size": self.ctx.world_size,
                     "tokenizer": self.tokenizer.name, "seed": self.cfg.seed}
         if isinstance(err, KeyboardInterrupt):
-            how = (f"resume with --resume {self.last_checkpoint}" if self.last_checkpoint else
-                   "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
-            self.log(f"run interrupted (Ctrl-C) after step {self.step}; {how}")
-            records.write_results(self.dir, {"status": "interrupted", "steps": self.step,
-                                         "checkpoint": self.last_checkpoint, **identity})
+            signum = getattr(err, "signum", signal.SIGINT)
+            how = "Ctrl-C" if signum == signal.SIGINT else signal_name(signum)
+            command = self._resume_command()
+            where = (f"resume with --resume {self.last_checkpoint} ({command})" if self.last_checkpoint else
+                     "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
+            results = {"status": "interrupted", "signal": signal_name(signum), "steps": self.step,
+                       "checkpoint": self.last_checkpoint, "resume_command": command, **identity}
+            text = f"run interrupted ({how}) after step {self.step}; {where}"
         else:
-            message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
-            self.log(f"run failed: {message}")
-            records.write_results(self.dir, {"status": "failed", "error": message, **identity})
+            if message is None:
+                message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
+            results = {"status": "failed", "error": message, **identity}
+            text = f"run failed: {message}"
+        with contextlib.suppress(OSError):  # a full disk: the console still gets the line
+            self.log(text)
+        try:
+            records.write_results(self.dir, results)
+        except OSError as write_err:
+            print(f"(could not write {os.path.join(self.dir, records.RESULTS_FILE)}: "
+                  f"{write_err.strerror or write_err})", file=sys.stderr, flush=True)
+
+    def _resume_command(self):
+        """The command that continues this run from its last checkpoint (None without one)."""
+        if not self.last_checkpoint:
+            return None
+        script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "train_gpt.py"
+        launcher = "python" if self.ctx.world_size == 1 else (
+            f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', self.ctx.world_size)}")
+        return f"{launcher} {script} --resume {self.last_checkpoint}"
 
     def _close(self):
         if self._bar is not None:
             self._bar.close()
         for writer in (self._log_file, self._metrics, self._dashboards):
             if writer is not None:
-                writer.close()
+                with contextlib.suppress(OSError):  # a full disk: what the buffer held is lost, said already
+                    writer.close()
 
     # ---- what the training loop reports
     def log(self, text, echo=True):
@@ -371,11 +418,22 @@ class Run:
         return StepTimer(self.ctx.device)
 
     def check_loss(self, step, train_loss):
-        """Stop the run (TrainingDiverged → status failed) when the loss is NaN or infinite."""
+        """Stop the run (TrainingDiverged → status failed) when the loss is NaN or infinite, or when, after the first
+        DIVERGED_AFTER_STEPS steps, it has stayed above ln(vocabulary) + DIVERGED_MARGIN_NATS for DIVERGED_PATIENCE
+        steps in a row: worse than guessing every token uniformly, which training never comes back from in
+        practice (a learning rate far too high), so the rest of the run would only spend compute."""
+        keep = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
+                "no checkpoint was saved")
         if not math.isfinite(train_loss):
-            keep = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
-                    "no checkpoint was saved")
             raise TrainingDiverged(f"training loss became {train_loss} at step {step}; stopped ({keep}). Lower the "
+                                   "learning rate (--lr_scale) or check the data")
+        vocab = self.extra_config.get("padded_vocab") or self.tokenizer.encoding.n_vocab
+        ceiling = math.log(vocab) + DIVERGED_MARGIN_NATS
+        self._above_ceiling = self._above_ceiling + 1 if step > DIVERGED_AFTER_STEPS and train_loss > ceiling else 0
+        if self._above_ceiling >= DIVERGED_PATIENCE:
+            raise TrainingDiverged(f"training diverged: the training loss ({train_loss:.4f} at step {step}) has stayed "
+                                   f"above ln(vocabulary) + {DIVERGED_MARGIN_NATS:g} = {ceiling:.2f} (worse than "
+                                   f"guessing uniformly) for {DIVERGED_PATIENCE} steps; stopped ({keep}). Lower the "
                                    "learning rate (--lr_scale) or check the data")
 
     def log_step(self, step, train_loss, lr, step_time_s, flops):
@@ -489,5 +547,26 @@ def _interval(ci):
     return f"[{ci[0]:.4f}, {ci[1]:.4f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else str(ci)
 
 
-def _is_cuda_oom(err):
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in str(err)
+# a write that fails because of the disk, not the program: one error line, not a traceback
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+
+
+def _is_out_of_memory(err):
+    """CUDA or CPU out of memory (torch raises torch.OutOfMemoryError, or a RuntimeError from its CPU allocator)."""
+    return (isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "CUDA out of memory" in str(err)
+            or "DefaultCPUAllocator" in str(err))
+
+
+def _user_message(err, run_dir):
+    """The one-line message for a failure the user can fix (None: a bug, reported with its traceback)."""
+    if isinstance(err, (UserError, TrainingDiverged)):
+        return str(err) if isinstance(err, TrainingDiverged) else None
+    if _is_out_of_memory(err):
+        what = "CUDA out of memory" if "CUDA" in str(err) else "out of memory on the CPU"
+        return (f"{what} ({one_line(err, 300)}); lower --device_batch_size (more gradient accumulation, same "
+                "results), --batch_size or --train_seq_len")
+    if isinstance(err, OSError) and err.errno in _DISK_ERRNOS:
+        name = f" {err.filename}" if err.filename else f" in {run_dir}"
+        return (f"could not write{name}: {err.strerror or err}; free space (or fix the folder) and run again, or "
+                "resume from the run's last checkpoint")
+    return None
