@@ -1,0 +1,146 @@
+"""Bad input to the tools that use a model (issue 24): crafted checkpoints (a version field that would skip the
+checksum, missing or wrong-typed entries, weights of the wrong dtype or shape, configurations that would allocate
+without bound), sample.py's and download_hellaswag.py's number flags, HellaSwag rows of any length and
+--hellaswag_path naming something that is not a file. Each is one UserError (one line), never a traceback. The
+scripts' command lines on the same inputs: tests/e2e/test_use_faults_e2e.py."""
+import os
+
+import pytest
+import torch
+
+from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
+
+from gptlab.core.errors import UserError
+from gptlab.train import checkpointing, convert_checkpoint, model_source
+
+
+def craft(src, dst, change, resign=True):
+    """src's payload changed by change(payload) (which may return a replacement), saved at dst; resign: with a
+    checksum that matches the change (a crafted file, not a damaged one)."""
+    payload = torch.load(src, weights_only=True)
+    replaced = change(payload)
+    payload = payload if replaced is None else replaced
+    if resign and isinstance(payload, dict):
+        payload["sha256"] = checkpointing.payload_sha256(payload)
+    torch.save(payload, dst)
+    return str(dst)
+
+
+def refused(call, *phrases):
+    with pytest.raises(UserError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message, message
+    for phrase in phrases:
+        assert phrase in message, message
+    return message
+
+
+def flip_a_weight(payload):
+    weight = payload["model"]["embed.weight"]
+    weight.view(torch.int32)[0, 0] ^= 1 << 20
+
+
+# ---- item 6: a version field cannot opt out of the checksum
+
+@pytest.mark.parametrize("version", [1, 2, 0, -1, "3", 3.0, True, None, 10**30])
+def test_a_flipped_weight_is_refused_whatever_the_version_field_says(checkpoint, tmp_path, version):
+    ckpt, _ = checkpoint
+
+    def change(payload):
+        flip_a_weight(payload)
+        payload["format_version"] = version
+
+    path = craft(ckpt, tmp_path / "c.pt", change, resign=False)
+    refused(lambda: checkpointing.load_checkpoint(path), path)
+    refused(lambda: checkpointing.load_checkpoint(path, allow_old=True), path)  # the converter's reading too
+    refused(lambda: model_source.load_model(path), path)
+
+
+def test_a_checkpoint_without_a_checksum_is_old_and_refused_by_every_reader(checkpoint, tmp_path):
+    """Only format 1 had no checksum: a file without one is refused with the conversion line, and the converter
+    asks for --unverified before it signs such content."""
+    ckpt, _ = checkpoint
+
+    def change(payload):
+        flip_a_weight(payload)
+        payload["format_version"] = 1
+        del payload["sha256"]
+
+    path = craft(ckpt, tmp_path / "c.pt", change, resign=False)
+    refused(lambda: checkpointing.load_checkpoint(path), "python -m gptlab.train.convert_checkpoint", path)
+    refused(lambda: convert_checkpoint.main([path]), "--unverified")
+    assert not os.path.exists(tmp_path / "c_v3.pt")
+    for version in (2, 3):  # formats 2 and 3 always carry one
+        other = craft(ckpt, tmp_path / f"v{version}.pt",
+                      lambda p, v=version: [p.update(format_version=v), p.pop("sha256"), None][2], resign=False)
+        refused(lambda: checkpointing.load_checkpoint(other, allow_old=True), "damaged")
+
+
+# ---- item 17 and crafted files: the structure, checked at load
+
+@pytest.mark.parametrize("top", [[1, 2], "text", 5, None, torch.zeros(3)])
+def test_a_top_level_that_is_no_dict_is_refused(checkpoint, tmp_path, top):
+    ckpt, _ = checkpoint
+    path = str(tmp_path / "c.pt")
+    torch.save(top, path)
+    refused(lambda: model_source.load_model(path), "not a gptlab checkpoint")
+
+
+@pytest.mark.parametrize("key", ["model_config", "model", "args", "tokenizer", "step", "model_source", "optimizers",
+                                 "rng", "data"])
+def test_a_checkpoint_without_an_entry_names_it(checkpoint, tmp_path, key):
+    ckpt, _ = checkpoint
+    path = craft(ckpt, tmp_path / "c.pt", lambda payload: [payload.pop(key), None][1])
+    refused(lambda: checkpointing.load_checkpoint(path), repr(key), path)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("args", ["tokenizer", "x"]), ("args", "tokenizer"), ("args", None), ("model_config", [("num_layers", 6)]),
+    ("model_config", None), ("model", {"embed.weight": [1.0, 2.0]}), ("model", {}), ("model", torch.zeros(2)),
+    ("tokenizer", {"name": 5}), ("tokenizer", "tok"), ("step", "10"), ("step", -1), ("step", 1.5),
+    ("model_source", {"code": 5}), ("model_source", "model.py"), ("optimizers", {"0": {}}), ("dataloader", [1]),
+    ("rng", [1]), ("data", "x"), ("extra", None)])
+def test_a_wrong_typed_entry_is_named(checkpoint, tmp_path, key, value):
+    ckpt, _ = checkpoint
+    path = craft(ckpt, tmp_path / "c.pt", lambda payload: payload.update({key: value}))
+    refused(lambda: model_source.load_model(path), repr(key), path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool,
+                                   torch.complex64])
+def test_weights_of_another_dtype_are_refused_by_name(checkpoint, tmp_path, dtype):
+    ckpt, _ = checkpoint
+    path = craft(ckpt, tmp_path / "c.pt",
+                 lambda payload: payload["model"].update({"embed.weight": payload["model"]["embed.weight"].to(dtype)}))
+    refused(lambda: model_source.load_model(path), "embed.weight", str(dtype), path)
+
+
+@pytest.mark.parametrize("change, phrase", [
+    (lambda m: m.update({"embed.weight": m["embed.weight"][:-1]}), "embed.weight"),
+    (lambda m: m.update({"embed.weight": m["embed.weight"].reshape(-1)}), "embed.weight"),
+    (lambda m: m.update({"embed.weight": torch.zeros(())}), "embed.weight"),
+    (lambda m: [m.pop("lm_head.weight"), None][1], "lm_head.weight"),
+    (lambda m: m.update({"surplus": torch.zeros(2)}), "surplus"),
+])
+def test_weights_of_another_shape_or_name_are_refused(checkpoint, tmp_path, change, phrase):
+    ckpt, _ = checkpoint
+    path = craft(ckpt, tmp_path / "c.pt", lambda payload: change(payload["model"]))
+    refused(lambda: model_source.load_model(path), phrase, path)
+
+
+@pytest.mark.parametrize("field, value", [("num_layers", 10**6), ("model_dim", 2**40), ("vocab_size", 10**15),
+                                          ("max_seq_len", 10**12), ("num_layers", "6"), ("num_layers", [6]),
+                                          ("mlp_ratio", float("nan")), ("unknown_field", 1), ("num_heads", 0)])
+def test_a_crafted_configuration_is_refused_before_anything_is_allocated(checkpoint, tmp_path, field, value):
+    """A configuration that would build a huge model (or rotary tables) is refused on torch's meta device, before
+    memory is allocated; one that the model rejects is one line."""
+    ckpt, _ = checkpoint
+    path = craft(ckpt, tmp_path / "c.pt", lambda payload: payload["model_config"].update({field: value}))
+    refused(lambda: model_source.load_model(path), path)
+
+
+def test_the_untouched_checkpoint_still_loads(checkpoint):
+    ckpt, _ = checkpoint
+    model, _, payload = model_source.load_model(ckpt)
+    assert payload["format_version"] == checkpointing.CHECKPOINT_VERSION
