@@ -144,3 +144,56 @@ def test_the_untouched_checkpoint_still_loads(checkpoint):
     ckpt, _ = checkpoint
     model, _, payload = model_source.load_model(ckpt)
     assert payload["format_version"] == checkpointing.CHECKPOINT_VERSION
+
+
+# ---- item 14: number flags of sample.py and download_hellaswag.py
+
+def _script(name):
+    import importlib
+    import sys
+
+    from conftest import REPO
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("flags, phrase", [
+    (["--temperature", "nan"], "--temperature"), (["--temperature", "inf"], "--temperature"),
+    (["--temperature", "-1e-45"], "--temperature"), (["--seed", str(10**23)], "--seed"), (["--seed", "-1"], "--seed"),
+    (["--seed", str(2**63)], "--seed"), (["--top_p", "nan"], "--top_p"), (["--top_p", "inf"], "--top_p"),
+    (["--top_k", "0"], "--top_k"), (["--max_tokens", "-5"], "--max_tokens")])
+def test_sample_refuses_numbers_it_cannot_use(flags, phrase):
+    sample = _script("sample")
+
+    def parse():
+        sample.check_flags(sample.build_parser().parse_args(["c.pt"] + flags))
+
+    refused(parse, phrase)
+
+
+def test_sample_takes_the_largest_seed():
+    sample = _script("sample")
+    args = sample.build_parser().parse_args(["c.pt", "--seed", str(2**63 - 1)])
+    torch.Generator().manual_seed(args.seed)  # the generator takes it
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e300", "1e10", "0", "-1"])
+def test_download_hellaswag_refuses_a_timeout_no_socket_can_hold(value):
+    refused(lambda: _script("download_hellaswag").parse_args(["--timeout", value]), "--timeout")
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-38, 1e-20, 1e-7, 1e30, 1e300])
+def test_any_accepted_temperature_gives_a_distribution(temperature):
+    """A temperature near 0 is greedy in the limit (the largest logits share the probability); a huge one is
+    uniform over the tokens top-k keeps; never nan or inf."""
+    from gptlab.export.generate import next_token_probs, sample_next
+
+    logits = torch.tensor([1.0, 3.0, 3.0, -2.0, 0.5])
+    for top_k, top_p in ((None, None), (3, None), (None, 0.9), (2, 0.5)):
+        probs = next_token_probs(logits, temperature, top_k, top_p)
+        assert torch.isfinite(probs).all() and abs(float(probs.sum()) - 1) < 1e-5, (temperature, top_k, top_p, probs)
+    if temperature < 1e-6:
+        assert next_token_probs(logits, temperature).tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
+    generator = torch.Generator().manual_seed(0)
+    assert sample_next(logits, temperature, generator=generator) in range(5)
