@@ -197,3 +197,72 @@ def test_any_accepted_temperature_gives_a_distribution(temperature):
         assert next_token_probs(logits, temperature).tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
     generator = torch.Generator().manual_seed(0)
     assert sample_next(logits, temperature, generator=generator) in range(5)
+
+
+# ---- item 15: HellaSwag rows of any length; item 21: --hellaswag_path that is not a file
+
+def _write_rows(path, rows):
+    import json
+
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+def _row(ctx="A man walks", endings=("in.", "out.", "up.", "down."), label=0):
+    return {"ctx": ctx, "endings": list(endings), "label": label}
+
+
+def test_a_long_context_is_cut_from_the_left_and_memory_stays_bounded(checkpoint, tmp_path):
+    """A 20k-word context is scored on its last DEFAULT_MAX_SEQ_LEN tokens, in a forward pass no wider than that
+    (the attack's 200k-word row made a 160 GB allocation): the score is the truncated row's."""
+    from gptlab.evals import hellaswag as hs
+    from gptlab.tokenizer.format import open_tokenizer
+
+    enc = open_tokenizer(checkpoint[1]).encoding
+    long_ctx = " ".join(["word"] * 20_000)
+    widths = []
+
+    def model_fn(tokens):
+        widths.append(tuple(tokens.shape))
+        return torch.zeros(tokens.shape[0], tokens.shape[1], enc.n_vocab)
+
+    path = _write_rows(tmp_path / "h.jsonl", [_row(long_ctx), _row()])
+    result = hs.evaluate_hellaswag(model_fn, enc, path, progress=False)
+    assert result["n"] == 2
+    assert max(w[1] for w in widths) <= hs.DEFAULT_MAX_SEQ_LEN
+    assert max(w[0] * w[1] for w in widths) <= hs.DEFAULT_BATCH_SIZE * 4 * hs.BATCH_ROW_TOKENS
+    rows, starts = hs.encode_example(enc, _row(long_ctx), max_seq_len=hs.DEFAULT_MAX_SEQ_LEN)
+    assert all(len(r) <= hs.DEFAULT_MAX_SEQ_LEN for r in rows)
+    assert rows[0][starts[0]:] == enc.encode_ordinary(" in.")  # the ending whole
+
+
+@pytest.mark.parametrize("row, phrase", [
+    (_row(" ".join(["word"] * 200_000)), "line 2 is longer than"),
+    (_row(endings=("x" * 5000, "a", "b", "c")), "line 2: an ending is 5,000 bytes"),
+])
+def test_a_row_beyond_any_hellaswag_row_is_refused_at_load_naming_it(tmp_path, row, phrase):
+    from gptlab.data.hellaswag import load_hellaswag
+    from gptlab.evals.hellaswag import check_hellaswag_file
+
+    path = _write_rows(tmp_path / "h.jsonl", [_row(), row])
+    refused(lambda: load_hellaswag(path), phrase, path)
+    refused(lambda: check_hellaswag_file(path), phrase)  # before a training run starts
+
+
+def test_a_hellaswag_path_that_is_no_file_says_what_it_is(tmp_path):
+    from gptlab.data.hellaswag import load_hellaswag
+    from gptlab.evals.hellaswag import check_hellaswag_file
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, phrase in ((folder, "is a directory"), (fifo, "is not a regular file (a FIFO)"),
+                         ("/dev/null", "is not a regular file (a device)")):
+        for required in (True, False):
+            refused(lambda: check_hellaswag_file(str(path), required=required), phrase, str(path))
+        refused(lambda: load_hellaswag(str(path)), phrase)
+    refused(lambda: check_hellaswag_file(str(tmp_path / "missing"), required=True), "does not exist")
+    assert "not found" in check_hellaswag_file(str(tmp_path / "missing"))  # a missing default only warns
