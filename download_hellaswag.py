@@ -7,10 +7,13 @@
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
 """
-from gptlab.core.cli import ArgumentParser, HelpFormatter, positive_float
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in
 from gptlab.core.errors import run_cli
 from gptlab.data.hellaswag import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, SAMPLE_GZ, URL_ENV,
                                    default_source, fetch_hellaswag)
+
+
+MAX_TIMEOUT_S = 86400  # a day; the socket layer cannot hold much more (1e10 s overflows its clock)
 
 
 def parse_args(argv=None):
@@ -21,7 +24,10 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out that fails the checksum (a verified file is always kept)")
-    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S,
+    parser.add_argument("--timeout", type=float_in(0, MAX_TIMEOUT_S, low_open=True,
+                                                   message=f"must be a number of seconds in (0, {MAX_TIMEOUT_S}], "
+                                                           "got {value}"),
+                        default=DEFAULT_TIMEOUT_S,
                         help=f"network timeout in seconds (default: {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser.parse_args(argv)

@@ -12,7 +12,7 @@ After each generation, a line on stderr gives the tokens and tokens/s.
 import sys
 import time
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, positive_int
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, int_in, positive_int
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
 
@@ -28,7 +28,8 @@ def build_parser():
     p.add_argument("--top_k", type=positive_int, default=None, help="sample among the k most likely tokens only")
     p.add_argument("--top_p", type=float, default=None,
                    help="sample among the most likely tokens whose probabilities reach p (nucleus sampling)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1, "must be between 0 and 2**63 - 1, got {value}"), default=0,
+                   help="seed of the sampler")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--no_cache", action="store_true", help="a full forward pass per token, no KV cache")
     p.add_argument("--trust_model_code", action="store_true", help="run the model code of a checkpoint trained on "

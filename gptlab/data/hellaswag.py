@@ -7,8 +7,10 @@ so a file at DEFAULT_PATH is always the verified one. `load_hellaswag` turns it 
 """
 import gzip
 import hashlib
+import itertools
 import json
 import os
+import stat
 import zlib
 
 from gptlab.core.errors import UserError
@@ -157,11 +159,40 @@ def _parse_example(obj, where):
         raise UserError(f"{where}: 'ctx' must be a string")
     if not (isinstance(endings, list) and len(endings) == NUM_ENDINGS and all(isinstance(e, str) for e in endings)):
         raise UserError(f"{where}: 'endings' must be a list of {NUM_ENDINGS} strings")
+    longest = max(len(e.encode("utf-8", "surrogatepass")) for e in endings)
+    if longest > MAX_ENDING_BYTES:
+        raise UserError(f"{where}: an ending is {longest:,} bytes long, more than the {MAX_ENDING_BYTES:,} a scored "
+                        "row can hold whole (HellaSwag's are under 500); fix the file")
     if isinstance(label, str) and label.strip().isdigit():
         label = int(label)
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < NUM_ENDINGS:
         raise UserError(f"{where}: 'label' must be an integer 0..{NUM_ENDINGS - 1}, got {label!r}")
     return {"ctx": ctx, "endings": list(endings), "label": label, "ind": obj.get("ind")}
+
+
+# Bounds on a row, far above HellaSwag's own (ctx <= 498 characters, endings <= 428, rows <= 2.1 kB): a longer row
+# is refused at load, naming its line, so reading stays bounded; a long context within them is cut from the left
+# by the scorer (gptlab.evals.hellaswag), and an ending always fits its row (a token is at least one byte).
+MAX_ROW_CHARS = 200_000
+MAX_ENDING_BYTES = 1000
+
+
+def not_a_file(path):
+    """None for a regular file (or a link to one), else what the path is: "does not exist", "is a directory", "is
+    not a regular file (a FIFO)"...; checked before opening, since opening a FIFO would wait for a writer."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as err:
+        return f"cannot be read ({err.strerror or err})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    return f"is not a regular file ({kind})"
 
 
 def load_hellaswag(path=DEFAULT_PATH, limit=None):
@@ -171,19 +202,29 @@ def load_hellaswag(path=DEFAULT_PATH, limit=None):
     """
     if limit is not None and limit < 0:
         raise UserError(f"the HellaSwag limit must be >= 0, got {limit}")
-    if not os.path.isfile(path):
+    problem = not_a_file(path)
+    if problem == "does not exist":
         raise UserError(f"HellaSwag file {path} not found; run `python download_hellaswag.py` "
                         f"(offline: `python download_hellaswag.py --source {SAMPLE_GZ}`)")
+    if problem:
+        raise UserError(f"HellaSwag file {path} {problem}; give the .jsonl file `python download_hellaswag.py` wrote")
     opener = gzip.open if path.endswith(".gz") else open
     examples = []
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
+            for line_no in itertools.count(1):
                 if limit is not None and len(examples) >= limit:
                     break
+                line = f.readline(MAX_ROW_CHARS + 1)  # bounded: a row never has to fit in memory whole
+                if not line:
+                    break
+                where = f"{path} line {line_no}"
+                if len(line) > MAX_ROW_CHARS:
+                    raise UserError(f"{where} is longer than {MAX_ROW_CHARS:,} characters (HellaSwag's rows are "
+                                    "about 1 kB); fix the file, or re-download it with `python download_hellaswag.py "
+                                    "--overwrite`")
                 if not line.strip():
                     continue
-                where = f"{path} line {line_no}"
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:

@@ -10,7 +10,9 @@ Ties go to the lowest ending index.
 Batching: `batch_size` examples (4 x batch_size rows) share one forward pass. Rows are padded at the END with
 the eot token to the longest row of the batch, rounded up to `seq_multiple`; a causal model never looks ahead,
 so padding cannot change the scores (examples are also sorted by length to keep padding small). Rows longer than
-`max_seq_len` keep their last `max_seq_len` tokens (the context is cut from the left; the ending is kept whole).
+`max_seq_len` (default DEFAULT_MAX_SEQ_LEN, 2048) keep their last `max_seq_len` tokens (the context is cut from the
+left, as lm-eval does; the ending is kept whole), and a batch of long rows holds fewer examples, so memory stays
+bounded whatever the file holds. HellaSwag's own rows are far shorter: none is cut.
 
 Distributed: with a DistContext that is_distributed, rank r scores examples r, r + world, r + 2*world, ... and
 the correct counts are all-reduced, so every rank returns the same totals. Pass the plain model (not a DDP
@@ -29,9 +31,12 @@ from tqdm import tqdm
 
 from gptlab.core.distributed import all_reduce_sum
 from gptlab.core.errors import UserError
-from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag
+from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag, not_a_file
 
 DEFAULT_BATCH_SIZE = 16  # examples per forward pass (64 rows)
+DEFAULT_MAX_SEQ_LEN = 2048  # tokens a row keeps when no max_seq_len is given (HellaSwag's longest is ~300)
+BATCH_ROW_TOKENS = 512  # batch_size examples share a forward pass while their rows are at most this long; longer
+#                         rows share it with proportionally fewer (the tokens per pass stay within the same budget)
 _Z95 = 1.959963984540054
 
 
@@ -105,7 +110,9 @@ def score_examples(model_fn, encoding, examples, *, device="cpu", batch_size=DEF
         raise UserError(f"HellaSwag batch size must be >= 1, got {batch_size}")
     if seq_multiple < 1:
         raise UserError(f"seq_multiple must be >= 1, got {seq_multiple}")
-    if max_seq_len is not None and (max_seq_len < 2 or max_seq_len % seq_multiple):
+    if max_seq_len is None:
+        max_seq_len = max(DEFAULT_MAX_SEQ_LEN // seq_multiple, 1) * seq_multiple
+    if max_seq_len < 2 or max_seq_len % seq_multiple:
         raise UserError(f"max_seq_len={max_seq_len} must be >= 2 and a multiple of seq_multiple={seq_multiple}")
     encoded = [encode_example(encoding, ex, prepend_eot, max_seq_len) for ex in examples]
     # Longest first: similar lengths share a batch (little padding), and a too-large batch fails at once.
@@ -113,8 +120,11 @@ def score_examples(model_fn, encoding, examples, *, device="cpu", batch_size=DEF
     results = [None] * len(examples)
     with torch.no_grad(), tqdm(total=len(examples), unit="ex", desc=progress_desc, disable=not progress,
                                leave=False) as bar:
-        for b in range(0, len(order), batch_size):
-            batch = order[b:b + batch_size]
+        b = 0
+        while b < len(order):
+            width = -(-max(len(r) for r in encoded[order[b]][0]) // seq_multiple) * seq_multiple  # longest first
+            batch = order[b:b + max(1, min(batch_size, batch_size * BATCH_ROW_TOKENS // width))]
+            b += len(batch)
             rows = [row for i in batch for row in encoded[i][0]]
             starts = [s for i in batch for s in encoded[i][1]]
             loss_sums, counts = _score_rows(model_fn, rows, starts, pad_id=encoding.eot_token,
@@ -183,11 +193,15 @@ def check_hellaswag_file(path, limit=None, required=False):
     hours of training. limit 0 means no HellaSwag at all."""
     if limit == 0:
         return None
-    if not os.path.isfile(path):
+    problem = not_a_file(path)
+    if problem == "does not exist":
         if required:
             raise UserError(f"--hellaswag_path {path} does not exist; pass the file `python download_hellaswag.py` "
                             "wrote, or leave the flag out (then a missing default file only warns)")
         return missing_file_warning(path)
+    if problem:  # a folder, a FIFO, a device: never a HellaSwag file, named or not
+        raise UserError(f"--hellaswag_path {path} {problem}; pass the .jsonl file `python download_hellaswag.py` "
+                        "wrote")
     load_hellaswag(path, limit=limit)
     return None
 

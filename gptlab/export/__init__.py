@@ -1,2 +1,3 @@
 """Using a trained model: generate.py (sampling, streamed text; sample.py), hf.py and modeling_gptlab.py (the
-Hugging Face folder: the checkpoint's model.py with a thin transformers wrapper; export_hf.py)."""
+Hugging Face folder: the checkpoint's model.py with a thin transformers wrapper; export_hf.py), folder.py (its
+output folder, checked before anything loads)."""

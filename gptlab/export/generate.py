@@ -18,8 +18,14 @@ DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
     """The sampling distribution (V,) from last-position logits (V,): logits / temperature, only the top_k
     largest kept, softmax, then top-p (nucleus): only the most likely tokens whose probabilities, added in order,
-    first reach top_p, renormalised."""
-    logits = logits.float() / temperature
+    first reach top_p, renormalised. A temperature so small that logits / temperature overflows is taken as its
+    limit: the distribution over the largest logits (greedy, ties shared), never nan."""
+    logits = logits.float()
+    scaled = logits / temperature
+    finite = torch.isfinite(logits)
+    if not torch.isfinite(scaled[finite]).all():  # tiny temperature: scale the gaps to the largest logit instead
+        scaled = (logits - logits[finite].max()) / temperature
+    logits = torch.where(finite, scaled, logits)  # a masked -inf stays -inf (an inf temperature would make nan)
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < kth, -float("inf"))

@@ -32,6 +32,7 @@ import torch
 
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_output_dir
+from gptlab.export.folder import check_export_dir
 from gptlab.train.records import write_json
 
 MODELING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_gptlab.py")
@@ -167,7 +168,40 @@ def _save_model(folder, wrapper, model_state, config_fields):
     model.save_pretrained(folder, safe_serialization=True)
 
 
+def _write_failure(err):
+    """The reason of a failed write (a full disk, a file-size limit, an unwritable folder), or None for another
+    error. safetensors reports the OS error inside its own SafetensorError."""
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    if type(err).__name__ == "SafetensorError" or isinstance(err, RuntimeError):
+        text = str(err)
+        for words in ("No space left on device", "File too large", "Permission denied", "Read-only file system",
+                      "Disk quota exceeded"):
+            if words in text:
+                return words
+        if "IoError" in text or "os error" in text.lower():
+            return one_line(err, 200)
+    return None
+
+
 def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokenizer_data, overwrite=False):
+    """Write the Hugging Face folder out_dir (atomically: built beside it, then renamed into place); a failed
+    write (a full disk) is one UserError and leaves nothing half-written."""
+    check_export_dir(out_dir, overwrite)
+    try:
+        return _write_hf_folder(out_dir, model_state=model_state, model_source=model_source,
+                                config_fields=config_fields, tokenizer_data=tokenizer_data, overwrite=overwrite)
+    except UserError:
+        raise
+    except Exception as err:
+        reason = _write_failure(err)
+        if reason is None:
+            raise
+        raise UserError(f"could not write {out_dir}: {reason}. Nothing half-written was left; free some space (or "
+                        "fix the folder) and export again") from None
+
+
+def _write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokenizer_data, overwrite=False):
     """Write the Hugging Face folder out_dir (atomically: built beside it, then renamed into place).
 
     model_state: the GPT's state dict (stored under "model."); model_source: the checkpoint's {"code", ...} (the

@@ -151,15 +151,77 @@ def load_checkpoint(path, map_location="cpu", allow_old=False):
                         "not a gptlab checkpoint") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{path} is not a gptlab checkpoint (no format={CHECKPOINT_FORMAT!r})")
-    if payload.get("format_version", 0) > CHECKPOINT_VERSION:
-        raise UserError(f"{path} has checkpoint format_version {payload['format_version']}, newer than this code "
+    version = payload.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UserError(f"checkpoint {path} has an unknown format_version {_short_repr(version)}; it is damaged or "
+                        "not a gptlab checkpoint")
+    if version > CHECKPOINT_VERSION:
+        raise UserError(f"{path} has checkpoint format_version {version}, newer than this code "
                         f"({CHECKPOINT_VERSION}); update gptlab")
-    if payload.get("format_version", 0) >= 2 and payload.get("sha256") != payload_sha256(payload):
-        raise UserError(f"checkpoint {path} is damaged: its content does not match the checksum it was saved with; "
-                        "resume from another checkpoint of the run")
-    if payload.get("format_version", 0) < CHECKPOINT_VERSION and not allow_old:
-        raise UserError(f"checkpoint {path} has format_version {payload.get('format_version', 0)}, from before "
-                        f"checkpoints carried their model's source; convert it once with: {CONVERT_HINT} {path}")
+    # The checksum is checked whatever the version says: only format 1 was written without one, and a file that
+    # carries one is verified even if it claims format 1 (a version field cannot opt out of verification).
+    if "sha256" in payload or version >= 2:
+        if payload.get("sha256") != payload_sha256(payload):
+            raise UserError(f"checkpoint {path} is damaged: its content does not match the checksum it was saved "
+                            "with; resume from another checkpoint of the run")
+    check_structure(payload, path)
+    if version < CHECKPOINT_VERSION and not allow_old:
+        raise UserError(f"checkpoint {path} has format_version {version}, from before checkpoints carried their "
+                        f"model's source; convert it once with: {CONVERT_HINT} {path}")
+    return payload
+
+
+def _short_repr(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _type_name(value):
+    return "None" if value is None else type(value).__name__
+
+
+def _plain_keys(value):
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+# Each entry a checkpoint holds → (check(value), what it must be). format_version 3 needs all of them; the older
+# formats the converter reads (allow_old) may lack model_source (format 2) and data (format 1).
+_STRUCTURE = {
+    "step": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+    "model": (lambda v: _plain_keys(v) and len(v) > 0 and all(isinstance(t, torch.Tensor) for t in v.values()),
+              "a non-empty dict of parameter names to tensors"),
+    "model_config": (_plain_keys, "a dict of GPTConfig fields"),
+    "model_source": (lambda v: isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("file", "code", "sha256")),
+                     "a dict of strings file, code, sha256"),
+    "args": (_plain_keys, "a dict of flag names to values"),
+    "tokenizer": (lambda v: _plain_keys(v) and all(isinstance(v.get(k), (str, type(None)))
+                                                   for k in ("name", "ranks_sha256")),
+                  "a dict with name and ranks_sha256 strings"),
+    "optimizers": (lambda v: isinstance(v, list) and all(isinstance(s, dict) for s in v),
+                   "a list of optimizer state dicts"),
+    "dataloader": (lambda v: v is None or _plain_keys(v), "a dict (or None)"),
+    "rng": (_plain_keys, "a dict of random generator states"),
+    "extra": (_plain_keys, "a dict"),
+    "data": (_plain_keys, "a dict"),
+}
+_OPTIONAL_BEFORE_3 = ("model_source", "data")
+
+
+def check_structure(payload, path):
+    """Every entry a checkpoint must hold, with its type: one UserError naming the first that is missing or of the
+    wrong type (a crafted or truncated checkpoint), so no tool meets a KeyError or TypeError later."""
+    old = payload.get("format_version", CHECKPOINT_VERSION) < CHECKPOINT_VERSION
+    for key, (check, wanted) in _STRUCTURE.items():
+        if key not in payload:
+            if old and key in _OPTIONAL_BEFORE_3:
+                continue
+            raise UserError(f"checkpoint {path} has no {key!r} entry; it is damaged or not a complete gptlab "
+                            "checkpoint (resume from another checkpoint of the run)")
+        if not check(payload[key]):
+            if old and key in _OPTIONAL_BEFORE_3 and payload[key] is None:
+                continue
+            raise UserError(f"checkpoint {path} has a malformed {key!r} entry ({_type_name(payload[key])}; it must be "
+                            f"{wanted}); it is damaged or not a gptlab checkpoint")
     return payload
 
 
@@ -192,7 +254,7 @@ def checkpoint_tokenizer(ckpt, path):
     """The tokenizer a checkpoint (read from `path`) was trained with, as a gptlab.tokenizer.format.LoadedTokenizer: its
     --tokenizer as recorded, else its name in tokenizers/, checked by hash."""
     recorded = ckpt["tokenizer"]
-    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c]
+    candidates = [c for c in (ckpt["args"].get("tokenizer"), recorded.get("name")) if c and isinstance(c, str)]
     for candidate in candidates:
         try:
             tokenizer = open_tokenizer(candidate)

@@ -30,6 +30,8 @@ def build_parser():
                    help="the model.py to attach (default: today's model.py)")
     p.add_argument("--show", action="store_true", help="print the model source the checkpoint carries and exit")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p.add_argument("--unverified", action="store_true",
+                   help="convert a format-1 checkpoint, which carries no checksum (its content cannot be verified)")
     return p
 
 
@@ -88,6 +90,9 @@ def main(argv=None):
         return 0
     if payload.get("format_version", 0) >= checkpointing.CHECKPOINT_VERSION:
         raise UserError(f"{args.checkpoint} is already format {payload['format_version']}; nothing to convert")
+    if "sha256" not in payload and not args.unverified:  # only format 1 was written without one
+        raise UserError(f"{args.checkpoint} is format {payload['format_version']} and carries no checksum, so its "
+                        "content cannot be verified; convert it only if you trust it, with --unverified")
     out = args.out or os.path.splitext(args.checkpoint)[0] + "_v3.pt"
     check_writable(out, args.overwrite)
     if args.model_source:
@@ -104,7 +109,7 @@ def main(argv=None):
     checkpointing.save_checkpoint(out, model_state=new["model"], model_config=new["model_config"], step=new["step"],
                                   model_source=source, args=new["args"], tokenizer=new["tokenizer"],
                                   optimizer_states=new["optimizers"], dataloader_state=new["dataloader"],
-                                  rng_states=new["rng"], extra=new["extra"], data=new["data"],
+                                  rng_states=new["rng"], extra=new["extra"], data=new.get("data"),
                                   overwrite=args.overwrite)
     ms.record_trained_source(source)  # a run here made these weights with this code
     print(f"wrote {out}: format {checkpointing.CHECKPOINT_VERSION}, model source {source['file']} (sha256 "

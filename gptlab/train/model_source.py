@@ -15,6 +15,8 @@ import os
 import sys
 import tempfile
 
+import torch
+
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write_text
 from gptlab.train import checkpointing
@@ -106,12 +108,90 @@ def import_file(path, name):
     return module
 
 
-def build_model(module, model_config):
+def build_model(module, model_config, origin=None):
     """module.GPT(module.GPTConfig(**model_config)); a config the source does not accept is one UserError."""
     try:
         return module.GPT(module.GPTConfig(**model_config))
-    except (TypeError, ValueError) as err:
-        raise UserError(f"the model's source does not accept its recorded configuration ({err})") from None
+    except (TypeError, ValueError, OverflowError) as err:
+        where = f" in {origin}" if origin else ""
+        raise UserError(f"the model's source does not accept its recorded configuration{where} "
+                        f"({one_line(err, 300)})") from None
+
+
+# What building a checkpoint's model may create beyond its saved weights: as many elements again plus this many
+# (unsaved buffers such as rotary tables), and twice as many parameters (tied weights count twice). A crafted
+# configuration (num_layers 10**6, max_seq_len 10**12) is refused while the model is built on the meta device.
+_EXTRA_ELEMENTS = 2**26
+
+
+class _BeyondTheWeights(Exception):
+    pass
+
+
+def _meta_model(module, model_config, state):
+    """module.GPT(config) on torch's meta device (no memory), aborted as soon as it registers more parameters or
+    elements than the checkpoint's weights could belong to (so its Python-side cost is bounded too)."""
+    saved = sum(t.numel() for t in state.values())
+    limits = {"params": 2 * len(state) + 16, "elements": 2 * saved + _EXTRA_ELEMENTS}
+    seen = {"params": 0, "elements": 0}
+
+    def count(tensor, is_param):
+        if tensor is None:
+            return
+        seen["params"] += is_param
+        seen["elements"] += tensor.numel()
+        if seen["params"] > limits["params"] or seen["elements"] > limits["elements"]:
+            raise _BeyondTheWeights()
+
+    hooks = [torch.nn.modules.module.register_module_parameter_registration_hook(
+                 lambda _module, _name, param: count(param, True)),
+             torch.nn.modules.module.register_module_buffer_registration_hook(
+                 lambda _module, _name, buffer: count(buffer, False))]
+    try:
+        with torch.device("meta"):
+            return module.GPT(module.GPTConfig(**model_config))
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def check_weights_fit(module, model_config, state, origin):
+    """Refuse, before the model is allocated, a checkpoint whose weights (names, shapes, dtypes) are not the ones
+    its model source builds from its configuration, or whose configuration makes a model far larger than its
+    weights. The model is built on torch's meta device (no memory); a source that cannot be built there is left
+    to the real build."""
+    try:
+        meta = _meta_model(module, model_config, state)
+    except _BeyondTheWeights:
+        raise UserError(f"the configuration recorded in {origin} makes a model far larger than the "
+                        f"{sum(t.numel() for t in state.values()):,} weights it holds; it is damaged or was "
+                        "edited") from None
+    except (TypeError, ValueError, OverflowError) as err:
+        raise UserError(f"the model's source does not accept the configuration recorded in {origin} "
+                        f"({one_line(err, 300)})") from None
+    except Exception:  # noqa: BLE001 (model code that only runs on real tensors: the real build checks)
+        return
+    expected = meta.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    if unexpected:
+        problems.append(f"unexpected {', '.join(unexpected[:3])}{' ...' if len(unexpected) > 3 else ''}")
+    for key, want in expected.items():
+        got = state.get(key)
+        if got is None:
+            continue
+        if tuple(got.shape) != tuple(want.shape):
+            problems.append(f"{key} has shape {tuple(got.shape)}, the model's is {tuple(want.shape)}")
+        elif got.dtype != want.dtype:
+            problems.append(f"{key} is {got.dtype}, the model's is {want.dtype}")
+        if len(problems) >= 3:
+            break
+    if problems:
+        raise UserError(f"the weights in {origin} do not fit the model its source builds from its configuration "
+                        f"({'; '.join(problems)}); it is damaged or was edited")
 
 
 def load_model(path, device="cpu", trust_code=False):
@@ -119,7 +199,8 @@ def load_model(path, device="cpu", trust_code=False):
     source the checkpoint carries (see module_for)."""
     ckpt = checkpointing.load_checkpoint(path)
     module = module_for(ckpt.get("model_source"), path, trust_code)
-    model = build_model(module, ckpt["model_config"])
+    check_weights_fit(module, ckpt["model_config"], ckpt["model"], path)
+    model = build_model(module, ckpt["model_config"], path)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:
