@@ -376,6 +376,8 @@ def train(args, ctx, ckpt=None):
     # a resumed run trains the model its checkpoint carries (today's model.py when it is the same source)
     source = model_source.current_source() if ckpt is None else ckpt["model_source"]
     module = arch if ckpt is None else model_source.module_for(source, args.resume, args.trust_model_code)
+    if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
+        model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     for key, value in (ckpt["model_config"] if ckpt else {}).items():
         args.__dict__.setdefault(key, value)  # a field today's model.py no longer has
     cfg = resolve_config(args, ctx.world_size, device, module)
