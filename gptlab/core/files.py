@@ -277,17 +277,20 @@ def check_output_dir(path, overwrite=False):
 
 @contextlib.contextmanager
 def atomic_output_dir(path, overwrite=False):
-    """Yield an empty folder `path.tmp.<pid>` to fill; on success it becomes `path` (an existing `path` is only
-    replaced when overwrite=True), on any error it is removed. A reader never sees a half-written folder."""
+    """Yield an empty folder `path.tmp.<random>` beside path to fill; on success it becomes `path` (an existing
+    `path` is only replaced when overwrite=True), on any error it is removed. A reader never sees a half-written
+    folder. The temporary names are made by mkdtemp (unpredictable, never an existing file or a planted link), and a
+    symbolic link as path is refused: replacing it would replace the link, not the folder the user meant."""
+    if os.path.islink(path):
+        raise UserError(f"{path} is a symbolic link; give the real folder ({os.path.realpath(path)}) or another name")
     check_output_dir(path, overwrite)
-    tmp_path = f"{os.path.abspath(path)}.tmp.{os.getpid()}"
-    shutil.rmtree(tmp_path, ignore_errors=True)
-    os.makedirs(tmp_path)
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp_path = tempfile.mkdtemp(prefix=f"{name}.tmp.", dir=parent)
     try:
         yield tmp_path
         if os.path.exists(path):  # overwrite: the old folder goes only once the new one is complete
-            old_path = f"{os.path.abspath(path)}.old.{os.getpid()}"
-            os.replace(path, old_path)
+            old_path = tempfile.mkdtemp(prefix=f"{name}.old.", dir=parent)
+            os.replace(path, old_path)  # a folder onto the empty one mkdtemp made
             os.replace(tmp_path, path)
             shutil.rmtree(old_path)
         else:
