@@ -4,10 +4,9 @@ import json
 import os
 import stat
 
-from gptlab.compare.runs import read_json
 from gptlab.compare.stats import VOLATILE_CONFIG_KEYS
 from gptlab.train import code_backup
-from gptlab.train.records import CODE_DIR, CONFIG_FILE
+from gptlab.train.records import CODE_DIR, CONFIG_FILE, read_run_json
 
 # What --diff reads of one run's code/ backup: regular files only (a symlink is followed only to one), this many
 # and this many bytes in all; a backup beyond that is not compared, with a line saying why.
@@ -49,7 +48,7 @@ def _unsafe_code_dir(root):
                         "code backup")
     notes = []
     if os.path.lexists(os.path.join(root, code_backup.GIT_FILE)):
-        record = read_json(root, code_backup.GIT_FILE, notes)
+        record = read_run_json(root, code_backup.GIT_FILE, notes)
         if record is not None and not (isinstance(record.get("patch", ""), str)
                                        and isinstance(record.get("prefix", ""), str)
                                        and isinstance(record.get("research_files", []), list)
@@ -109,7 +108,7 @@ def diff_runs(path_a, path_b, repo=None):
     the patches and the copied files are compared instead, and a line says so."""
     notes_a, notes_b = [], []
     name_a, name_b = os.path.basename(os.path.normpath(path_a)), os.path.basename(os.path.normpath(path_b))
-    config_a, config_b = read_json(path_a, CONFIG_FILE, notes_a), read_json(path_b, CONFIG_FILE, notes_b)
+    config_a, config_b = read_run_json(path_a, CONFIG_FILE, notes_a), read_run_json(path_b, CONFIG_FILE, notes_b)
     out = [f"A = {path_a}", f"B = {path_b}", "", f"== config ({CONFIG_FILE}) =="]
     out += [f"  note: A: {n}" for n in notes_a] + [f"  note: B: {n}" for n in notes_b]
     if config_a is None or config_b is None:

@@ -3,7 +3,6 @@ resolving the run folders to compare."""
 import csv
 import datetime
 import glob
-import json
 import math
 import os
 import re
@@ -15,18 +14,15 @@ from dataclasses import dataclass
 from gptlab.core.errors import UserError
 from gptlab.train import cost
 from gptlab.train.records import (CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE,
-                                  Metrics, heartbeat_process, is_run_folder, read_metrics)
+                                  Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
 # A folder without results.json whose files changed this recently is taken to be a run still in progress.
 RUNNING_WINDOW_S = 600
 RUN_FOLDER_RE = re.compile(r"^(\d{8}_\d{6})_(.+)$")
-# Bounds on what is read from a run folder (a crafted or damaged folder must not exhaust memory or the stack):
-# a JSON file's size and nesting, metrics.csv's size. train_gpt.py writes JSON files of a few KB, nested 3 deep,
-# and about 150 bytes of metrics.csv per step.
-MAX_JSON_BYTES = 16 << 20
-MAX_JSON_DEPTH = 32
+# A bound on what is read of a run folder's metrics.csv (a crafted or damaged folder must not exhaust memory;
+# train_gpt.py writes about 150 bytes per step); its JSON files are bounded by records.read_run_json.
 MAX_METRICS_BYTES = 512 << 20
 
 
@@ -37,56 +33,6 @@ class BadRunFolder(UserError):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Bounded readers
-
-def _regular_size(path):
-    """The size of the regular file at `path` (symlinks followed), or None when it is missing or is not a regular
-    file (a folder, a FIFO, a device such as /dev/zero)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
-
-
-def _depth(value):
-    """How deep JSON containers nest in `value` (0 for a scalar), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
-def read_json(run_dir, filename, notes, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
-    """run_dir/filename as a dict, read within bounds; None when it is missing, or (with a line in `notes`) when it
-    is not a regular file, is too large, too deeply nested, unreadable or not a JSON object."""
-    path = os.path.join(run_dir, filename)
-    if not os.path.lexists(path):
-        return None
-    size = _regular_size(path)
-    problem = None
-    if size is None:
-        problem = "is not a regular file"
-    elif size > max_bytes:
-        problem = f"is too large ({size:,} bytes; at most {max_bytes:,} are read)"
-    else:
-        try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read(max_bytes + 1).decode("utf-8"))
-        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting deeper than Python's stack
-            problem = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
-        else:
-            if not isinstance(data, dict):
-                problem = "is not a JSON object"
-            elif _depth(data) > max_depth:
-                problem = f"nests deeper than {max_depth} levels"
-    if problem:
-        notes.append(f"{filename} {problem}; ignored it")
-        return None
-    return data
-
 
 def _read_metrics(path):
     """metrics.csv read as gptlab.train.records.read_metrics(strict=False) does, within bounds: a file that is not
@@ -281,13 +227,13 @@ def load_run(path, now=None, with_metrics=True):
     now = time.time() if now is None else now
     notes = []
     metrics_path = os.path.join(path, METRICS_FILE)
-    config = read_json(path, CONFIG_FILE, notes) or {}
+    config = read_run_json(path, CONFIG_FILE, notes) or {}
     if not os.path.exists(os.path.join(path, CONFIG_FILE)):
         notes.append("no config.json")
     if config.get("resumed_from"):  # its metrics.csv starts where the checkpoint's run stopped
         notes.append(f"resumed at step {config.get('resume_step')} from {config['resumed_from']}; steps before "
                      "that are in the earlier run's folder")
-    results = read_json(path, RESULTS_FILE, notes)
+    results = read_run_json(path, RESULTS_FILE, notes)
     problems = field_problems(config, CONFIG_FILE) + field_problems(results or {}, RESULTS_FILE)
     if problems:
         raise BadRunFolder(f"{path}: {'; '.join(problems[:3])}" + (" ..." if len(problems) > 3 else ""))
@@ -304,7 +250,7 @@ def load_run(path, now=None, with_metrics=True):
     else:
         status = "running" if now - _newest_mtime(path) < RUNNING_WINDOW_S else "crashed"
     # the heartbeat is read by its owner, records.py; a damaged one (bounded check here) tells nothing
-    readable_beat = results is None and read_json(path, HEARTBEAT_FILE, []) is not None
+    readable_beat = results is None and read_run_json(path, HEARTBEAT_FILE, []) is not None
     process, beat = heartbeat_process(path) if readable_beat else (None, None)
     if process == "gone":  # its training process, on this host, is no more: no need to wait for the window
         status = "crashed" if metrics.rows else "no metrics"

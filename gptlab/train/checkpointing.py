@@ -188,10 +188,13 @@ def _plain_keys(value):
 # formats the converter reads (allow_old) may lack model_source (format 2) and data (format 1).
 _STRUCTURE = {
     "step": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
-    "model": (lambda v: _plain_keys(v) and len(v) > 0 and all(isinstance(t, torch.Tensor) for t in v.values()),
-              "a non-empty dict of parameter names to tensors"),
+    # empty weights or no model source load (a checkpoint of a run's bookkeeping), but build no model:
+    # model_source.load_model and module_for refuse them
+    "model": (lambda v: _plain_keys(v) and all(isinstance(t, torch.Tensor) for t in v.values()),
+              "a dict of parameter names to tensors"),
     "model_config": (_plain_keys, "a dict of GPTConfig fields"),
-    "model_source": (lambda v: isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("file", "code", "sha256")),
+    "model_source": (lambda v: v is None or (isinstance(v, dict)
+                                             and all(isinstance(v.get(k), str) for k in ("file", "code", "sha256"))),
                      "a dict of strings file, code, sha256"),
     "args": (_plain_keys, "a dict of flag names to values"),
     "tokenizer": (lambda v: _plain_keys(v) and all(isinstance(v.get(k), (str, type(None)))

@@ -198,6 +198,9 @@ def load_model(path, device="cpu", trust_code=False):
     """(model in eval mode on device, its module, the checkpoint dict) from a checkpoint file, built from the model
     source the checkpoint carries (see module_for)."""
     ckpt = checkpointing.load_checkpoint(path)
+    if not ckpt["model"]:
+        raise UserError(f"checkpoint {path} has a malformed 'model' entry (an empty dict; it must be a non-empty dict "
+                        "of parameter names to tensors); it is damaged or not a gptlab checkpoint")
     module = module_for(ckpt.get("model_source"), path, trust_code)
     check_weights_fit(module, ckpt["model_config"], ckpt["model"], path)
     model = build_model(module, ckpt["model_config"], path)

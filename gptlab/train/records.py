@@ -18,6 +18,7 @@ import json
 import math
 import os
 import socket
+import stat
 from dataclasses import dataclass, field
 
 from gptlab.core.errors import UserError
@@ -191,20 +192,59 @@ def read_metrics(path, strict=True):
     return metrics
 
 
-def read_run_json(run_dir, filename, notes):
-    """run_dir/filename (config.json or results.json) as a dict; None when it is missing, or when it is unreadable
-    or not a JSON object (a run killed mid-write), in which case a line is added to `notes`."""
-    path = os.path.join(run_dir, filename)
-    if not os.path.exists(path):
-        return None
+# train_gpt.py writes JSON files of a few KB, nested 3 deep: these bounds are far above that
+MAX_JSON_BYTES = 16 << 20
+MAX_JSON_DEPTH = 32
+
+
+def _regular_size(path):
+    """The size of the regular file at `path` (symlinks followed), or None when it is missing or is not a regular
+    file (a folder, a FIFO, a device such as /dev/zero)."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as err:
-        notes.append(f"{filename} is unreadable ({type(err).__name__}: {err}); ignored it")
+        st = os.stat(path)
+    except OSError:
         return None
-    if not isinstance(data, dict):
-        notes.append(f"{filename} is not a JSON object; ignored it")
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _depth(value):
+    """How deep JSON containers nest in `value` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_run_json(run_dir, filename, notes, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
+    """run_dir/filename (config.json, results.json, heartbeat.json...) as a dict, read within bounds (a crafted or
+    damaged folder must not exhaust memory or the stack); None when it is missing, or (with a line in `notes`) when
+    it is not a regular file, is too large, too deeply nested, unreadable (a run killed mid-write) or not a JSON
+    object."""
+    path = os.path.join(run_dir, filename)
+    if not os.path.lexists(path):
+        return None
+    size = _regular_size(path)
+    problem = None
+    if size is None:
+        problem = "is not a regular file"
+    elif size > max_bytes:
+        problem = f"is too large ({size:,} bytes; at most {max_bytes:,} are read)"
+    else:
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read(max_bytes + 1).decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting deeper than Python's stack
+            problem = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
+        else:
+            if not isinstance(data, dict):
+                problem = "is not a JSON object"
+            elif _depth(data) > max_depth:
+                problem = f"nests deeper than {max_depth} levels"
+    if problem:
+        notes.append(f"{filename} {problem}; ignored it")
         return None
     return data
 
