@@ -184,7 +184,8 @@ def check_weights_fit(module, model_config, state, origin):
         if got is None:
             continue
         if tuple(got.shape) != tuple(want.shape):
-            problems.append(f"{key} has shape {tuple(got.shape)}, the model's is {tuple(want.shape)}")
+            problems.append(f"size mismatch for {key}: shape {tuple(got.shape)} in the checkpoint, "
+                            f"{tuple(want.shape)} in the model")
         elif got.dtype != want.dtype:
             problems.append(f"{key} is {got.dtype}, the model's is {want.dtype}")
         if len(problems) >= 3:
