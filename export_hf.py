@@ -16,7 +16,7 @@ import argparse
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter
 from gptlab.core.errors import run_cli
-from gptlab.export.folder import check_export_dir
+from gptlab.core.files import check_output_dir
 from gptlab.tokenizer.format import read_tokenizer_file
 
 
@@ -35,7 +35,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    check_export_dir(args.out_dir, args.overwrite)  # before loading anything
+    check_output_dir(args.out_dir, args.overwrite)  # before loading anything
     # heavy (torch, ~1.5 s): imported once the flags and the output are checked, so --help and errors answer at once
     from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder  # torch
     from gptlab.train import checkpointing  # torch

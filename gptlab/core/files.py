@@ -266,8 +266,11 @@ def describe_holder(holder):
 
 
 def check_output_dir(path, overwrite=False):
-    """A folder to write: refuse an existing one unless overwrite, a file, or a place it cannot be made (call
-    before expensive work)."""
+    """A folder to write (by atomic_output_dir): refuse an existing one unless overwrite, a file, a symbolic link
+    whatever it points at (the swap would replace the link, not the folder it names), or a place it cannot be made
+    (call before expensive work)."""
+    if os.path.islink(path):
+        raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}); give the folder itself, or a new path")
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{path} is a file; give the path of a folder to write")
     if os.path.exists(path) and not overwrite:
@@ -279,10 +282,8 @@ def check_output_dir(path, overwrite=False):
 def atomic_output_dir(path, overwrite=False):
     """Yield an empty folder `path.tmp.<random>` beside path to fill; on success it becomes `path` (an existing
     `path` is only replaced when overwrite=True), on any error it is removed. A reader never sees a half-written
-    folder. The temporary names are made by mkdtemp (unpredictable, never an existing file or a planted link), and a
-    symbolic link as path is refused: replacing it would replace the link, not the folder the user meant."""
-    if os.path.islink(path):
-        raise UserError(f"{path} is a symbolic link; give the real folder ({os.path.realpath(path)}) or another name")
+    folder. The temporary names are made by mkdtemp (unpredictable, never an existing file or a planted link);
+    check_output_dir refuses a symbolic link as path."""
     check_output_dir(path, overwrite)
     parent, name = os.path.split(os.path.abspath(path))
     tmp_path = tempfile.mkdtemp(prefix=f"{name}.tmp.", dir=parent)

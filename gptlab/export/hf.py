@@ -32,7 +32,6 @@ import torch
 
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_output_dir
-from gptlab.export.folder import check_export_dir
 from gptlab.train.records import write_json
 
 MODELING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_gptlab.py")
@@ -187,7 +186,6 @@ def _write_failure(err):
 def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokenizer_data, overwrite=False):
     """Write the Hugging Face folder out_dir (atomically: built beside it, then renamed into place); a failed
     write (a full disk) is one UserError and leaves nothing half-written."""
-    check_export_dir(out_dir, overwrite)
     try:
         return _write_hf_folder(out_dir, model_state=model_state, model_source=model_source,
                                 config_fields=config_fields, tokenizer_data=tokenizer_data, overwrite=overwrite)
