@@ -12,7 +12,6 @@ encoding, so the trainer sees the same text the tokenizer will later encode.
 `regex` is imported by the functions that split text: train_tokenizer.py --help imports this module (through
 gptlab.tokenizer.job) and should not pay for it.
 """
-import ctypes
 import itertools
 import multiprocessing as mp
 import os
@@ -22,10 +21,10 @@ import sys
 from collections import Counter
 
 from gptlab.core.errors import UserError
+from gptlab.core.processes import die_with_parent
 from gptlab.tokenizer.format import PATTERNS
 
 DEFAULT_CHUNK_CHARS = 1 << 20
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PARENT_POLL_S = 2.0  # how often a waiting worker checks that its parent is alive
 SPLIT_TIMEOUT_S = 10.0  # a user pattern may take this long per document, plus SPLIT_S_PER_CHAR per character:
 SPLIT_S_PER_CHAR = 1e-5  # ~100x the time gpt4 takes with regex (10 MB/s), so only a runaway pattern reaches it
@@ -51,25 +50,11 @@ def count_documents(docs, pattern):
     return counter
 
 
-def die_with_parent(parent_pid):
-    """Make this (worker) process end when its parent does, even when the parent is killed outright (kill -9, the
-    OOM killer), instead of waiting forever on a queue nobody fills: on Linux the kernel sends SIGKILL when the
-    parent dies (PR_SET_PDEATHSIG); everywhere, the worker also checks its parent while it waits for work."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl: the polling below still ends us
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _worker(pattern, tasks, results, parent_pid=None, timeout_s=None):
     import regex  # ~10 ms: see the module docstring
 
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
+    if parent_pid is not None:  # end with the parent, instead of waiting forever on a queue nobody fills; where
+        die_with_parent(parent_pid, signal.SIGKILL)  # prctl is missing, the wait below also checks the parent
     # Ctrl-C reaches the whole process group: the parent handles it (and terminates us), so no traceback here;
     # SIGTERM (the parent's terminate()) ends us at once, whatever handler the parent had when it forked us
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -9,8 +9,6 @@ sweep's record, experiments/sweep_<name>.json, holds every point's status, run f
 recorded and the sweep goes on; running the same sweep again skips the points whose run finished (a longer grid or
 more seeds extend it). The sweep ends with the leaderboard of its runs.
 """
-import ctypes
-import ctypes.util
 import difflib
 import itertools
 import json
@@ -27,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from gptlab.core.cli import FlagValueError
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write_text, check_folder_creatable, exclusive_lock
+from gptlab.core.processes import die_with_parent
+from gptlab.core.processes import libc_prctl as _libc_prctl  # a name of this module: tests replace it
 from gptlab.train.records import RESULTS_FILE, read_run_json
 
 SWEEP_FORMAT = "gptlab-sweep"
@@ -270,7 +270,6 @@ def command_of(sweep, point, script, experiments_dir):
 # The child gets this signal when the sweep dies, even by kill -9: SIGTERM, as a preemption, so train_gpt.py (and
 # torchrun, which forwards it to its workers) can stop cleanly.
 CHILD_DEATH_SIGNAL = signal.SIGTERM
-_PR_SET_PDEATHSIG = 1
 # Off Linux (no prctl), a small watcher process stands between the sweep and the child: it polls its parent and
 # ends the child when the sweep is gone.
 _WATCHER = r"""
@@ -291,29 +290,13 @@ sys.exit(child.wait())
 """
 
 
-def _libc_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
 def _child_launch(command):
     """(command, preexec_fn) so the child dies with the sweep: on Linux prctl(PR_SET_PDEATHSIG) in the child, else
     the command under the watcher."""
-    prctl = _libc_prctl()
-    if prctl is None:
+    if _libc_prctl() is None:  # (called here, in the parent: the child only calls the function it found)
         return [sys.executable, "-c", _WATCHER, str(os.getpid())] + list(command), None
     parent = os.getpid()
-
-    def die_with_parent():  # runs in the child between fork and exec: only async-signal-safe work
-        prctl(_PR_SET_PDEATHSIG, int(CHILD_DEATH_SIGNAL), 0, 0, 0)
-        if os.getppid() != parent:  # the sweep died before the line above: the signal will never come
-            os.kill(os.getpid(), CHILD_DEATH_SIGNAL)
-
-    return list(command), die_with_parent
+    return list(command), lambda: die_with_parent(parent, CHILD_DEATH_SIGNAL)  # in the child, before exec
 
 
 def _run_one(command, write):
