@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -263,6 +264,25 @@ def describe_holder(holder):
     command = " ".join(str(holder["command"]).split())  # on one line, and not too long
     command = command if len(command) <= 200 else command[:197] + "..."
     return f"pid {holder['pid']} on {holder['host']} (`{command}`), since {holder['since']}"
+
+
+def read_json_file(path, max_bytes):
+    """(value, None) for the JSON in the regular file at `path` (symlinks followed), read within max_bytes; else
+    (None, why): "is not a regular file" (missing, a folder, a FIFO, a device such as /dev/zero), "is too large
+    (...)" or "is unreadable (...)" (not UTF-8 JSON, or nested deeper than Python's stack)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, "is not a regular file"
+    if not stat.S_ISREG(st.st_mode):
+        return None, "is not a regular file"
+    if st.st_size > max_bytes:
+        return None, f"is too large ({st.st_size:,} bytes; at most {max_bytes:,} are read)"
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(max_bytes + 1).decode("utf-8")), None
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting deeper than Python's stack
+        return None, f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
 
 
 def check_output_dir(path, overwrite=False):

@@ -18,11 +18,10 @@ import json
 import math
 import os
 import socket
-import stat
 from dataclasses import dataclass, field
 
 from gptlab.core.errors import UserError
-from gptlab.core.files import atomic_write_text
+from gptlab.core.files import atomic_write_text, read_json_file
 
 EXPERIMENTS_DIR = "experiments"
 CONFIG_FILE = "config.json"
@@ -197,16 +196,6 @@ MAX_JSON_BYTES = 16 << 20
 MAX_JSON_DEPTH = 32
 
 
-def _regular_size(path):
-    """The size of the regular file at `path` (symlinks followed), or None when it is missing or is not a regular
-    file (a folder, a FIFO, a device such as /dev/zero)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
-
-
 def _depth(value):
     """How deep JSON containers nest in `value` (0 for a scalar), without recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -226,23 +215,11 @@ def read_run_json(run_dir, filename, notes, max_bytes=MAX_JSON_BYTES, max_depth=
     path = os.path.join(run_dir, filename)
     if not os.path.lexists(path):
         return None
-    size = _regular_size(path)
-    problem = None
-    if size is None:
-        problem = "is not a regular file"
-    elif size > max_bytes:
-        problem = f"is too large ({size:,} bytes; at most {max_bytes:,} are read)"
-    else:
-        try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read(max_bytes + 1).decode("utf-8"))
-        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting deeper than Python's stack
-            problem = f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
-        else:
-            if not isinstance(data, dict):
-                problem = "is not a JSON object"
-            elif _depth(data) > max_depth:
-                problem = f"nests deeper than {max_depth} levels"
+    data, problem = read_json_file(path, max_bytes)
+    if problem is None and not isinstance(data, dict):
+        problem = "is not a JSON object"
+    elif problem is None and _depth(data) > max_depth:
+        problem = f"nests deeper than {max_depth} levels"
     if problem:
         notes.append(f"{filename} {problem}; ignored it")
         return None

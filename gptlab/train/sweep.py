@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 from gptlab.core.cli import FlagValueError
 from gptlab.core.errors import UserError
-from gptlab.core.files import atomic_write_text, check_folder_creatable, exclusive_lock
+from gptlab.core.files import atomic_write_text, check_folder_creatable, exclusive_lock, read_json_file
 from gptlab.core.processes import die_with_parent
 from gptlab.core.processes import libc_prctl as _libc_prctl  # a name of this module: tests replace it
 from gptlab.train.records import RESULTS_FILE, read_run_json
@@ -161,16 +160,9 @@ def save_record(sweep, path):
 
 def _read_record(path):
     """The sweep record at `path` as a dict, or the reason it cannot be used (bounded read, every field checked)."""
-    try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return "it is not a regular file"
-        if st.st_size > MAX_RECORD_BYTES:
-            return f"it is {st.st_size:,} bytes, more than a sweep record"
-        with open(path, "rb") as f:
-            old = json.loads(f.read(MAX_RECORD_BYTES + 1).decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        return f"{type(err).__name__}: {str(err)[:200]}"
+    old, problem = read_json_file(path, MAX_RECORD_BYTES)
+    if problem:
+        return f"it {problem}"
     return _record_problem(old) or old
 
 
