@@ -13,11 +13,10 @@ The work is gptlab/tokenizer/job.py's train_tokenizer(); this file only reads th
 """
 import os
 import signal
-import sys
 import time
 
 from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter
-from gptlab.core.errors import run_cli
+from gptlab.core.errors import StopRequested, run_cli
 from gptlab.data.sources import HUB_DATASETS
 from gptlab.tokenizer.format import EOT, tokenizer_filename
 from gptlab.tokenizer.job import DATASET_CONFIG, train_tokenizer
@@ -59,12 +58,11 @@ def parse_args(argv=None):
 
 
 def stop_on_sigterm(signum, frame):
-    """SIGTERM (kill, a scheduler's preemption) ends a single-process run like Ctrl-C does: the pre-tokenizer
-    workers are terminated and the output's lock released on the way out, then the exit status is 143. Under
-    torchrun a rank keeps the default action (torchrun's SIGTERM must end a rank blocked in a collective, where no
-    Python handler runs); its workers end with it all the same (pretokenize.die_with_parent)."""
-    print("\nterminated", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
+    """SIGTERM (kill, a scheduler's preemption) ends a single-process run as Ctrl-C does (StopRequested is a
+    KeyboardInterrupt): the pre-tokenizer workers are terminated and the output's lock released on the way out, and
+    run_cli exits 143. Under torchrun a rank keeps the default action (torchrun's SIGTERM must end a rank blocked in
+    a collective, where no Python handler runs); its workers end with it all the same (die_with_parent)."""
+    raise StopRequested(signum)
 
 
 def main(argv=None):
