@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
+from gptlab.core.progress import progress_bar
 from gptlab.data.selection import default_shard_folder
 from gptlab.data.shards import read_shard
 from gptlab.data.sources import iter_local_documents
@@ -245,8 +246,6 @@ class Report:
 def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
     if not paths:
         raise UserError("name at least one tokenizer .pkl (a path or a name in tokenizers/)")
-    from tqdm import tqdm  # ~25 ms: compare_experiments.py imports this module and draws no bar
-
     tokenizers = [load_report_tokenizer(p) for p in paths]
     shared = read_domains(text_paths) if text_paths else None
     results = []
@@ -256,8 +255,8 @@ def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
         else:
             domains, source = default_domains(tokenizer, data_dir)
         total = sum(len(d.encode("utf-8")) for docs in domains.values() for d in docs)
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"encode {tokenizer.name}", disable=not progress,
-                  dynamic_ncols=True) as bar:
+        with progress_bar(total=total, unit="B", unit_scale=True, desc=f"encode {tokenizer.name}",
+                          disable=not progress, dynamic_ncols=True) as bar:
             results.append(measure(tokenizer, domains, source, bar))
     overlaps = [merge_overlap(a, b) for i, a in enumerate(tokenizers) for b in tokenizers[i + 1:]]
     return Report(results, overlaps, len({r.text_source for r in results}) == 1)

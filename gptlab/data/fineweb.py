@@ -39,6 +39,7 @@ import numpy as np
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_folder_creatable, describe_holder, exclusive_lock
+from gptlab.core.progress import progress_bar
 from gptlab.data import shards as shard_format
 from gptlab.data.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
@@ -403,9 +404,8 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)
     progress = None
     if rank == 0 and not args.quiet:
-        from tqdm import tqdm  # ~25 ms: only with the progress bar (not for --quiet or --help)
-        progress = tqdm(total=target, unit="tok", unit_scale=True, desc=f"shards → {out_dir}", file=sys.stderr,
-                        smoothing=0.1)
+        progress = progress_bar(total=target, unit="tok", unit_scale=True, desc=f"shards → {out_dir}",
+                                file=sys.stderr, smoothing=0.1)
     writer = ShardWriter(out_dir, manifest, plan, start, eot, dtype, args.shard_size, args.val_tokens, progress)
     t0, text_bytes = time.perf_counter(), 0
     with progress if progress is not None else contextlib.nullcontext():

@@ -15,6 +15,7 @@ import zlib
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
+from gptlab.core.progress import progress_bar
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 URL_ENV = "GPTLAB_HELLASWAG_URL"  # a mirror of HELLASWAG_URL (same file, same checksum) used when no source is given
@@ -113,12 +114,10 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
     check_folder_creatable(os.path.dirname(os.path.abspath(out)))  # by writing there, before any download
     source = source or default_source()
     stream, total = _open_source(source, timeout_s)
-    from tqdm import tqdm  # ~25 ms: only while copying; compare_experiments.py imports this module
-
     digest = hashlib.sha256()
     n_bytes = 0
-    with stream, tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="hellaswag",
-                      disable=not progress, leave=False) as bar:
+    with stream, progress_bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="hellaswag",
+                              disable=not progress, leave=False) as bar:
         def raw_chunks():
             while True:
                 try:

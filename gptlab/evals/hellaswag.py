@@ -27,10 +27,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from gptlab.core.distributed import all_reduce_sum
 from gptlab.core.errors import UserError
+from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag, not_a_file
 
 DEFAULT_BATCH_SIZE = 16  # examples per forward pass (64 rows)
@@ -118,8 +118,8 @@ def score_examples(model_fn, encoding, examples, *, device="cpu", batch_size=DEF
     # Longest first: similar lengths share a batch (little padding), and a too-large batch fails at once.
     order = sorted(range(len(examples)), key=lambda i: -max(len(r) for r in encoded[i][0]))
     results = [None] * len(examples)
-    with torch.no_grad(), tqdm(total=len(examples), unit="ex", desc=progress_desc, disable=not progress,
-                               leave=False) as bar:
+    with torch.no_grad(), progress_bar(total=len(examples), unit="ex", desc=progress_desc, disable=not progress,
+                                       leave=False) as bar:
         b = 0
         while b < len(order):
             width = -(-max(len(r) for r in encoded[order[b]][0]) // seq_multiple) * seq_multiple  # longest first

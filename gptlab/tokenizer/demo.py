@@ -1,4 +1,5 @@
-"""--demo: show a sample text coloured by token (ANSI background colours) while the merges are learned."""
+"""--demo: show a sample text split into its tokens while the merges are learned: each token on its own ANSI
+background colour on a terminal, tokens between `|` elsewhere (a log file gets no escape codes)."""
 from gptlab.tokenizer.format import encoding_from_dict
 from gptlab.tokenizer.merges import finish_result
 
@@ -15,10 +16,11 @@ def encode_with_merges(text, pattern, merges):
     return [encoding.decode_single_token_bytes(token) for token in encoding.encode_ordinary(text)]
 
 
-def render(text, pattern, merges):
-    """The sample with each token on its own background colour, plus a token count line."""
+def render(text, pattern, merges, colour=True):
+    """The sample with each token on its own background colour (colour=False: tokens separated by `|`), plus a
+    token count line."""
     tokens = encode_with_merges(text, pattern, merges)
-    parts, pending, colour = [], b"", 0
+    parts, pending = [], b""
     for token in tokens:
         pending += token
         try:  # a token may end inside a UTF-8 character: colour it together with the next one(s)
@@ -29,11 +31,10 @@ def render(text, pattern, merges):
             shown = pending.decode("utf-8", errors="replace")
         pending = b""
         shown = shown.replace("\n", "\\n\n")
-        parts.append(f"\x1b[48;5;{_COLOURS[colour % len(_COLOURS)]}m\x1b[30m{shown}\x1b[0m")
-        colour += 1
+        parts.append(f"\x1b[48;5;{_COLOURS[len(parts) % len(_COLOURS)]}m\x1b[30m{shown}\x1b[0m" if colour else shown)
     if pending:
         parts.append(pending.decode("utf-8", errors="replace"))
     n_bytes = len(text.encode("utf-8"))
     ratio = n_bytes / max(1, len(tokens))
     return (f"--- after {len(merges)} merges: {len(tokens)} tokens for {n_bytes} bytes "
-            f"({ratio:.2f} bytes/token) ---\n" + "".join(parts) + "\n")
+            f"({ratio:.2f} bytes/token) ---\n" + ("" if colour else "|").join(parts) + "\n")

@@ -29,6 +29,7 @@ from gptlab.core import distributed
 from gptlab.core.distributed import check_device_flag, default_workers, resolve_device
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable, exclusive_lock, write_fix
+from gptlab.core.progress import is_terminal, progress_bar
 from gptlab.data.sources import HUB_DATASETS, ReadStats, iter_hub_documents, iter_local_documents, take_every
 from gptlab.tokenizer import native
 from gptlab.tokenizer.demo import render
@@ -207,9 +208,7 @@ def library_versions(uses_torch):
 def _bar(enabled, **kwargs):
     if not enabled:
         return None
-    from tqdm import tqdm  # ~25 ms: only with a progress bar (not for --help or a quiet run)
-
-    return tqdm(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
+    return progress_bar(file=sys.stderr, unit_scale=True, dynamic_ncols=True, mininterval=0.5, **kwargs)
 
 
 def _read_rate_updater(bar, stats):
@@ -227,15 +226,16 @@ def _read_rate_updater(bar, stats):
 
 
 def run_merges(table, num_merges, engine, device, show_progress=False, demo_sample="", pat_str=None):
-    """The merge loop on `engine`; a non-empty demo_sample is printed coloured by token as the merges grow."""
+    """The merge loop on `engine`; a non-empty demo_sample is printed split into tokens as the merges grow."""
     on_merge = None
     if demo_sample:
         shows = {max(0, int(num_merges * f) - 1) for f in (0.01, 0.1, 0.5, 1.0)} if num_merges else set()
-        print(render(demo_sample, pat_str, []), flush=True)
+        colour = is_terminal(sys.stdout)  # escape codes only where a terminal draws them
+        print(render(demo_sample, pat_str, [], colour), flush=True)
 
         def show_sample(k, merges):
             if k in shows:
-                print(render(demo_sample, pat_str, merges), flush=True)
+                print(render(demo_sample, pat_str, merges, colour), flush=True)
 
         on_merge = show_sample
 

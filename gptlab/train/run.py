@@ -29,6 +29,7 @@ from tqdm import tqdm
 from gptlab.core.cli import FlagValueError, float_in, non_negative_int
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
+from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, records
 
@@ -302,7 +303,7 @@ class Run:
                 for note in self._dashboards.notes:
                     self.log(note)
         self._wall_start = time.perf_counter() - self._wall_before
-        self._bar = tqdm(total=cfg.train_steps * cfg.batch_size, initial=self.start_step * cfg.batch_size,
+        self._bar = progress_bar(total=cfg.train_steps * cfg.batch_size, initial=self.start_step * cfg.batch_size,
                          disable=not ctx.is_main, file=sys.stderr, unit="tok", unit_scale=True, dynamic_ncols=True,
                          desc="train")
 

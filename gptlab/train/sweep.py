@@ -26,6 +26,7 @@ from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write_text, check_folder_creatable, exclusive_lock, read_json_file
 from gptlab.core.processes import die_with_parent
 from gptlab.core.processes import libc_prctl as _libc_prctl  # a name of this module: tests replace it
+from gptlab.core.progress import progress_bar
 from gptlab.train.records import RESULTS_FILE, read_run_json
 
 SWEEP_FORMAT = "gptlab-sweep"
@@ -330,7 +331,7 @@ def _error_of(stderr_lines, exit_code):
 
 def run_sweep(sweep, script, experiments_dir, overwrite=False, dry_run=False, out=None):
     """Run the points not yet finished, one after another; returns the sweep (statuses filled in)."""
-    from tqdm import tqdm  # ~25 ms: sweep.py --help imports this module
+    from tqdm import tqdm  # ~25 ms: sweep.py --help imports this module (tqdm.write: lines past a bar)
 
     out = out or sys.stdout
     path = sweep_record_path(experiments_dir, sweep.name)
@@ -356,8 +357,8 @@ def _run_points(sweep, script, experiments_dir, path, out, tqdm):
     if done:
         out.write(f"sweep {sweep.name}: {done} of {len(sweep.points)} runs already finished (skipped); "
                   f"{len(todo)} to run\n")
-    bar = tqdm(total=len(sweep.points), initial=done, unit="run", desc=f"sweep {sweep.name}", file=sys.stderr,
-               dynamic_ncols=True)
+    bar = progress_bar(total=len(sweep.points), initial=done, unit="run", desc=f"sweep {sweep.name}",
+                       file=sys.stderr, dynamic_ncols=True)
     try:
         for point in todo:
             def write(line):

@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -431,3 +432,16 @@ def test_an_input_used_up_by_the_validation_shard_says_why(tokenizer_path, tmp_p
     assert proc.returncode == 2 and expected in lines[-1], proc.stderr
     if len(docs) == 1:
         assert "--val_tokens 0" in lines[-1] and "lower --val_tokens" not in lines[-1]
+
+
+def test_progress_to_a_log_is_whole_lines_without_control_characters(tmp_path, tokenizer_path):
+    """stderr redirected (a pipe here, as `> log 2>&1`): the shard bar's report is plain lines, no \\r redraws.
+    Read as bytes: text mode would turn a \\r into a newline."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "download_fineweb.py"), "--input", FINEWEB_150,
+                           "--tokenizer", tokenizer_path, "--out", str(tmp_path), "--num_shards", "3",
+                           "--shard_size", "20000", "--val_tokens", "10000"], cwd=REPO, capture_output=True,
+                          env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not re.search(rb"[\x00-\x09\x0b-\x1f]", proc.stdout + proc.stderr), proc.stderr[:500]
+    bar_lines = [line for line in proc.stderr.decode().split("\n") if line.startswith("shards → ")]
+    assert bar_lines and "tok/s" in bar_lines[-1] and "MB/s" in bar_lines[-1]  # the close line: its rates

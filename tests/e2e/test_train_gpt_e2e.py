@@ -62,6 +62,8 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     argv = tiny_args(tiny, tmp_path, train_steps=40, val_loss_every=20, save_model=True, hellaswag_limit=8,
                      hellaswag_every=15, hellaswag_path=HELLASWAG_VAL, sample_tokens=8)
     proc = run_script(["train_gpt.py"] + argv, check=True)
+    # output to pipes, as to a log file: whole lines, no cursor moves from the nested HellaSwag bar, no \r redraws
+    assert not re.search(r"[\x1b\r]", proc.stdout + proc.stderr), repr(proc.stderr[:500])
     run_dir = only_run_dir(tmp_path)
     assert os.path.basename(run_dir)[:15].replace("_", "").isdigit()
     losses = train_losses(run_dir)
