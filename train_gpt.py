@@ -42,8 +42,9 @@ from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, model_source, stop
-from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, split_batch
+from gptlab.train import checkpointing, environment, model_source, stop
+from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
+                                   probe_batch, split_batch)
 from gptlab.train.comm import GradientSync, MatrixShards
 from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
                                  resolve_config)
@@ -316,19 +317,18 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
 
 def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, autocast):
     """--device_batch_size auto on CUDA: the largest micro-batch (tokens) whose forward+backward leaves 10% of the
-    GPU free, found by gptlab.train.batching.choose_micro_batch from one or two probes on random tokens (the compiled
-    shape of the chosen probe is the one training uses). Every rank probes its own GPU; they take the smallest."""
+    GPU free, found by gptlab.train.batching.choose_micro_batch from probes on random tokens, the first at the size
+    an estimate of the activations predicts (its inputs laid out as the loader's, so the compiled graph of the chosen
+    probe is the one training uses). Every rank probes its own GPU; they take the smallest."""
     device = ctx.device
     windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)  # the largest windows
 
     def measure(tokens):
-        idx = torch.randint(0, model.vocab_size, (tokens // cfg.train_seq_len, cfg.train_seq_len + 1),
-                            generator=torch.Generator(device).manual_seed(0), device=device)  # training's RNG untouched
-        idx[:, 0] = eot
+        x, y = probe_batch(tokens, cfg.train_seq_len, model.vocab_size, eot, device)  # contiguous, as the loader's
         torch.cuda.reset_peak_memory_stats(device)
         try:
             with autocast():
-                loss = model_fwd(idx[:, :-1], model.attention_masks(idx[:, :-1], eot, windows, use_flex), idx[:, 1:])
+                loss = model_fwd(x, model.attention_masks(x, eot, windows, use_flex), y)
             loss.backward()
             return torch.cuda.max_memory_allocated(device)
         except torch.cuda.OutOfMemoryError:
@@ -343,9 +343,14 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
     # Adam's two moments; Muon's momentum and, across ranks, its stacked send/receive buffers
     extra = 2 * adam_bytes + (param_bytes - adam_bytes) * (3 if ctx.world_size > 1 else 1)
     free, _ = torch.cuda.mem_get_info(device)
+    c = model.config
+    guess = activation_bytes_per_token(c.num_layers, c.model_dim, model.padded_vocab, c.mlp_ratio,
+                                       2 if cfg.dtype == "bfloat16" else 4)
+    # headroom 10%: the probe's peak misses what later steps add (the allocator's rounding, NCCL buffers, a
+    # validation batch's workspace); expandable segments (environment.set_allocator_defaults) keep the rest usable
     tokens, tried = choose_micro_batch(micro_batch_candidates(cfg.batch_size // ctx.world_size, cfg.train_seq_len),
                                        measure, free + torch.cuda.memory_reserved(device), fixed_bytes=2 * param_bytes,
-                                       extra_bytes=extra)
+                                       extra_bytes=extra, headroom=0.1, per_token_guess=guess)
     tokens = min(dist_utils.all_gather_objects(ctx, tokens))
     if ctx.is_main:
         print("--device_batch_size auto: probed " + ", ".join(
@@ -355,6 +360,7 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
 
 
 def main(argv=None):
+    environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
     if args.dry_run:  # the resolved configuration, before any process group, folder or data
         cfg = resolve_config(args, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),

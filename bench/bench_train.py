@@ -39,7 +39,8 @@ from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
 from gptlab.data.shards import write_shard  # noqa: E402
 from gptlab.train.batching import split_batch  # noqa: E402
-from gptlab.train.environment import gpu_bf16_peak_tflops, peak_memory  # noqa: E402
+from gptlab.train.environment import (compiled_graphs, gpu_bf16_peak_tflops, peak_memory,  # noqa: E402
+                                      set_allocator_defaults)
 
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
                    device_batch_size=512, window_size=256, num_val_emb=2)
@@ -119,6 +120,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     from gptlab.train.config import model_config_of  # torch
 
     device = ctx.device
+    graphs_before = compiled_graphs() if compiled else 0
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -192,13 +194,16 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
             "model_only": {"tokens": x.numel(), "time_s": model_s, "tokens_per_s": x.numel() / model_s,
                            "achieved_tflops": model_flops / model_s / 1e12},
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
-            "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters())}
+            "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters()),
+            # probe, training and the model-alone pass share one graph: more is a recompile to look into
+            "compiled_graphs": compiled_graphs() - graphs_before if compiled else 0}
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     import torch  # heavy: as in resolve
 
+    set_allocator_defaults()  # as train_gpt.py: before CUDA starts
     ctx = dist_utils.setup(args.device)
     try:
         device = ctx.device
@@ -235,7 +240,7 @@ def main(argv=None):
                           f"{mfu(r['mfu'])} (attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of "
                           f"FLOPs); model alone {m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
                           f"{r['peak_mem_allocated_gb']:.2f} GB allocated / {r['peak_mem_reserved_gb']:.2f} GB "
-                          f"reserved ({r['peak_mem_label']})", flush=True)
+                          f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']}", flush=True)
         report = {"device": str(device), "gpu_name": gpu_name, "world_size": ctx.world_size, "dtype": cfg.dtype,
                   "peak_tflops": peak, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
                   "results": results, "torch": torch.__version__}

@@ -38,41 +38,77 @@ def micro_batch_candidates(per_rank_tokens, seq_len):
     return [rows // k * seq_len for k in range(1, rows + 1) if rows % k == 0]
 
 
-def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra_bytes=0, headroom=0.1):
+def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra_bytes=0, headroom=0.1,
+                       per_token_guess=None):
     """The largest micro-batch (tokens) whose forward+backward fits the device with headroom, for
     --device_batch_size auto; the global batch stays fixed (gradient accumulation fills the gap), so the choice
     never changes the loss curve.
 
     measure(tokens) runs one forward+backward and returns its peak bytes, or raises MemoryError when it does not
     fit; fixed_bytes is the part of a peak that does not grow with the batch (weights and their gradients),
-    extra_bytes what the peak lacks (optimizer states, made at the first step). One probe at the smallest size
-    gives the cost per token; the largest candidate predicted to fit is then measured itself and, if it does not
-    fit after all, the next smaller one. Returns (tokens, [(tokens, measured peak or None for out of memory)])."""
+    extra_bytes what the peak lacks (optimizer states, made at the first step). The cost per token comes from
+    per_token_guess (bytes; an estimate from the model's shape) or, without one, from a probe at the smallest
+    size. The largest candidate predicted to fit is measured; each measurement corrects the cost per token (a
+    peak over budget gives it exactly, an out-of-memory bounds it from below) and the next prediction follows.
+    With a good guess the first measurement is the micro-batch training then uses, so a compiled model makes one
+    graph for both (a 1-row probe would compile one more). Returns (tokens, [(tokens, measured peak or None for
+    out of memory)])."""
     budget = capacity_bytes * (1 - headroom) - extra_bytes
     candidates = sorted(set(candidates), reverse=True)
     smallest = candidates[-1]
     tried = []
 
-    def fits(tokens):
+    def attempt(tokens):
         try:
             peak = measure(tokens)
         except MemoryError:
-            tried.append((tokens, None))
-            return None
+            peak = None
         tried.append((tokens, peak))
-        return peak if peak <= budget else None
+        return peak
 
-    base = fits(smallest)
-    if base is None:
-        raise UserError(f"even a micro-batch of {smallest} tokens does not fit the device's memory "
-                        f"({capacity_bytes / 2**30:.1f} GiB with {headroom:.0%} headroom); lower --train_seq_len or "
-                        "use a smaller model")
-    per_token = max(0, base - fixed_bytes) / smallest
+    def too_small():
+        return UserError(f"even a micro-batch of {smallest} tokens does not fit the device's memory "
+                         f"({capacity_bytes / 2**30:.1f} GiB with {headroom:.0%} headroom); lower --train_seq_len "
+                         "or use a smaller model")
+
+    per_token = per_token_guess
+    if per_token is None:
+        base = attempt(smallest)
+        if base is None or base > budget:
+            raise too_small()
+        per_token = max(0, base - fixed_bytes) / smallest
     for tokens in candidates:
-        if tokens == smallest:
-            return smallest, tried
-        if fixed_bytes + per_token * tokens > budget:
-            continue
-        if fits(tokens) is not None:
+        if any(t == tokens for t, _ in tried):  # the smallest, measured above and fitting
             return tokens, tried
-    return smallest, tried
+        if tokens != smallest and fixed_bytes + per_token * tokens > budget:
+            continue
+        peak = attempt(tokens)
+        if peak is not None and peak <= budget:
+            return tokens, tried
+        # it does not fit: at least what it showed (a peak) or the whole budget (out of memory) per token
+        per_token = max(per_token, ((peak if peak is not None else budget) - fixed_bytes) / tokens)
+    raise too_small()
+
+
+def activation_bytes_per_token(num_layers, model_dim, padded_vocab, mlp_ratio=4.0, act_bytes=2):
+    """A first guess of a forward+backward's activation memory per token, so the probe can measure the size
+    training will use first: per block 34 bytes x model_dim at 2-byte activations with an MLP of 4 x model_dim
+    and attention that keeps no T x T scores (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+    Transformer Models", eq. 1 without its 5as/h term), the MLP's share (16 of the 34) scaled with mlp_ratio; plus
+    the logits (2-byte) with their float32 copy and gradient: 10 bytes per vocabulary entry. A guess only:
+    choose_micro_batch measures before it trusts it."""
+    per_block = (18 + 16 * mlp_ratio / 4) * model_dim * act_bytes / 2
+    return num_layers * per_block + padded_vocab * (act_bytes + 8)
+
+
+def probe_batch(tokens, seq_len, vocab_size, eot, device):
+    """Random (inputs, targets) of `tokens` tokens for a memory probe, laid out as the loader's batches are: two
+    contiguous (tokens // seq_len, seq_len) int64 tensors, each row starting with <|endoftext|>. Views of one
+    (B, T + 1) tensor would have stride T + 1, and a model compiled with dynamic=False guards on strides: training
+    would compile a second graph. A generator of its own leaves training's RNG untouched."""
+    import torch  # heavy: only where a probe runs (compare_experiments.py imports this module's siblings)
+
+    rows = torch.randint(0, vocab_size, (tokens // seq_len, seq_len + 1),
+                         generator=torch.Generator(device).manual_seed(0), device=device)
+    rows[:, 0] = eot
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()

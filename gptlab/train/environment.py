@@ -107,3 +107,27 @@ def peak_memory(device):
 
 def command_line():
     return " ".join([os.path.basename(sys.executable)] + sys.argv)
+
+
+ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch reads either (the second: 2.9+)
+ALLOCATOR_DEFAULT = "expandable_segments:True"
+
+
+def set_allocator_defaults(environ=None):
+    """Before CUDA starts: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set either allocator
+    variable (theirs wins). Segments that grow in place keep probes of several sizes and an out-of-memory retry
+    from fragmenting the cache, so step 1 fits where the --device_batch_size auto probe fit (modded-nanogpt sets
+    the same). Returns the value now in force, or None where the user's own applies."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in ALLOCATOR_VARIABLES):
+        return None
+    environ["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATOR_DEFAULT
+    return ALLOCATOR_DEFAULT
+
+
+def compiled_graphs():
+    """How many graphs torch.compile has made in this process so far (dynamo's unique graphs: one per input
+    shape, stride, dtype and grad mode it was called with)."""
+    import torch._dynamo.utils  # heavy: only for a compiled run
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])

@@ -509,6 +509,9 @@ class Run:
         self.tflops = (self._speed_flops / self._speed_time / self.ctx.world_size / 1e12
                        if self._speed_time else None)
         self.mfu = self.tflops / peak if self.tflops is not None and peak else None
+        self.compiled_graphs = environment.compiled_graphs() if self.cfg.compile else None
+        if self.compiled_graphs is not None:  # one per shape: more than training's and validation's is a recompile
+            self.log(f"torch.compile: {self.compiled_graphs} graph(s) compiled")
         if self.tflops is not None:
             self.log(f"speed after the first step: {self.tflops:.3g} TFLOP/s per GPU" + (
                 f", MFU {100 * self.mfu:.1f}% of the {peak:g} TFLOP/s bf16 peak" if self.mfu is not None else
@@ -528,7 +531,7 @@ class Run:
                    "cost_usd": cost.cost_usd(gpu_hours, self.price),
                    "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
                    "peak_mem_label": mem["label"], "checkpoint": self.last_checkpoint, "tflops_per_gpu": self.tflops,
-                   "mfu": self.mfu, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],
+                   "mfu": self.mfu, "compiled_graphs": self.compiled_graphs, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],
                    "world_size": self.ctx.world_size, "tokenizer": self.tokenizer.name,
                    "model_name": self.cfg.model_name, "seed": self.cfg.seed}
         if self.ctx.is_main:

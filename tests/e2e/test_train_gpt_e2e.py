@@ -194,6 +194,12 @@ def test_compiled_bfloat16_two_rank_run_follows_the_eager_float32_curve(tiny, tm
     with open(os.path.join(compiled, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["compile"] is True and config["dtype"] == "bfloat16" and config["world_size"] == 2
+    # one graph per call signature: the training micro-batch (with grad) and validation (no_grad); the long window
+    # growing over the 6 steps changes the masks' values, not their shapes, so it must not add one
+    with open(os.path.join(compiled, records.RESULTS_FILE)) as f:
+        assert json.load(f)["compiled_graphs"] == 2
+    with open(os.path.join(compiled, records.LOG_FILE)) as f:
+        assert "torch.compile: 2 graph(s) compiled" in f.read()
     a, b = train_losses(only_run_dir(tmp_path / "eager")), train_losses(compiled)
     assert sorted(a) == sorted(b) == list(range(1, 7))
     for step in a:  # bfloat16 matmuls: close, not equal
