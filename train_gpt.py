@@ -45,7 +45,7 @@ from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train import checkpointing, environment, model_source, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
-from gptlab.train.comm import GradientSync, MatrixShards
+from gptlab.train.comm import FlatShards, GradientSync, MatrixShards
 from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
                                  resolve_config)
 from gptlab.train.run import Run, add_run_flags, parse_flags, restore_training_state
@@ -217,11 +217,78 @@ class Muon(torch.optim.Optimizer):
         self.shards.gather(self._momentum)
 
 
+class ShardedAdam(torch.optim.Adam):
+    """torch's Adam with its state and update sharded across ranks (ZeRO stage 1; record #26 shards Adam too):
+    gptlab.train.comm.FlatShards gives each rank one slice of each group's flattened parameters, reduce-scattered
+    gradients in, all-gathered parameters out, and an inner torch Adam updates the slices. Adam is elementwise, so
+    the update is the unsharded one, bit for bit. state_dict() is torch Adam's for the whole parameters (after the
+    collective gather_state()), so a checkpoint resumes on any world size, with or without sharding."""
+
+    def __init__(self, param_groups, rank=0, world_size=1, **adam_kwargs):
+        super().__init__(param_groups, **adam_kwargs)
+        self.flat_shards = FlatShards(self.param_groups, rank, world_size)
+        self.inner = torch.optim.Adam([dict(self._settings(g), params=[piece]) for (g, _), piece in
+                                       zip(self.flat_shards.keys, self.flat_shards.slices)], **adam_kwargs)
+        self._gathered = None  # whole-parameter state from gather_state(), until the next step
+
+    def _settings(self, g):
+        return {k: v for k, v in self.param_groups[g].items() if k != "params"}
+
+    @torch.no_grad()
+    def step(self):
+        self.flat_shards.wait_reduced()
+        for (g, _), inner_group in zip(self.flat_shards.keys, self.inner.param_groups):
+            inner_group.update(self._settings(g))  # the schedule sets the outer groups' lr
+        self.inner.step()
+        self.flat_shards.gather_params()
+        self._gathered = None
+
+    def gather_state(self):
+        """Collective: every rank's slices of the moments, as torch Adam's per-parameter state (for state_dict)."""
+        shards, whole = self.flat_shards, {}
+        for k, piece in enumerate(shards.slices):
+            state = self.inner.state.get(piece)
+            if state:
+                moments = zip(shards.gather_tensors(k, state["exp_avg"]), shards.gather_tensors(k, state["exp_avg_sq"]))
+                for p, (exp_avg, exp_avg_sq) in zip(shards.params[k], moments):
+                    whole[p] = {"step": state["step"].clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+        self._gathered = whole
+
+    def state_dict(self):
+        if self._gathered is None:
+            if self.flat_shards.world_size > 1 and any(self.inner.state.values()):
+                raise RuntimeError("ShardedAdam.state_dict() needs gather_state() (a collective) after the last step")
+            self.gather_state()
+        self.state.clear()
+        self.state.update(self._gathered)
+        try:
+            return super().state_dict()
+        finally:
+            self.state.clear()
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)  # whole-parameter state, cast as torch Adam casts it
+        shards = self.flat_shards
+        for k, piece in enumerate(shards.slices):
+            states = [self.state.get(p) for p in shards.params[k]]
+            self.inner.state.pop(piece, None)
+            if any(states):
+                if not all(states):
+                    raise ValueError("the Adam state covers only some parameters of a group")
+                self.inner.state[piece] = {"step": states[0]["step"].clone(),
+                                           "exp_avg": shards.my_part(k, [st["exp_avg"] for st in states]),
+                                           "exp_avg_sq": shards.my_part(k, [st["exp_avg_sq"] for st in states])}
+            self.inner.param_groups[k].update(self._settings(shards.keys[k][0]))
+        self.state.clear()
+        self._gathered = None
+
+
 def build_optimizers(model, rank=0, world_size=1):
     """Muon for the hidden matrices; Adam for embeddings, head and scalars (learning rates as in modded-nanogpt's
     FlexAttention-era records). torch's Adam: fused on CUDA (its step counts stay on the GPU: no host sync; the
     custom Adam this replaces was kept for that, but no test showed torch's syncing), foreach on CPU (bit for bit
-    the update the committed baselines were trained with)."""
+    the update the committed baselines were trained with); on several ranks its state and update are sharded
+    (ShardedAdam), as Muon's are."""
     hidden_matrices = [p for n, p in model.blocks.named_parameters() if p.ndim >= 2]
     embed_params = [model.embed.weight] + [e.weight for e in model.value_embeds]
     scalar_params = [p for p in model.parameters() if p.ndim < 2]
@@ -229,7 +296,9 @@ def build_optimizers(model, rank=0, world_size=1):
     adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
                    dict(params=scalar_params, lr=0.04, name="scalars")]
     cuda = model.lm_head.weight.is_cuda
-    adam = torch.optim.Adam(adam_groups, betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
+    adam_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
+    adam = (ShardedAdam(adam_groups, rank, world_size, **adam_kwargs) if world_size > 1 else
+            torch.optim.Adam(adam_groups, **adam_kwargs))
     muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
     optimizers = [adam, muon]
     for opt in optimizers:
@@ -449,7 +518,9 @@ def train(args, ctx, ckpt=None):
 
         def save(step):
             with stopper.deferred():  # a signal waits for the checkpoint to be complete
-                muon.gather_state()  # collective: rank 0 needs every matrix's momentum
+                for opt in optimizers:  # collective: rank 0 needs every rank's share of the optimizer state
+                    if hasattr(opt, "gather_state"):
+                        opt.gather_state()
                 run.save_checkpoint(step, model, optimizers, train_loader)
 
         unreported = []  # steps whose figures are still on the device: (step, lr, sums, timer, new data pass)

@@ -3,6 +3,8 @@
 - MatrixShards: the matrices of a sharded optimizer (Muon) dealt out in same-shape chunks of world_size, one
   matrix per rank (modded-nanogpt record #26): a reduce-scatter hands each rank the rank-summed gradients of the
   matrices it owns, the optimizer updates only those, and an all-gather hands every rank every updated matrix.
+- FlatShards: an elementwise optimizer's (Adam's) parameters flattened and cut into one slice per rank: a
+  reduce-scatter hands each rank its slice's summed gradient, it updates that slice, an all-gather shares them.
 - GradientSync: sums every trainable parameter's gradient over ranks while backward still runs
   (post-accumulate-grad hooks), in one fixed order on every rank; it refuses a model with a trainable parameter
   that no optimizer holds, or that two hold, so a parameter a researcher adds can never silently stay
@@ -114,11 +116,129 @@ class MatrixShards:
                               for c, chunk in enumerate(self.chunks)])
 
 
+class FlatShards:
+    """The parameters of an elementwise optimizer (Adam) flattened and cut into world_size equal slices, one per
+    rank (ZeRO stage 1; modded-nanogpt record #26's DistAdam shards each tensor instead): a reduce-scatter hands
+    each rank the rank-summed gradient of its slice, the optimizer keeps state for and updates that slice only,
+    and an all-gather hands every rank every updated parameter. An elementwise update of a slice is the update of
+    those elements, so the result is the unsharded optimizer's, bit for bit.
+
+    One flat per (param group, dtype), padded with zeros to a multiple of world_size (padding has zero gradient,
+    so it stays zero). slices[k]: this rank's part as a leaf tensor for the inner optimizer (its .grad is the
+    reduced gradient)."""
+
+    def __init__(self, param_groups, rank=0, world_size=1):
+        self.rank, self.world_size = rank, world_size
+        members = {}
+        for g, group in enumerate(param_groups):
+            for p in group["params"]:
+                members.setdefault((g, p.dtype), []).append(p)
+        self.keys = list(members)  # (group index, dtype) per flat
+        self.params = [members[k] for k in self.keys]
+        self.sizes = [sum(p.numel() for p in ps) for ps in self.params]
+        self.part = [-(-n // world_size) for n in self.sizes]  # elements per rank's slice
+        self.slices = [torch.zeros(n, dtype=ps[0].dtype, device=ps[0].device) for n, ps in zip(self.part, self.params)]
+        self._flat = [None] * len(self.keys)  # world_size x part: gradients in, parameters out
+        self._handles = [None] * len(self.keys)
+
+    def all_params(self):
+        return [p for ps in self.params for p in ps]
+
+    def _pieces(self, k, start, stop):
+        """(param, its flat offset) of flat k overlapping [start, stop)."""
+        offset = 0
+        for p in self.params[k]:
+            if offset < stop and offset + p.numel() > start:
+                yield p, offset
+            offset += p.numel()
+
+    def _buffer(self, k):
+        if self._flat[k] is None:
+            self._flat[k] = torch.zeros(self.world_size * self.part[k], dtype=self.slices[k].dtype,
+                                        device=self.slices[k].device)
+        return self._flat[k]
+
+    def start_reduce(self, k):
+        """Start the reduce-scatter of flat k's gradients (a missing gradient counts as zero); idempotent."""
+        if self._handles[k] is not None:
+            return
+        if self.slices[k].grad is None:
+            self.slices[k].grad = torch.empty_like(self.slices[k])
+        mine = self.slices[k].grad
+        flat = self._buffer(k)
+        offset = 0
+        for p in self.params[k]:
+            piece = flat[offset:offset + p.numel()]
+            piece.copy_(p.grad.view(-1)) if p.grad is not None else piece.zero_()
+            offset += p.numel()
+        if self.world_size == 1:
+            mine.copy_(flat)
+            self._handles[k] = "done"
+            return
+        self._handles[k] = getattr(dist, REDUCE_SCATTER)(mine, flat, op=dist.ReduceOp.SUM, async_op=True)
+
+    def wait_reduced(self):
+        """Every flat's reduced gradient in its slice's .grad; the slices hold the parameters' current values."""
+        for k in range(len(self.keys)):
+            self.start_reduce(k)
+            if self._handles[k] != "done":
+                self._handles[k].wait()
+            self._handles[k] = None
+            start = self.rank * self.part[k]
+            stop = start + self.part[k]
+            mine = self.slices[k].detach()
+            mine.zero_()
+            for p, offset in self._pieces(k, start, stop):  # the slice from the parameters (a resume may load them)
+                lo, hi = max(start, offset), min(stop, offset + p.numel())
+                mine[lo - start:hi - start].copy_(p.detach().view(-1)[lo - offset:hi - offset])
+
+    @torch.no_grad()
+    def gather_params(self):
+        """Every rank's updated slice into every rank's parameters."""
+        for k in range(len(self.keys)):
+            flat = self._gathered(k, self.slices[k])
+            offset = 0
+            for p in self.params[k]:
+                p.view(-1).copy_(flat[offset:offset + p.numel()])
+                offset += p.numel()
+
+    def _gathered(self, k, mine):
+        """The whole flat k (world_size x part) from every rank's `mine` (its slice of something flat k shapes)."""
+        flat = torch.empty(self.world_size * self.part[k], dtype=mine.dtype, device=mine.device)
+        if self.world_size == 1:
+            flat.copy_(mine)
+        else:
+            getattr(dist, ALL_GATHER)(flat, mine.detach().contiguous())
+        return flat
+
+    def gather_tensors(self, k, mine):
+        """Collective: the whole of a per-slice tensor of flat k (e.g. an Adam moment), as views shaped like the
+        flat's parameters."""
+        flat = self._gathered(k, mine)
+        views, offset = [], 0
+        for p in self.params[k]:
+            views.append(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return views
+
+    def my_part(self, k, tensors):
+        """This rank's slice of flat k built from full per-parameter tensors (e.g. a checkpoint's moments)."""
+        start = self.rank * self.part[k]
+        out = torch.zeros(self.part[k], dtype=self.slices[k].dtype, device=self.slices[k].device)
+        offset = 0
+        for p, t in zip(self.params[k], tensors):
+            lo, hi = max(start, offset), min(start + self.part[k], offset + p.numel())
+            if lo < hi:
+                out[lo - start:hi - start].copy_(t.reshape(-1)[lo - offset:hi - offset])
+            offset += p.numel()
+        return out
+
+
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
-    parameters of a sharded optimizer (one with a `shards` MatrixShards) are reduce-scattered chunk by chunk, every
-    other optimizer's are all-reduced in buckets (each large tensor alone, the small ones flattened into one
+    parameters of a sharded optimizer (one with a `shards` MatrixShards or a `flat_shards` FlatShards) are
+    reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large tensor alone, the small ones flattened into one
     preallocated buffer), each as soon as it is complete. Collectives must start in the same order on every rank,
     so they start in one fixed order (the expected backward order: parameters registered last first), each only
     when everything before it is ready, as DistributedDataParallel does with its buckets. Under torch.compile the
@@ -129,9 +249,12 @@ class GradientSync:
     def __init__(self, model, optimizers, world_size):
         self.world_size = world_size
         sharded = [opt.shards for opt in optimizers if isinstance(getattr(opt, "shards", None), MatrixShards)]
+        flats = [opt.flat_shards for opt in optimizers if isinstance(getattr(opt, "flat_shards", None), FlatShards)]
         reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
+                   and not isinstance(getattr(opt, "flat_shards", None), FlatShards)
                    for g in opt.param_groups for p in g["params"]]
-        held = [id(p) for p in reduced + [p for shards in sharded for p in shards.params()]]
+        held = [id(p) for p in reduced + [p for shards in sharded for p in shards.params()]
+                + [p for flat in flats for p in flat.all_params()]]
         twice = sorted({n for n, p in model.named_parameters() if held.count(id(p)) > 1})
         missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
         if twice or missing:
@@ -146,19 +269,25 @@ class GradientSync:
         units = [(max(position[p] for p in bucket), "bucket", b, None) for b, bucket in enumerate(self.buckets)]
         units += [(min(position[p] for p, _ in chunk), "chunk", c, shards)
                   for shards in sharded for c, chunk in enumerate(shards.chunks)]
+        units += [(max(position[p] for p in params), "flat", k, flat)
+                  for flat in flats for k, params in enumerate(flat.params)]
         self.units = [(kind, item, shards) for _, kind, item, shards in sorted(units, key=lambda u: -u[0])]
         self.unit_of = {}  # param → its unit
         for u, (kind, item, shards) in enumerate(self.units):
-            for p in self.buckets[item] if kind == "bucket" else [p for p, _ in shards.chunks[item]]:
+            for p in self._unit_params(kind, item, shards):
                 self.unit_of[p] = u
-        self.members = [len(self.buckets[item]) if kind == "bucket" else len(shards.chunks[item])
-                        for kind, item, shards in self.units]
+        self.members = [len(self._unit_params(kind, item, shards)) for kind, item, shards in self.units]
         self.flat = {}  # bucket index → its preallocated flat buffer (buckets of several tensors)
         self.armed = False  # True during the backward of the last micro-batch of a step
         self._reset()
         if world_size > 1:
             for p in self.unit_of:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _unit_params(self, kind, item, shards):
+        if kind == "bucket":
+            return self.buckets[item]
+        return [p for p, _ in shards.chunks[item]] if kind == "chunk" else shards.params[item]
 
     def _reset(self):
         self.ready = [0] * len(self.units)
@@ -174,7 +303,7 @@ class GradientSync:
 
     def _start(self, u):
         kind, item, shards = self.units[u]
-        if kind == "chunk":
+        if kind in ("chunk", "flat"):  # the optimizer that owns them waits in its step
             shards.start_reduce(item)
         else:
             bucket = self.buckets[item]
