@@ -6,7 +6,9 @@
         --num_shards 4 --shard_size 20000 --val_tokens 10000          # offline, from local files
 
 Writes <out>/<dataset>_<tokenizer stem>/val_000000.bin, train_000001.bin, ... plus manifest.json. Re-running the
-same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun).
+same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun),
+each numbering its own shards (train_r000_000001.bin, ..., train_r001_000001.bin, ...: sorted names are the
+reading order, rank 0's documents first).
 See gptlab/data/fineweb.py for the exact layout, document order and resume rules.
 """
 import os

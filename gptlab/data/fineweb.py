@@ -1,8 +1,8 @@
 """FineWeb (or local text) → token shards: the pipeline behind download_fineweb.py.
 
-Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.data.shards format) and a
-manifest. <dataset> is fineweb10B / fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>`
-for --input files.
+Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.data.shards format;
+split jobs: train_r000_000001.bin, ..., see "Names and reading order") and a manifest. <dataset> is fineweb10B /
+fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` for --input files.
 
 Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
@@ -13,8 +13,21 @@ Token layout: every document is <|endoftext|> followed by its `encode_ordinary` 
 (rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
 holds at least --val_tokens tokens; a document is never split between val and train. Train shards hold exactly
 --shard_size tokens (the last one may be shorter when the stream ends); a document may continue from one train
-shard into the next, as in llm.c / modded-nanogpt. Rank r writes train shards r+1, r+1+W, r+1+2W, ... up to
---num_shards (a total over all ranks), and its own manifest part.
+shard into the next, as in llm.c / modded-nanogpt.
+
+Names and reading order. One writer (--world_size 1): train_000001.bin, train_000002.bin, ... in stream order.
+A split job of W ranks: rank r writes its share of --num_shards (a total over all ranks: num_shards // W each,
+the first num_shards % W ranks one more), numbered from 1 in its own stream order as train_r{r:03d}_{k:06d}.bin
+(shards.shard_filename), plus its own manifest part; a rank whose documents run out writes fewer, still without a
+gap. So `sorted(glob("train_*.bin"))` (what llm.c / modded-nanogpt loaders read) is rank 0's train stream, then rank
+1's, ...: concatenated, whole documents in that order, a document continuing only into its own rank's next shard
+(each rank's last shard may end inside a document when --num_shards is reached, as a single writer's does).
+val_000000.bin holds the first documents of rank 0's stream, before its first train shard. Why ranks in the names
+and not one global numbering: each rank's count is known only when its stream ends, so a global numbering would
+need the ranks to wait for each other (or a renaming pass after all finish); with the rank in the name every rank
+writes final names at once, alone, and resumes alone. Older versions numbered split jobs across ranks (rank r:
+train shards r+1, r+1+W, ...), which interleaved the streams in name order: resuming such a folder, or writing
+beside shards of another layout that no manifest lists, is refused; --overwrite rewrites it.
 
 Resuming: every shard is written to a temporary name and renamed when complete; the manifest part is rewritten
 after each shard with the stream position (document index, token offset) where the shard starts and ends. A
@@ -28,6 +41,7 @@ import collections
 import contextlib
 import glob
 import itertools
+import json
 import os
 import random
 import re
@@ -143,7 +157,7 @@ class ShardWriter:
 
     def __init__(self, out_dir, manifest, plan, start, eot, dtype, shard_size, val_tokens, progress):
         self.out_dir, self.manifest, self.eot, self.dtype = out_dir, manifest, eot, dtype
-        self.plan = collections.deque(plan)  # (split, index) of the shards still to write, in order
+        self.plan = collections.deque(plan)  # (split, file name) of the shards still to write, in order
         self.shard_size, self.val_tokens, self.progress = shard_size, val_tokens, progress
         self.doc, self.offset = start  # stream position of the next token: document index, token offset in it
         self.skip = start[1]  # tokens of the first document already in a finished shard
@@ -199,8 +213,7 @@ class ShardWriter:
         """Write the shard being filled (also a short last one) and record it in the manifest."""
         if not self.filled:
             return
-        split, index = self.plan.popleft()
-        name = shard_format.shard_filename(split, index)
+        split, name = self.plan.popleft()
         path = os.path.join(self.out_dir, name)
         tokens = np.concatenate(self.pieces).astype(self.dtype, copy=False)
         try:  # our own shard name: a stale or half-written file there is replaced by the same content
@@ -229,22 +242,50 @@ def save_manifest(out_dir, manifest):
                         "re-run the same command to continue") from None
 
 
+def train_share(rank, world_size, num_shards):
+    """How many of the --num_shards train shards rank `rank` writes: an even split, the first num_shards % W ranks
+    one more (the same counts as the older interleaved numbering r+1, r+1+W, ...)."""
+    return num_shards // world_size + (rank < num_shards % world_size)
+
+
 def owned_plan(rank, world_size, num_shards, val_tokens):
-    """(split, index) of every shard this rank writes, in writing order."""
-    plan = [("val", 0)] if rank == 0 and val_tokens > 0 else []
-    return plan + [("train", n) for n in range(rank + 1, num_shards + 1, world_size)]
+    """(split, file name) of every shard this rank writes, in writing (= stream) order."""
+    plan = [("val", shard_format.shard_filename("val", 0))] if rank == 0 and val_tokens > 0 else []
+    return plan + [("train", shard_format.shard_filename("train", k, rank, world_size))
+                   for k in range(1, train_share(rank, world_size, num_shards) + 1)]
 
 
 def owns(name, rank, world_size):
-    m = re.fullmatch(r"(val|train)_(\d{6})\.bin", name)
-    if not m:
+    """Whether `name` is this rank's to rewrite or remove: its own shards, and what no rank of this job writes
+    (another layout's or a larger job's train shards) goes to rank 0 (one writer: everything)."""
+    parsed = shard_format.parse_shard_name(name)
+    if parsed is None:
         return False
-    return rank == 0 if m.group(1) == "val" else (int(m.group(2)) - 1) % world_size == rank
+    split, file_rank, _ = parsed
+    if split == "val" or file_rank is None:
+        return rank == 0
+    return file_rank == rank or (rank == 0 and file_rank >= world_size)
+
+
+def foreign_shards(out_dir, world_size):
+    """Shard files in `out_dir` that no rank of a `world_size` job would write under these names: another
+    layout's (an older version's split job, a single writer's in a split job's folder) or a larger job's."""
+    foreign = []
+    for path in sorted(glob.glob(os.path.join(out_dir, "*.bin"))):
+        parsed = shard_format.parse_shard_name(os.path.basename(path))
+        if parsed is None:
+            continue
+        split, file_rank, index = parsed
+        ours = shard_format.shard_filename(split, index, file_rank or 0, world_size)
+        if os.path.basename(path) != ours or (file_rank or 0) >= world_size:
+            foreign.append(os.path.basename(path))
+    return foreign
 
 
 def remove_owned_files(out_dir, rank, world_size):
     """--overwrite: remove this rank's shards (of any earlier run) and manifest part. Rank 0 also removes the
-    manifests no rank of this run would rewrite (another world size's), so the folder holds one run only."""
+    manifests no rank of this run would rewrite (another world size's) and those of an older version's layout
+    (whose shards it removed), so the folder holds one run only."""
     for path in glob.glob(os.path.join(out_dir, "*.bin")) + glob.glob(os.path.join(out_dir, "*.bin.tmp.*")):
         if owns(os.path.basename(path).split(".tmp.")[0], rank, world_size):
             os.remove(path)
@@ -253,6 +294,18 @@ def remove_owned_files(out_dir, rank, world_size):
         name = os.path.basename(path)
         if name == shard_format.manifest_filename(rank, world_size) or (rank == 0 and name not in this_run):
             os.remove(path)
+        elif rank == 0 and shard_format.misnamed_shards(read_part(path)):  # read now: its rank may be rewriting it
+            os.remove(path)
+
+
+def read_part(path):
+    """A manifest part, or {} when it is gone or unreadable (another rank replacing it)."""
+    try:
+        with open(path) as f:
+            part = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return part if isinstance(part, dict) else {}
 
 
 def finished_prefix(out_dir, manifest):
@@ -364,8 +417,7 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     rank, world_size = args.rank, args.world_size
     previous, old_part = resume_state(out_dir, manifest, rank, world_size, args.overwrite)
     done_names = {s["name"] for s in previous}
-    plan = [p for p in owned_plan(rank, world_size, args.num_shards, args.val_tokens)
-            if shard_format.shard_filename(*p) not in done_names]
+    plan = [p for p in owned_plan(rank, world_size, args.num_shards, args.val_tokens) if p[1] not in done_names]
     start = tuple(previous[-1]["end"]) if previous else (0, 0)
     manifest["shards"] = previous
     manifest["stats"] = dict(old_part.get("stats", {})) if previous else {}
@@ -474,6 +526,19 @@ def resume_state(out_dir, planned, rank, world_size, overwrite):
     if overwrite:
         remove_owned_files(out_dir, rank, world_size)
         return [], {}
+    older = {name: shard_format.misnamed_shards(part) for name, part in parts.items()}
+    older = {name: names for name, names in older.items() if names}
+    if older:
+        name, names = next(iter(older.items()))
+        raise UserError(f"{out_dir} holds a split job's shards in an older version's layout ({name}: "
+                        f"{', '.join(names[:3])}, ...), numbered across the ranks so that name order mixes their "
+                        "documents; this version numbers each rank's own (train_r000_000001.bin, ...) and does not "
+                        "mix the two. Pass --overwrite to every rank to rewrite the folder, or choose another --out")
+    foreign = foreign_shards(out_dir, world_size)
+    if foreign:
+        raise UserError(f"{out_dir} holds shards that this job would not write ({', '.join(foreign[:3])}, ...: "
+                        f"another layout's or world size's) and that its manifest does not list; name order would "
+                        "mix them with this job's. Pass --overwrite to remove them, or choose another --out")
     if own_part not in parts:
         return [], {}
     return finished_prefix(out_dir, parts[own_part]), parts[own_part]

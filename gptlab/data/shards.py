@@ -8,11 +8,22 @@ Then the tokens, nothing else: file size == 1024 + ntok * itemsize.
 A shard folder (written by download_fineweb.py) holds `val_000000.bin`, `train_000001.bin`, ... and a manifest:
 `manifest.json` (one writer) or `manifest.rank{r}.json` (one per rank when --world_size > 1). `load_manifest(dir)`
 merges them; `check_manifest(dir, tokenizer_sha256)` lets a trainer refuse shards made with another tokenizer.
+
+Names and reading order (`shard_filename`): one writer names its train shards train_000001.bin, train_000002.bin,
+...; a split job (W = --world_size > 1 ranks) names rank r's k-th train shard train_r{r:03d}_{k:06d}.bin (the rank
+zero-padded to 3 digits, more when W > 1000), each rank numbering its own shards 1, 2, ... without a gap. So the
+sorted names are the reading order: val_000000.bin (rank 0's first documents), then rank 0's train shards, then
+rank 1's, ...; read in that order, the shards are every document of the stream once, each rank's in its stream
+order, a document continuing only into the same rank's next shard. `load_manifest` lists the shards in this order.
+Folders of older versions' split jobs (train_000001.bin of rank 0, train_000002.bin of rank 1, ...) interleave two
+streams in name order; `load_manifest` still lists their shards in stream order (rank by rank, each part's own
+order), and download_fineweb.py refuses to resume or extend them (--overwrite rewrites them).
 """
 import glob
 import hashlib
 import json
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -119,9 +130,40 @@ MANIFEST_SETTINGS = ("dataset", "source", "seed", "shuffle_buffer", "tokenizer",
                      "shard_size", "val_tokens", "world_size")
 
 
-def shard_filename(split, index):
-    """'val', 0 → val_000000.bin; 'train', 3 → train_000003.bin."""
+SHARD_NAME_RE = re.compile(r"(val|train)(?:_r(\d+))?_(\d{6,})\.bin")  # split, rank (split jobs' train), index
+
+
+def rank_digits(world_size):
+    """Digits of the rank in a split job's train shard names: 3, or more for > 1000 ranks, so names sort by rank."""
+    return max(3, len(str(world_size - 1)))
+
+
+def shard_filename(split, index, rank=0, world_size=1):
+    """'val', 0 → val_000000.bin; 'train', 3 → train_000003.bin (one writer); 'train', 3, rank 1, world size 2 →
+    train_r001_000003.bin (rank 1's third train shard). Sorted names are the reading order (module docstring)."""
+    if split == "train" and world_size > 1:
+        return f"train_r{rank:0{rank_digits(world_size)}d}_{index:06d}.bin"
     return f"{split}_{index:06d}.bin"
+
+
+def parse_shard_name(name):
+    """(split, rank or None, index) of a shard file name shard_filename gives (or an older version's), else None."""
+    m = SHARD_NAME_RE.fullmatch(name)
+    if not m or (m.group(1) == "val" and m.group(2) is not None):
+        return None
+    return m.group(1), None if m.group(2) is None else int(m.group(2)), int(m.group(3))
+
+
+def misnamed_shards(part):
+    """Names in a manifest part that this version would not give its shards: an older version's split job
+    (train_000002.bin of rank 1, ...: numbered across ranks, so name order interleaves their streams)."""
+    world_size, rank = part.get("world_size", 1), part.get("rank", 0)
+    misnamed = []
+    for shard in part.get("shards", []):
+        parsed = parse_shard_name(shard["name"])
+        if parsed is None or shard["name"] != shard_filename(parsed[0], parsed[2], rank, world_size):
+            misnamed.append(shard["name"])
+    return misnamed
 
 
 def manifest_filename(rank=0, world_size=1):
@@ -173,9 +215,10 @@ def settings_difference(a, b):
 
 
 def load_manifest(directory):
-    """The folder's manifest, rank parts merged: the shared settings, `shards` (sorted by name, each with name,
-    split, tokens, docs, bytes, sha256 of the file), `complete` (every writer finished) and `parts` (manifest file
-    names)."""
+    """The folder's manifest, rank parts merged: the shared settings, `shards` (in reading order: rank 0's part,
+    its validation shard first, then rank 1's, ..., each part's shards in stream order; for this version's names
+    that is sorted name order. Each with name, split, tokens, docs, bytes, sha256 of the file), `complete` (every
+    writer finished) and `parts` (manifest file names)."""
     if not os.path.isdir(directory):
         raise UserError(f"shard folder {directory} does not exist; create it with download_fineweb.py")
     parts = read_manifest_parts(directory)
@@ -192,10 +235,17 @@ def load_manifest(directory):
     world_size = first.get("world_size", 1)
     expected = {manifest_filename(r, world_size) for r in range(world_size)}
     merged = settings_of(first)
-    merged["shards"] = sorted((s for p in parts.values() for s in p["shards"]), key=lambda s: s["name"])
+    by_rank = sorted(parts.values(), key=lambda p: p.get("rank", 0))  # manifest.rank10 sorts before .rank2 by name
+    merged["shards"] = [s for p in by_rank for s in sorted(p["shards"], key=stream_position)]
     merged["complete"] = set(parts) == expected and all(p.get("complete") for p in parts.values())
     merged["parts"] = names
     return merged
+
+
+def stream_position(shard):
+    """Sort key of a manifest part's shard: where it sits in its rank's stream (validation first, then by number)."""
+    parsed = parse_shard_name(shard["name"])
+    return (shard.get("split") != "val", parsed[2] if parsed else 0, shard["name"])
 
 
 def check_manifest(directory, tokenizer_sha256=None, verify_files=True):

@@ -202,7 +202,7 @@ def test_disk_full_removes_partial_shard_and_keeps_finished_ones(tmp_path, token
     out_dir = glob.glob(os.path.join(str(tmp_path), "local_*"))[0]
     assert sorted(os.listdir(out_dir)) == ["manifest.json", "train_000001.bin", "val_000000.bin"]
     before = {n: open(os.path.join(out_dir, n), "rb").read() for n in ["train_000001.bin", "val_000000.bin"]}
-    assert [s["name"] for s in shards.check_manifest(out_dir)["shards"]] == ["train_000001.bin", "val_000000.bin"]
+    assert [s["name"] for s in shards.check_manifest(out_dir)["shards"]] == ["val_000000.bin", "train_000001.bin"]
     cli(common, check=True)
     assert len(glob.glob(os.path.join(out_dir, "train_*.bin"))) == 4
     for name, raw in before.items():
@@ -266,14 +266,15 @@ def test_torchrun_two_ranks_split_the_stream(tmp_path, tokenizer_path):
     manifest = shards.check_manifest(out_dir)
     assert manifest["complete"] and manifest["parts"] == ["manifest.rank0.json", "manifest.rank1.json"]
     names = [s["name"] for s in manifest["shards"]]
-    assert names[-1] == "val_000000.bin" and len(names) > 8 and len(set(names)) == len(names)
+    assert names[0] == "val_000000.bin" and len(names) > 8 and len(set(names)) == len(names)
     docs = list(iter_local_documents([FINEWEB_150]))
     rank_docs = []
     for rank in (0, 1):
         part = json.load(open(os.path.join(out_dir, f"manifest.rank{rank}.json")))
         rank_docs.append(decode_documents([os.path.join(out_dir, s["name"]) for s in part["shards"]],
                                           tokenizer_path))
-        assert all((int(s["name"][6:12]) - 1) % 2 == rank for s in part["shards"] if s["split"] == "train")
+        trains = [s["name"] for s in part["shards"] if s["split"] == "train"]
+        assert trains == [f"train_r{rank:03d}_{k:06d}.bin" for k in range(1, len(trains) + 1)]
     # the input ran out before 40 shards: rank 0 holds documents 0, 2, 4, ... (val first), rank 1 holds 1, 3, 5, ...
     assert rank_docs[0] == docs[0::2] and rank_docs[1] == docs[1::2]
 
@@ -296,8 +297,8 @@ def test_split_jobs_with_rank_flags_and_no_torchrun(tmp_path, tokenizer_path):
         with open(os.path.join(out_dir, f"manifest.rank{rank}.json")) as f:
             part = json.load(f)
         names = [s["name"] for s in part["shards"]]
-        trains = sorted(int(n[6:12]) for n in names if n.startswith("train_"))
-        assert trains == list(range(rank + 1, 2 * len(trains) + 1, 2))  # r+1, r+1+W, ...
+        trains = [n for n in names if n.startswith("train_")]
+        assert trains == [f"train_r{rank:03d}_{k:06d}.bin" for k in range(1, len(trains) + 1)]  # 1, 2, ... per rank
         assert ("val_000000.bin" in names) == (rank == 0)
         assert decode_documents([os.path.join(out_dir, n) for n in names], tokenizer_path) == docs[rank::2]
 
@@ -445,3 +446,210 @@ def test_progress_to_a_log_is_whole_lines_without_control_characters(tmp_path, t
     assert not re.search(rb"[\x00-\x09\x0b-\x1f]", proc.stdout + proc.stderr), proc.stderr[:500]
     bar_lines = [line for line in proc.stderr.decode().split("\n") if line.startswith("shards → ")]
     assert bar_lines and "tok/s" in bar_lines[-1] and "MB/s" in bar_lines[-1]  # the close line: its rates
+
+
+# ------------------------------------------------------------------------- split jobs: names and reading order
+def expected_rank_tokens(enc, docs, val_tokens):
+    """(val tokens, train token stream) of one rank's documents, worked out here with tiktoken itself: each
+    document is <|endoftext|> + encode_ordinary(text); the validation shard takes whole documents until it holds at
+    least val_tokens (0: none), the rest is the train stream."""
+    pieces = [[enc.eot_token] + enc.encode_ordinary(doc) for doc in docs]
+    val, used = [], 0
+    while val_tokens and used < len(pieces) and len(val) < val_tokens:
+        val += pieces[used]
+        used += 1
+    return val, [t for piece in pieces[used:] for t in piece]
+
+
+def shard_file_bytes(tokens):
+    """A version-1 shard's bytes, built by hand: 256 little-endian int32 (magic 20240520, version 1, count), then
+    the tokens as little-endian uint16."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [20240520, 1, len(tokens)]
+    return header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes()
+
+
+def reading_order(out_dir):
+    """The documented reading order of a shard folder: val_000000.bin, then sorted(glob('train_*.bin'))."""
+    return sorted(glob.glob(os.path.join(out_dir, "val_*.bin"))) + \
+        sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))
+
+
+def check_split_folder(out_dir, docs, world_size, num_shards, shard_size, val_tokens, enc):
+    """The folder written by `world_size` ranks over `docs` (no shuffle: rank r takes docs[r::W]) holds, in
+    sorted name order, rank 0's stream (validation documents first), then rank 1's, ...: each rank's train shards
+    numbered 1, 2, ... without a gap, holding its share of --num_shards (lower ranks take the remainder), cut at
+    --shard_size. Returns the train names in reading order."""
+    expected_names, expected_train = [], []
+    val_expected = None
+    for rank in range(world_size):
+        val, train = expected_rank_tokens(enc, docs[rank::world_size], val_tokens if rank == 0 else 0)
+        if rank == 0:
+            val_expected = val
+        share = (num_shards - rank + world_size - 1) // world_size  # shards r+1, r+1+W, ... of num_shards
+        train = train[:share * shard_size]
+        count = (len(train) + shard_size - 1) // shard_size  # fewer when this rank's documents run out
+        expected_names += [f"train_r{rank:03d}_{k:06d}.bin" for k in range(1, count + 1)]
+        expected_train += [train[i * shard_size:(i + 1) * shard_size] for i in range(count)]
+    train_names = [os.path.basename(p) for p in sorted(glob.glob(os.path.join(out_dir, "train_*.bin")))]
+    assert train_names == expected_names
+    for name, tokens in zip(train_names, expected_train):
+        assert open(os.path.join(out_dir, name), "rb").read() == shard_file_bytes(tokens), name
+    val_path = os.path.join(out_dir, "val_000000.bin")
+    if val_tokens:
+        assert open(val_path, "rb").read() == shard_file_bytes(val_expected)
+    else:
+        assert not os.path.exists(val_path)
+    # the merged manifest lists the shards in that same reading order
+    assert [s["name"] for s in shards.load_manifest(out_dir)["shards"]] == \
+        (["val_000000.bin"] if val_tokens else []) + train_names
+    return train_names
+
+
+def split_job(out_dir_parent, tokenizer_path, inp, world_size, num_shards, shard_size, val_tokens, ranks=None):
+    common = ["--input", inp, "--tokenizer", tokenizer_path, "--out", out_dir_parent, "--num_shards", num_shards,
+              "--shard_size", shard_size, "--val_tokens", val_tokens, "--shuffle_buffer", 0,
+              "--world_size", world_size, "--workers", 1]
+    out_dir = None
+    for rank in (ranks if ranks is not None else range(world_size)):
+        out_dir = run_main(common + ["--rank", rank])
+    return out_dir
+
+
+def test_two_ranks_read_in_name_order_give_the_documents_back(tmp_path, tokenizer_path):
+    """Issue 25: two ranks used to number their shards train_000001, 000003, ... / 000002, 000004, ..., with a
+    document continuing W numbers later, so name order interleaved two streams mid-document. Now sorted names
+    are rank 0's stream then rank 1's, and decoding them in that order gives every document back, whole."""
+    docs = list(iter_local_documents([FINEWEB_150]))
+    out_dir = split_job(tmp_path, tokenizer_path, FINEWEB_150, 2, 1000, 20_000, 10_000, ranks=[1, 0])
+    assert decode_documents(reading_order(out_dir), tokenizer_path) == docs[0::2] + docs[1::2]
+    check_split_folder(out_dir, docs, 2, 1000, 20_000, 10_000, load_tokenizer(tokenizer_path))
+
+
+@pytest.mark.parametrize("world_size, num_shards, shard_size, val_tokens", [
+    (2, 7, 15_000, 10_000),   # --num_shards reached: each rank's last shard is full, its last document cut
+    (3, 8, 12_000, 0),        # no validation shard; 8 = 3 + 3 + 2
+    (3, 1000, 30_000, 5_000),  # every rank runs out of documents
+    (4, 2, 10_000, 3_000),    # fewer shards than ranks: ranks 2 and 3 write none
+])
+def test_split_jobs_number_each_rank_contiguously(tmp_path, tokenizer_path, world_size, num_shards, shard_size,
+                                                 val_tokens):
+    docs = list(iter_local_documents([FINEWEB_150]))
+    out_dir = split_job(tmp_path, tokenizer_path, FINEWEB_150, world_size, num_shards, shard_size, val_tokens)
+    check_split_folder(out_dir, docs, world_size, num_shards, shard_size, val_tokens, load_tokenizer(tokenizer_path))
+
+
+def test_a_rank_that_runs_out_early_leaves_no_gap(tmp_path, tokenizer_path):
+    """Rank 1's documents are short, so it writes fewer shards than rank 0: its numbers still start at 1 and run
+    without a gap, and the folder read in name order is rank 0's documents, then rank 1's."""
+    long_docs = list(iter_local_documents([FINEWEB_150]))[:40]
+    docs = [d for pair in zip(long_docs, [f"short document {i}" for i in range(40)]) for d in pair]
+    inp = write_jsonl(tmp_path / "uneven.jsonl", docs)
+    out_dir = split_job(tmp_path / "o", tokenizer_path, inp, 2, 1000, 5_000, 2_000)
+    names = check_split_folder(out_dir, docs, 2, 1000, 5_000, 2_000, load_tokenizer(tokenizer_path))
+    ranks = [n[7:10] for n in names]
+    assert ranks.count("001") == 1 and ranks.count("000") > 3  # the premise: rank 1 ran out first
+    assert decode_documents(reading_order(out_dir), tokenizer_path) == docs[0::2] + docs[1::2]
+
+
+def test_single_writer_names_and_bytes_are_unchanged(tmp_path, tokenizer_path):
+    """--world_size 1 keeps val_000000.bin, train_000001.bin, ... (committed baselines fingerprint shards by name
+    and hash): every file's bytes equal a shard built here from tiktoken's encoding of the documents in order."""
+    docs = list(iter_local_documents([FINEWEB_150]))[:60]
+    inp = write_jsonl(tmp_path / "docs.jsonl", docs)
+    out_dir = run_main(["--input", inp, "--tokenizer", tokenizer_path, "--out", tmp_path / "o", "--num_shards", 5,
+                        "--shard_size", 9_000, "--val_tokens", 4_000, "--shuffle_buffer", 0])
+    val, train = expected_rank_tokens(load_tokenizer(tokenizer_path), docs, 4_000)
+    assert len(train) > 5 * 9_000  # the premise: --num_shards, not the input, ends the run
+    expected = {"val_000000.bin": val}
+    expected.update({f"train_{k:06d}.bin": train[(k - 1) * 9_000:k * 9_000] for k in range(1, 6)})
+    assert sorted(os.listdir(out_dir)) == sorted(list(expected) + ["manifest.json"])
+    for name, tokens in expected.items():
+        assert open(os.path.join(out_dir, name), "rb").read() == shard_file_bytes(tokens), name
+
+
+def as_older_version(out_dir, world_size):
+    """Rename a split job's shards to the layout of versions before issue 25 (rank r's k-th train shard was
+    train_{r + 1 + (k - 1) * W:06d}.bin) and rewrite the manifest parts to match: what existing users have."""
+    for rank in range(world_size):
+        path = os.path.join(out_dir, f"manifest.rank{rank}.json")
+        part = json.load(open(path))
+        for shard in part["shards"]:
+            if shard["split"] == "train":
+                k = int(shard["name"][11:17])
+                old = f"train_{rank + 1 + (k - 1) * world_size:06d}.bin"
+                os.rename(os.path.join(out_dir, shard["name"]), os.path.join(out_dir, old))
+                shard["name"] = old
+        json.dump(part, open(path, "w"))
+
+
+def folder_bytes(out_dir):
+    return {n: open(os.path.join(out_dir, n), "rb").read() for n in sorted(os.listdir(out_dir)) if n.endswith(".bin")}
+
+
+def test_an_older_versions_split_folder_is_refused_and_overwrite_rewrites_it(tmp_path, tokenizer_path):
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 6, "--shard_size", 15_000,
+              "--val_tokens", 5_000, "--world_size", 2, "--shuffle_buffer", 0]
+    reference = split_job(tmp_path / "ref", tokenizer_path, FINEWEB_150, 2, 6, 15_000, 5_000)
+    out_dir = split_job(tmp_path / "old", tokenizer_path, FINEWEB_150, 2, 6, 15_000, 5_000)
+    as_older_version(out_dir, 2)
+    before = folder_bytes(out_dir)
+    assert "train_000002.bin" in before
+    for rank in (0, 1):  # resuming (or extending) it would add this version's names beside the old ones
+        proc = cli(common + ["--out", tmp_path / "old", "--rank", rank, "--num_shards", 8])
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2 and last.startswith(f"error: {out_dir} holds a split job's shards in an older "
+                                                        "version's layout (manifest.rank0.json: train_000001.bin"), last
+        assert "Pass --overwrite to every rank" in last and "Traceback" not in proc.stderr
+        assert folder_bytes(out_dir) == before  # nothing touched
+    # --overwrite on rank 0 clears the old layout (rank 1's old shards and part too); rank 1 then starts afresh
+    cli(common + ["--out", tmp_path / "old", "--rank", 0, "--overwrite"], check=True)
+    cli(common + ["--out", tmp_path / "old", "--rank", 1], check=True)
+    assert folder_bytes(out_dir) == folder_bytes(reference)
+    assert shards.load_manifest(out_dir)["shards"] == shards.load_manifest(reference)["shards"]
+    # a leftover shard of another layout, listed by no manifest, is refused too (name order would mix it in)
+    open(os.path.join(out_dir, "train_000003.bin"), "wb").write(before["train_000003.bin"])
+    with pytest.raises(UserError, match=r"holds shards that this job would not write \(train_000003\.bin, ...: "):
+        run_main(common + ["--out", tmp_path / "old", "--rank", 1])
+    run_main(common + ["--out", tmp_path / "old", "--rank", 0, "--overwrite"])
+    assert folder_bytes(out_dir) == folder_bytes(reference)
+
+
+def test_a_killed_rank_resumes_to_the_same_split_folder(tmp_path, tokenizer_path):
+    """Rank 0 of 2 dies after 2 shards; re-running it finishes the folder byte-identical to an uninterrupted one,
+    with the same contiguous names; a larger --num_shards then extends each rank's numbering where it stopped."""
+    docs = list(iter_local_documents([FINEWEB_150]))
+    common = ["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--num_shards", 9, "--shard_size", 12_000,
+              "--val_tokens", 6_000, "--world_size", 2, "--shuffle_buffer", 0]
+    reference = split_job(tmp_path / "ref", tokenizer_path, FINEWEB_150, 2, 9, 12_000, 6_000)
+    run_main(common + ["--out", tmp_path / "run", "--rank", 1])
+    crashed = cli(common + ["--out", tmp_path / "run", "--rank", 0], env_extra=faults.env(die_after_shards=2))
+    assert crashed.returncode == 1
+    out_dir = os.path.join(str(tmp_path / "run"), os.path.basename(reference))
+    assert sorted(n for n in os.listdir(out_dir) if n.startswith(("val", "train_r000"))) == \
+        ["train_r000_000001.bin", "val_000000.bin"]
+    run_main(common + ["--out", tmp_path / "run", "--rank", 0])
+    assert folder_bytes(out_dir) == folder_bytes(reference)
+    check_split_folder(out_dir, docs, 2, 9, 12_000, 6_000, load_tokenizer(tokenizer_path))
+    for rank in (1, 0):
+        run_main(common + ["--num_shards", 13, "--out", tmp_path / "run", "--rank", rank])
+    check_split_folder(out_dir, docs, 2, 13, 12_000, 6_000, load_tokenizer(tokenizer_path))
+
+
+def test_overwrite_with_another_world_size_leaves_only_the_new_jobs_shards(tmp_path, tokenizer_path):
+    """A 3-rank folder rewritten by 2 ranks with --overwrite (rank 0 clears rank 2's shards, which no rank of the
+    new job writes), then by one writer: each time the folder equals a fresh run's, no shard of the old job left."""
+    job = lambda parent, world_size, **kw: split_job(parent, tokenizer_path, FINEWEB_150, world_size, 5, 10_000,
+                                                      4_000, **kw)
+    job(tmp_path / "run", 3)
+    for world_size, change in ((2, "world_size: 3 → 2"), (1, "world_size: 2 → 1")):
+        reference = job(tmp_path / f"ref{world_size}", world_size)
+        with pytest.raises(UserError, match=f"other settings .*{change}"):
+            job(tmp_path / "run", world_size, ranks=[0])
+        for rank in reversed(range(world_size)):  # the last rank first: rank 0 must clean up after it
+            out_dir = run_main(["--input", FINEWEB_150, "--tokenizer", tokenizer_path, "--out", tmp_path / "run",
+                                "--num_shards", 5, "--shard_size", 10_000, "--val_tokens", 4_000,
+                                "--shuffle_buffer", 0, "--world_size", world_size, "--rank", rank, "--overwrite"])
+        assert folder_bytes(out_dir) == folder_bytes(reference)
+        assert sorted(n for n in os.listdir(out_dir) if n.startswith("manifest")) == \
+            sorted(n for n in os.listdir(reference) if n.startswith("manifest"))

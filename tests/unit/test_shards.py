@@ -127,7 +127,8 @@ def test_manifest_parts_merge_and_check(tmp_path):
     shards.write_manifest(d, _manifest(1, 2, [entry("train_000002.bin", 10)]))
     merged = shards.check_manifest(d, "ab" * 32)
     assert merged["complete"] and merged["parts"] == ["manifest.rank0.json", "manifest.rank1.json"]
-    assert [s["name"] for s in merged["shards"]] == ["train_000001.bin", "train_000002.bin", "val_000000.bin"]
+    # stream order, rank by rank (this folder has an older version's interleaved names)
+    assert [s["name"] for s in merged["shards"]] == ["val_000000.bin", "train_000001.bin", "train_000002.bin"]
     # a shard that no longer matches its manifest entry is found
     shards.write_shard(os.path.join(d, "train_000002.bin"), range(9), overwrite=True)
     with pytest.raises(UserError, match="does not match its manifest"):
@@ -136,6 +137,23 @@ def test_manifest_parts_merge_and_check(tmp_path):
     shards.write_manifest(d, _manifest(1, 2, [], seed=5))
     with pytest.raises(UserError, match="disagree on seed"):
         shards.load_manifest(d)
+
+
+def test_merged_manifest_lists_shards_rank_by_rank_in_stream_order(tmp_path):
+    """The reading order of a split job's folder: rank 0's part (validation first), then rank 1's, ... by rank
+    number (manifest.rank10.json sorts before manifest.rank2.json by name), each part's shards by number."""
+    d = str(tmp_path)
+    entry = lambda name: {"name": name, "split": name.split("_")[0], "tokens": 10, "docs": 1, "bytes": 1044}
+    for rank in range(11):
+        names = [f"train_r{rank:03d}_{k:06d}.bin" for k in (2, 1)] + (["val_000000.bin"] if rank == 0 else [])
+        shards.write_manifest(d, _manifest(rank, 11, [entry(n) for n in names]))
+    expected = ["val_000000.bin"] + [f"train_r{r:03d}_{k:06d}.bin" for r in range(11) for k in (1, 2)]
+    assert [s["name"] for s in shards.load_manifest(d)["shards"]] == expected
+    assert expected[1:] == sorted(expected[1:])  # the same as sorted file names
+    assert shards.shard_filename("train", 7, 3, 11) == "train_r003_000007.bin"
+    assert shards.shard_filename("train", 7, 3, 1001) == "train_r0003_000007.bin"  # 4 digits: sorts up to r1000
+    assert shards.shard_filename("train", 7) == "train_000007.bin" and shards.shard_filename("val", 0, 0, 4) == \
+        "val_000000.bin"
 
 
 def test_manifest_errors_are_clear(tmp_path):
