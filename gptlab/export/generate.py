@@ -8,11 +8,26 @@ The uncached path (uncached_next_logits) runs a full forward over every token so
 the same sampler, so with the same seed they give the same tokens (tests/unit/test_sample.py checks it).
 """
 import codecs
+import os
 
 import torch
 import torch.nn.functional as F
 
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
+
+
+def generation_threads(flag, environ=os.environ):
+    """The CPU threads torch should use for generation, or None to keep torch's own count. flag: a positive int
+    (--threads N, it wins) or "auto": OMP_NUM_THREADS when set to a positive integer (torch read it at start-up),
+    else 1. One token at a time is latency-bound: each step is a few small matrix products, and on a shared CPU a
+    second thread that the first one waits for makes it slower (the quickstart model: 180-220 tokens/s on 1 thread
+    against 14-28 on torch's default 2, on this project's busy 2-core machine; docs/using-a-model.md)."""
+    if flag != "auto":
+        return flag
+    omp = environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:
+        return None
+    return 1
 
 
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
