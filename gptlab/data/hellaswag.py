@@ -94,7 +94,8 @@ def _open_source(source, timeout_s):
             problem = f"downloading {source}{reaching(source, False)} failed: HTTP {err.code} {err.reason}"
             raise Unreachable(f"{problem}; {_OFFLINE_HINT}", problem=problem) from None
         except (urllib.error.URLError, OSError, ValueError) as err:
-            problem = f"cannot download {source}{reaching(source, False)} ({describe_error(getattr(err, 'reason', err))})"
+            reason = describe_error(getattr(err, "reason", err))
+            problem = f"cannot download {source}{reaching(source, False)} ({reason})"
             raise Unreachable(f"{problem}; are you offline? {_OFFLINE_HINT}; {proxy_hint(urllib_urls=[source])}",
                               problem=problem) from None
         length = response.headers.get("Content-Length")
