@@ -9,6 +9,9 @@ documented URL override). It serves a mirror of the real repositories' layout:
   columns, holding the real FineWeb-Edu documents of ../shared/data spread over 14 files for sample-10BT (as many
   files as upstream's FineWeb-Edu sample/10BT). The first config (`default`) has a file too: `datasets` resolves
   the first config's files to pick its parquet reader.
+- `Rowan/hellaswag` (the Hub copy lm-eval reads): `data/{train,validation,test}-00000-of-00001.parquet` with the
+  real columns (ind, activity_label, ctx_a, ctx_b, ctx, endings, source_id, split, split_type, label as a string),
+  the validation file holding the rows of ../shared/data/hellaswag_val.jsonl.
 - `rowanz/hellaswag/master/data/hellaswag_val.jsonl` (the path of the raw GitHub URL).
 
 Endpoints (what huggingface_hub 2.x / datasets 5.x ask for, found by logging unknown requests):
@@ -38,6 +41,10 @@ FINEWEB_EDU_COLUMNS = ["text", "id", "dump", "url", "file_path", "language", "la
 SAMPLE_10BT_FILES = 14  # upstream FineWeb-Edu sample/10BT: 000_00000.parquet ... 013_00000.parquet
 DUMPS = ["CC-MAIN-2013-20", "CC-MAIN-2017-04", "CC-MAIN-2019-22", "CC-MAIN-2021-43", "CC-MAIN-2024-10"]
 HELLASWAG_PATH = "/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
+HELLASWAG_REPO = "Rowan/hellaswag"
+HELLASWAG_VALIDATION = "data/validation-00000-of-00001.parquet"
+HELLASWAG_COLUMNS = ["ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split", "split_type",
+                     "label"]  # the Hub copy's columns, in its order (label a string: "3")
 
 
 def git_blob_sha1(data):
@@ -82,6 +89,35 @@ def parquet_bytes(docs, columns, first_index, row_group_size=4):
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=row_group_size, compression="snappy")
     return sink.getvalue()
+
+
+def hellaswag_parquet(rows):
+    """A parquet file of HellaSwag rows (dicts as in the upstream jsonl) laid out as the Hub copy: its columns,
+    label as a string."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = {"ind": pa.int32(), "endings": pa.list_(pa.string())}
+    table = pa.table({c: pa.array([str(r[c]) if c == "label" else r[c] for r in rows], type=types.get(c, pa.string()))
+                      for c in HELLASWAG_COLUMNS})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=1000)
+    return sink.getvalue()
+
+
+def hellaswag_repo(jsonl_bytes, change_ending=None):
+    """{path: bytes} of the Hub copy of HellaSwag: validation from `jsonl_bytes` (the upstream file), small train
+    and test files (their first rows, labels blanked in test as upstream), a card. change_ending=(row, i, text):
+    that row's ending i replaced (a copy whose rows differ from upstream)."""
+    rows = [json.loads(line) for line in jsonl_bytes.decode("utf-8").splitlines()]
+    if change_ending is not None:
+        row, i, text = change_ending
+        rows[row] = dict(rows[row], endings=[text if k == i else e for k, e in enumerate(rows[row]["endings"])])
+    card = b"---\nlicense: mit\npretty_name: HellaSwag\n---\n# HellaSwag (test stand-in)\n"
+    return {"README.md": card, ".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n",
+            "data/train-00000-of-00001.parquet": hellaswag_parquet([dict(r, split="train") for r in rows[:5]]),
+            HELLASWAG_VALIDATION: hellaswag_parquet(rows),
+            "data/test-00000-of-00001.parquet": hellaswag_parquet([dict(r, split="test", label="") for r in rows[:5]])}
 
 
 def split_evenly(items, parts):
@@ -361,9 +397,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def standin_for_tests(shared_docs, hellaswag_bytes=None):
-    """A started stand-in serving both FineWeb repos (the same real documents) and, if given, HellaSwag."""
+    """A started stand-in serving both FineWeb repos (the same real documents) and, if given, HellaSwag (its Hub
+    copy and the GitHub file)."""
     repos = {"HuggingFaceFW/fineweb-edu": fineweb_repo(shared_docs, edu=True),
              "HuggingFaceFW/fineweb": fineweb_repo(shared_docs, edu=False)}
+    if hellaswag_bytes is not None:
+        repos[HELLASWAG_REPO] = hellaswag_repo(hellaswag_bytes)
     raw = {HELLASWAG_PATH: hellaswag_bytes} if hellaswag_bytes is not None else {}
     return HubStandin(repos, raw).start()
 

@@ -14,6 +14,7 @@ import glob
 import itertools
 import json
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, field
@@ -241,9 +242,59 @@ def iter_local_documents(paths, stats=None, max_chars=None):
 
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-PROXY_HINT = ("behind a proxy, set HTTPS_PROXY (HTTP_PROXY for an http:// endpoint); to use a mirror, set "
-              "HF_ENDPOINT")
 INPUT_HINT = "Pass local files with --input PATH [PATH ...] (.txt, .jsonl or .parquet)"
+_CREDENTIALS = re.compile(r"(?<=://)[^\s/]*@")  # the user:password@ of a URL (to its last @, for a raw @ in it)
+
+
+def without_credentials(text):
+    """`text` with the `user:password@` of every URL in it removed (a proxy URL may carry them)."""
+    return _CREDENTIALS.sub("", str(text))
+
+
+def proxy_in_use(url, all_proxy=True):
+    """(proxy URL without credentials, the variable that set it) through which an HTTP client reaches `url`, or
+    None. Read as the clients read it: urllib.request.getproxies() (the *_proxy variables, lowercase first), the
+    URL's scheme, then ALL_PROXY (httpx, hence huggingface_hub; urllib ignores it: all_proxy=False), unless
+    NO_PROXY names the host."""
+    import urllib.parse  # with urllib.request: only when a network error is worded
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    for scheme in (parts.scheme.lower(), "all") if all_proxy else (parts.scheme.lower(),):
+        proxy = proxies.get(scheme)
+        if proxy:
+            break
+    else:
+        return None
+    if urllib.request.proxy_bypass_environment(parts.netloc.rsplit("@", 1)[-1], proxies):
+        return None
+    names = [n for n in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY") if os.environ.get(n) == proxy]
+    shown = proxy if "://" in proxy else f"http://{proxy}"  # as httpx reads host:port
+    return without_credentials(shown), (names[0] if names else f"{scheme.upper()}_PROXY")
+
+
+def reaching(url, all_proxy=True):
+    """' through the proxy P (VARIABLE)' when one is in use for `url`, else ''."""
+    proxy = proxy_in_use(url, all_proxy)
+    return f" through the proxy {proxy[0]} ({proxy[1]})" if proxy else ""
+
+
+def proxy_hint(hub_urls=(), urllib_urls=()):
+    """The way out of a network failure on these URLs (the first fetched by huggingface_hub's client, the others
+    by urllib, which ignores ALL_PROXY): check the proxies in use, or set one (or a Hub mirror)."""
+    found = [proxy_in_use(u) for u in hub_urls] + [proxy_in_use(u, all_proxy=False) for u in urllib_urls]
+    found = [f for f in found if f]
+    if found:
+        proxies = " and ".join(dict.fromkeys(f[0] for f in found))
+        variables = " and ".join(dict.fromkeys(f[1] for f in found))
+        return f"check the proxy {proxies}, or unset {variables} (or list the host in NO_PROXY) to connect directly"
+    return "behind a proxy, set HTTPS_PROXY (HTTP_PROXY for an http:// URL); to use a Hub mirror, set HF_ENDPOINT"
+
+
+def describe_error(err, limit=200):
+    """'ConnectError: [Errno 111] Connection refused', cut to `limit` characters, credentials removed."""
+    return f"{type(err).__name__}: {without_credentials(err)[:limit]}"
 
 
 def hub_offline():
@@ -257,22 +308,36 @@ def hub_offline():
                 or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
 
 
-def check_hub_reachable(repo_id, timeout_s=5.0):
-    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached (offline machine).
+def hub_unreachable(repo_id, timeout_s=5.0, repo_type="datasets", revision="main"):
+    """None when the Hub answers, else why not: "cannot reach the HuggingFace Hub at E[ through the proxy P (V)]
+    (ConnectError: ...)".
 
-    One HEAD request for the dataset card, sent the way the libraries send theirs: huggingface_hub's own HTTP
+    One HEAD request for the repo's card, sent the way the libraries send theirs: huggingface_hub's own HTTP
     session, so HF_ENDPOINT (read by huggingface_hub), HTTPS_PROXY / HTTP_PROXY / NO_PROXY and the port of an
-    http:// endpoint count as they do for the download itself. Any HTTP answer means reachable."""
+    http:// endpoint count as they do for the download itself, with no retries (the libraries retry a refused
+    connection for ~25 s). Any HTTP answer means reachable."""
+    import urllib.parse  # light; with the Hub imports below, only for the Hub
+
     from huggingface_hub import constants  # only for the Hub, as above
     from huggingface_hub.utils import build_hf_headers, get_session  # heavy (~75 ms): only for the Hub
 
     endpoint = constants.ENDPOINT.rstrip("/")
+    url = f"{endpoint}/{repo_type}/{repo_id}/resolve/{urllib.parse.quote(revision, safe='')}/README.md"
     try:
-        get_session().head(f"{endpoint}/datasets/{repo_id}/resolve/main/README.md", headers=build_hf_headers(),
-                           timeout=timeout_s)
+        get_session().head(url, headers=build_hf_headers(), timeout=timeout_s)
     except Exception as err:  # the HTTP client's connection, proxy and timeout errors (requests or httpx)
-        raise UserError(f"cannot reach the HuggingFace Hub at {endpoint} ({type(err).__name__}: "
-                        f"{str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
+        return f"cannot reach the HuggingFace Hub at {endpoint}{reaching(endpoint)} ({describe_error(err)})"
+    return None
+
+
+def check_hub_reachable(repo_id, timeout_s=5.0):
+    """Fail in seconds, not after minutes of retries, when the Hub cannot be reached (offline machine): one
+    UserError naming the endpoint, the proxy in use and the ways out."""
+    from huggingface_hub import constants  # only for the Hub, as above
+
+    problem = hub_unreachable(repo_id, timeout_s)
+    if problem:
+        raise UserError(f"{problem}. Offline? {INPUT_HINT}; {proxy_hint([constants.ENDPOINT])}")
 
 
 @dataclass(frozen=True)
@@ -372,8 +437,11 @@ def _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stat
     except UserError:
         raise
     except Exception as err:
-        raise UserError(f"could not stream {repo_id} ({config}) from the HuggingFace Hub "
-                        f"({type(err).__name__}: {str(err)[:200]}). Offline? {INPUT_HINT}; {PROXY_HINT}") from None
+        from huggingface_hub import constants  # imported by open_hub_stream already
+
+        raise UserError(f"could not stream {repo_id} ({config}) from the HuggingFace Hub at "
+                        f"{constants.ENDPOINT}{reaching(constants.ENDPOINT)} ({describe_error(err)}). Offline? "
+                        f"{INPUT_HINT}; {proxy_hint([constants.ENDPOINT])}") from None
 
 
 def take_every(docs, rank, world_size):

@@ -23,7 +23,9 @@ import pytest
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, free_port, run_script
 from helpers import faults
 from helpers.tiny_data import save_tiny_tokenizer
-from hub_standin import HELLASWAG_PATH, hub_env, split_evenly, standin_for_tests
+from helpers.hellaswag_file import PUBLISHED_BYTES, PUBLISHED_SHA256
+from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, HubStandin, hellaswag_repo, hub_env,
+                         split_evenly, standin_for_tests)
 
 from gptlab.data import shards
 from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
@@ -332,15 +334,99 @@ def test_proxy_variable_is_honoured(hub, tmp_path, docs):
     assert "wrote" in proc.stdout
 
 
-def test_download_hellaswag_from_a_mirror_and_through_a_proxy(hub, tmp_path):
+# ---- HellaSwag: the Hub copy through huggingface_hub (HF_ENDPOINT, HF_HUB_OFFLINE, HF_HOME, proxies), GitHub after
+
+HS_PARQUET = f"/datasets/{HELLASWAG_REPO}/resolve/main/{HELLASWAG_VALIDATION}"
+
+
+def hellaswag_standin(**repo_changes):
+    """A stand-in of its own (it can be stopped, or hold a changed copy) serving the Hub copy and the GitHub file."""
+    with open(HELLASWAG_VAL, "rb") as f:
+        data = f.read()
+    return HubStandin({HELLASWAG_REPO: hellaswag_repo(data, **repo_changes)}, {HELLASWAG_PATH: data}).start()
+
+
+def paths_asked(server):
+    return [(e["method"], e["path"].split("?")[0]) for e in server.entries()]
+
+
+def test_download_hellaswag_from_the_hub_copy_then_offline_from_its_cache(tmp_path):
+    server = hellaswag_standin()
+    try:
+        out = tmp_path / "a" / "hellaswag_val.jsonl"
+        proc = run(server, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out])
+        asked = paths_asked(server)
+    finally:
+        server.stop()
+    assert sha256_file(out) == PUBLISHED_SHA256 and os.path.getsize(out) == PUBLISHED_BYTES
+    assert ("GET", HS_PARQUET) in asked and not any(HELLASWAG_PATH in path for _, path in asked)  # no GitHub
+    assert f"from hf://datasets/{HELLASWAG_REPO}@main/{HELLASWAG_VALIDATION} via {server.endpoint}" in proc.stdout
+    assert "note:" not in proc.stderr
+    # the server is gone: offline, the same HF_HOME serves the copy from its cache
+    out = tmp_path / "b" / "hellaswag_val.jsonl"
+    proc = run(server, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out], HF_HUB_OFFLINE="1")
+    assert sha256_file(out) == PUBLISHED_SHA256 and "(the HF cache; offline)" in proc.stdout
+
+
+def test_download_hellaswag_offline_with_an_empty_cache_asks_nothing_and_names_the_way_out(hub, tmp_path):
+    out = tmp_path / "o" / "hellaswag_val.jsonl"
+    proc = run(hub, tmp_path / "empty_hf", ["download_hellaswag.py", "--out", out], check=False, HF_HUB_OFFLINE="1")
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr
+    assert f"not in the HF cache ({tmp_path / 'empty_hf' / 'hub'})" in proc.stderr
+    assert "--source data/sample/hellaswag_val.jsonl.gz" in proc.stderr and "unset HF_HUB_OFFLINE" in proc.stderr
+    assert hub.entries() == [] and not out.parent.exists()  # no network at all, GitHub neither
+
+
+def test_a_hub_copy_with_one_changed_ending_is_refused_and_github_is_used(tmp_path):
+    server = hellaswag_standin(change_ending=(5, 2, "changed."))
+    try:
+        out = tmp_path / "hellaswag_val.jsonl"
+        proc = run(server, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out],
+                   GPTLAB_HELLASWAG_URL=server.endpoint + HELLASWAG_PATH)
+        asked = paths_asked(server)
+    finally:
+        server.stop()
+    assert sha256_file(out) == PUBLISHED_SHA256
+    assert asked.index(("GET", HS_PARQUET)) < asked.index(("GET", HELLASWAG_PATH))  # the Hub first, then GitHub's
+    assert "do not rebuild the upstream file" in proc.stderr and proc.stderr.count("note:") == 1
+    assert f"from {server.endpoint + HELLASWAG_PATH} (" in proc.stdout
+    assert sorted(os.listdir(tmp_path)) == ["hellaswag_val.jsonl", "hf"]  # the refused copy left nothing behind
+
+
+def test_download_hellaswag_missing_hub_repo_falls_back_to_the_url_override(hub, tmp_path):
     out = tmp_path / "direct" / "hellaswag_val.jsonl"
-    proc = run(hub, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out],
+    proc = run(hub, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out, "--hub_repo", "nobody/none"],
                GPTLAB_HELLASWAG_URL=hub.endpoint + HELLASWAG_PATH)
     assert sha256_file(out) == HELLASWAG_SHA256 and hub.endpoint + HELLASWAG_PATH in proc.stdout
+    assert "nobody/none (main) cannot be used" in proc.stderr
     assert hub.bytes_by_file(suffix=".jsonl") == {HELLASWAG_PATH: os.path.getsize(HELLASWAG_VAL)}
-    hub.clear_log()
+    assert hub.bytes_by_file() == {}  # no parquet
+
+
+def test_download_hellaswag_through_the_standin_as_a_proxy(hub, tmp_path):
+    # the endpoint's host does not resolve: only a client that goes through HTTP_PROXY can reach it
     out = tmp_path / "proxied" / "hellaswag_val.jsonl"
-    run(hub, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out],
-        GPTLAB_HELLASWAG_URL="http://raw.standin.invalid" + HELLASWAG_PATH, HTTP_PROXY=hub.endpoint)
-    assert sha256_file(out) == HELLASWAG_SHA256
-    assert [e["path"] for e in hub.entries()] == ["http://raw.standin.invalid" + HELLASWAG_PATH]
+    proc = run(hub, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out],
+               HF_ENDPOINT="http://hub.standin.invalid", HTTP_PROXY=hub.endpoint)
+    assert sha256_file(out) == PUBLISHED_SHA256 and "via http://hub.standin.invalid" in proc.stdout
+    paths = [e["path"] for e in hub.entries()]
+    assert "http://hub.standin.invalid" + HS_PARQUET in paths
+    assert all(p.startswith("http://hub.standin.invalid/") for p in paths), paths
+
+
+@pytest.mark.parametrize("script", ["download_hellaswag.py", "download_fineweb.py"])
+def test_a_dead_proxy_is_named_without_its_password(hub, tmp_path, tokenizer_path, script):
+    dead = free_port()  # nothing listens there
+    args = [script, "--out", tmp_path / "o"] + (["--tokenizer", tokenizer_path] if script == "download_fineweb.py"
+                                                else [])
+    proc = run(hub, tmp_path / "hf", args, check=False, HF_ENDPOINT="http://hub.standin.invalid",
+               HTTP_PROXY=f"http://alice:s3cret@127.0.0.1:{dead}", HTTPS_PROXY=f"http://alice:s3cret@127.0.0.1:{dead}")
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert (f"cannot reach the HuggingFace Hub at http://hub.standin.invalid through the proxy "
+            f"http://127.0.0.1:{dead} (HTTP_PROXY)") in error
+    assert f"heck the proxy http://127.0.0.1:{dead}, or unset HTTP_PROXY" in error  # (C|c)heck
+    assert ("--source data/sample/hellaswag_val.jsonl.gz" if script == "download_hellaswag.py" else "--input PATH") \
+        in error
+    assert "s3cret" not in proc.stderr and "alice" not in proc.stderr
+    assert hub.entries() == [] and not (tmp_path / "o").exists()

@@ -17,10 +17,10 @@ def test_the_checksum_and_row_count_are_the_published_ones():
 
 def test_bundled_gz_and_file_url(tmp_path):
     from_gz, from_url = tmp_path / "gz.jsonl", tmp_path / "url.jsonl"
-    assert fetch_hellaswag(BUNDLED_GZ, str(from_gz), progress=False) == (str(from_gz), "written")
+    assert fetch_hellaswag(BUNDLED_GZ, str(from_gz), progress=False) == (str(from_gz), "written", BUNDLED_GZ)
     assert sha256_file(from_gz) == PUBLISHED_SHA256  # the checksum is of the uncompressed bytes
     url = pathlib.Path(HELLASWAG_VAL).resolve().as_uri()  # file://..., through the urllib download path
-    assert fetch_hellaswag(url, str(from_url), progress=False) == (str(from_url), "written")
+    assert fetch_hellaswag(url, str(from_url), progress=False) == (str(from_url), "written", url)
     assert sha256_file(from_url) == PUBLISHED_SHA256
 
 
