@@ -7,7 +7,9 @@ import glob
 import json
 import math
 import os
+import signal
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -179,3 +181,179 @@ def test_a_muon_step_moves_a_matrix_by_lr_times_the_five_step_iteration():
     muon.step()
     expected = [-0.1 * s for s in _quintic_reference([1.0, 0.01])]  # momentum and Nesterov only scale the gradient
     assert torch.allclose(torch.diagonal(p.detach()), torch.tensor(expected), atol=1e-5), p
+
+
+# ============================================================================ survivors of bench/mutants.py
+# Each test below was written for a one-line bug of bench/mutants.py that the suite did not catch.
+def test_a_long_holder_command_is_shown_in_200_characters_and_on_one_line():
+    from gptlab.core.files import describe_holder
+
+    command = "python train_gpt.py " + "--flag value " * 30  # 410 characters
+    shown = describe_holder({"pid": 7, "host": "h", "command": command, "since": "t"})
+    assert shown == f"pid 7 on h (`{command[:197]}...`), since t"
+    assert describe_holder({"pid": 7, "host": "h", "command": "a\n  b", "since": "t"}) == "pid 7 on h (`a b`), since t"
+
+
+def test_help_default_is_appended_once_and_not_to_a_help_that_states_it():
+    from gptlab.core.cli import ArgumentParser, HelpFormatter
+
+    p = ArgumentParser(prog="x.py", formatter_class=HelpFormatter)
+    p.add_argument("--steps", type=int, default=3, help="steps (default 3, or 1 on CPU)")
+    p.add_argument("--lr", type=float, default=0.5, help="learning rate")
+    text = " ".join(p.format_help().split())
+    assert "steps (default 3, or 1 on CPU)" in text and "(default: 3)" not in text
+    assert "learning rate (default: 0.5)" in text
+
+
+def _send(signum):
+    os.kill(os.getpid(), signum)
+    time.sleep(0.05)  # the handler runs at the next bytecode boundary
+
+
+def test_a_signal_in_nested_checkpoint_writes_waits_for_the_outer_one():
+    from gptlab.core.errors import StopRequested
+    from gptlab.train import stop
+
+    reached = []
+    with stop.StopSignals() as stopper:
+        with pytest.raises(StopRequested):
+            with stopper.deferred():
+                with stopper.deferred():
+                    _send(signal.SIGTERM)
+                reached.append("inner write done")  # the outer write still goes on
+        assert reached == ["inner write done"]
+
+
+def test_end_steps_during_a_checkpoint_write_stops_after_the_write():
+    from gptlab.core.errors import StopRequested
+    from gptlab.train import stop
+
+    written = []
+    with stop.StopSignals() as stopper:
+        stopper.begin_steps()
+        with pytest.raises(StopRequested):
+            with stopper.deferred():
+                _send(signal.SIGTERM)
+                stopper.end_steps()  # not yet: the checkpoint is being written
+                written.append("complete")
+        assert written == ["complete"]
+
+
+@pytest.mark.parametrize("given", [float("nan"), -0.5])
+def test_a_price_that_is_not_a_number_at_least_0_is_refused(given):
+    from gptlab.train.cost import usd_per_gpu_hour
+
+    with pytest.raises(UserError, match="must be a price >= 0"):
+        usd_per_gpu_hour("NVIDIA H100 80GB HBM3", given)
+    assert usd_per_gpu_hour(None, 0) == (0.0, "--usd_per_gpu_hour")
+
+
+def test_pooled_noise_weights_each_group_by_its_degrees_of_freedom():
+    from types import SimpleNamespace
+
+    from gptlab.compare.stats import SeedGroup, bpb_noise
+
+    def runs(values):
+        return [SimpleNamespace(final=True, val_bpb=v, seed=i) for i, v in enumerate(values)]
+
+    groups = [SeedGroup(runs([1.0, 1.2])), SeedGroup(runs([2.0, 2.1, 2.3]))]
+    reference = SimpleNamespace(final=True, val_bpb=1.5, seed=9)
+    noise = bpb_noise(reference, groups)
+    # by hand: variances 0.02 (1 dof) and 0.046667 / 2 = 0.023333 (2 dof); pooled (0.02 + 0.046667) / 3
+    assert noise.df == 3
+    assert noise.std == pytest.approx(math.sqrt(0.0666667 / 3), rel=1e-5)
+
+
+def test_verdict_at_p_equal_to_alpha_is_not_significant():
+    from gptlab.compare.stats import _verdict
+
+    assert _verdict(-0.01, 0.05, 0.05, lower_is_better=True).startswith("not distinguishable")
+    assert _verdict(-0.01, 0.0499, 0.05, lower_is_better=True).startswith("better")
+
+
+def test_validation_rows_need_seq_len_plus_one_tokens_each(tmp_path):
+    from gptlab.data.loader import ValidationSet
+
+    path = str(tmp_path / "val_000000.bin")
+    shard_format.write_shard(path, np.arange(2 * 16, dtype=np.uint16))  # 32 tokens: one row of 16 + 1, not two
+    assert len(ValidationSet([path], 16, 1).my_rows()) == 1
+    with pytest.raises(UserError, match="validation needs 2 rows of 16 tokens .* hold only 1 rows"):
+        ValidationSet([path], 16, 2)
+
+
+def test_checkpoint_hash_tells_shapes_and_lists_from_tuples_apart():
+    from gptlab.train.checkpointing import payload_sha256
+
+    t = torch.arange(6, dtype=torch.float32)
+    base = payload_sha256({"w": t.view(2, 3), "v": [1, 2]})
+    assert payload_sha256({"w": t.view(3, 2), "v": [1, 2]}) != base  # the same bytes in another shape
+    assert payload_sha256({"w": t.view(2, 3), "v": (1, 2)}) != base
+    assert payload_sha256({"w": t.view(2, 3).clone(), "v": [1, 2]}) == base
+
+
+def test_resume_refuses_a_checkpoint_already_at_train_steps():
+    from types import SimpleNamespace
+
+    from gptlab.train.checkpointing import check_resume_compatible
+
+    ckpt = {"model_config": {}, "tokenizer": {}, "step": 100}
+    tok = SimpleNamespace(ranks_sha256="x", name="t")
+    with pytest.raises(UserError, match="at step 100, not before --train_steps 100"):
+        check_resume_compatible(ckpt, {}, tok, 100, [])
+    check_resume_compatible(ckpt, {}, tok, 101, [])
+
+
+@pytest.mark.parametrize("name", [".hidden", "a/b", "", "a\\b"])
+def test_run_dir_names_that_are_no_plain_visible_folder_are_refused(tmp_path, name):
+    from gptlab.train.records import create_run_dir
+
+    with pytest.raises(UserError, match="must be a plain folder name"):
+        create_run_dir(str(tmp_path), name)
+    assert os.listdir(tmp_path) == []
+
+
+def test_tolerant_metrics_read_infinite_and_nan_cells_as_none(tmp_path):
+    from gptlab.train.records import read_metrics
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,train_loss,val_loss\n1,inf,-inf\n2,nan,3.5\n")
+    rows = list(read_metrics(str(path), strict=False))
+    assert [(r["step"], r["train_loss"], r["val_loss"]) for r in rows] == [(1, None, None), (2, None, 3.5)]
+
+
+def test_overlap_of_train_and_val_shards_is_found_through_a_symlink(tmp_path):
+    from gptlab.data.selection import select_run_shards
+
+    train = tmp_path / "train" / "train_000001.bin"
+    train.parent.mkdir()
+    shard_format.write_shard(str(train), np.arange(100, dtype=np.uint16))
+    link = tmp_path / "val" / "val_000000.bin"
+    link.parent.mkdir()
+    link.symlink_to(train)
+    with pytest.raises(UserError, match="share 1 shard"):
+        select_run_shards([str(train)], [str(link)], "t", None, 300)
+
+
+def test_data_fingerprint_changes_with_a_shard_s_token_count(tmp_path):
+    from gptlab.data.selection import ShardPrint, fingerprint_of
+
+    a = ShardPrint(path="d/train_000001.bin", real="x", size=10, tokens=100, sha256="s")
+    b = ShardPrint(path="d/train_000001.bin", real="x", size=10, tokens=101, sha256="s")
+    c = ShardPrint(path="e/train_000001.bin", real="y", size=10, tokens=100, sha256="s")
+    assert fingerprint_of([a]) != fingerprint_of([b])
+    assert fingerprint_of([a]) == fingerprint_of([c])  # by file name, not folder
+
+
+def test_loader_takes_a_shard_s_last_row_when_it_ends_exactly_at_the_shard_end(tmp_path):
+    from gptlab.data.loader import BOSAlignedLoader
+
+    paths = []
+    for i, first in enumerate((0, 100)):
+        paths.append(str(tmp_path / f"train_{i + 1:06d}.bin"))
+        shard_format.write_shard(paths[-1], np.arange(first, first + 17, dtype=np.uint16))  # 2 rows of 8 + 1
+    loader = BOSAlignedLoader(paths, 8, 16, bos_id=999)  # no <|endoftext|> in the data: rows are not moved
+    ((x, y),) = loader.next_batch()
+    assert x.tolist() == [list(range(0, 8)), list(range(8, 16))]  # rows overlap their neighbours by one token
+    assert y.tolist() == [list(range(1, 9)), list(range(9, 17))]
+    ((x, _),) = loader.next_batch()
+    assert x.tolist() == [list(range(100, 108)), list(range(108, 116))]
