@@ -11,6 +11,7 @@ each mutant replaces one exact piece of text there (it must occur exactly once),
 once per test selection first): a selection that fails unmutated is reported as BASELINE FAILS, not as a kill.
 Each mutant names a small selection, so a full run takes minutes. Exit status 1 when a mutant survives."""
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -133,7 +134,7 @@ MUTANTS = [
            (U + "test_use_faults.py", "-k", "checksum or flipped", GUARDS, "-k", "checkpoint_hash")),
     Mutant("resume-at-the-last-step-allowed", "gptlab/train/checkpointing.py", 'if ckpt["step"] >= train_steps:',
            'if ckpt["step"] > train_steps:', (U + "test_train_gpt.py", "-k", "resume", GUARDS, "-k", "resume")),
-    Mutant("run-dir-allows-hidden-names", "gptlab/train/records.py", ' or model_name.startswith("."):', "):",
+    Mutant("run-dir-allows-hidden-names", "gptlab/train/records.py", ' or model_name.startswith("."):', ":",
            (U + "test_experiment.py", "-k", "run_dirs", GUARDS, "-k", "run_dir")),
     Mutant("metrics-keep-infinite-values", "gptlab/train/records.py",
            "    if not strict and not math.isfinite(value):\n", "    if not strict and math.isnan(value):\n",
@@ -172,7 +173,7 @@ def copy_tree(dest):
 def run_tests(copy, tests):
     """(passed, first failing test id or a reason) for pytest -x on `tests` in the copy."""
     env = dict(os.environ, GPTLAB_SHARED_DATA=SHARED_DATA, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-p", "no:cacheprovider", *tests]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *tests]
     try:
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -219,6 +220,12 @@ def main(argv=None):
             if source.count(m.original) != 1:
                 results.append((m, "STALE", f"the original text occurs {source.count(m.original)} times"))
                 print(f"{m.name}: STALE (the original text occurs {source.count(m.original)} times)", flush=True)
+                continue
+            try:  # a mutant must be a bug, not a syntax error every import would catch
+                ast.parse(source.replace(m.original, m.mutated))
+            except SyntaxError as err:
+                results.append((m, "INVALID", f"the mutated file does not parse ({err.msg})"))
+                print(f"{m.name}: INVALID (the mutated file does not parse)", flush=True)
                 continue
             selections = split_selections(m.tests)
             for sel in selections:
