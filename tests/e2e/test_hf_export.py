@@ -260,6 +260,31 @@ def test_padding_with_an_attention_mask_leaves_each_rows_logits_alone(ours, hf):
                 assert (got[i, cols] - expected[i]).abs().max() <= 1e-4, (side, pad, i)
 
 
+def test_padding_is_masked_for_rows_that_do_not_start_with_endoftext(ours, hf):
+    """Rows whose first real token is not <|endoftext|>: the document mask no longer hides left padding from them,
+    only the attention mask does; each row's real positions must still get the logits of the row alone."""
+    logits_fn, enc, _ = ours
+    model, _ = hf
+    eot = enc.eot_token
+    rows = [enc.encode_ordinary(doc)[:n] for doc, n in zip(sample_documents()[30:33], (90, 40, 12))]
+    assert all(len(row) == n and eot not in row for row, n in zip(rows, (90, 40, 12)))
+    expected = [logits_fn(torch.tensor([row]))[0] for row in rows]
+    width = max(map(len, rows))
+    for side in ("left", "right"):
+        for pad in (eot, 0, rows[0][0]):
+            ids = torch.full((3, width), pad)
+            mask = torch.zeros(3, width, dtype=torch.long)
+            for i, row in enumerate(rows):
+                cols = slice(width - len(row), width) if side == "left" else slice(0, len(row))
+                ids[i, cols], mask[i, cols] = torch.tensor(row), 1
+            for use_cache in (False, True):
+                with torch.no_grad():
+                    got = model(ids, attention_mask=mask, use_cache=use_cache).logits
+                for i, row in enumerate(rows):
+                    cols = slice(width - len(row), width) if side == "left" else slice(0, len(row))
+                    assert (got[i, cols] - expected[i]).abs().max() <= 1e-4, (side, pad, use_cache, i)
+
+
 def test_the_buffers_the_model_source_computes_survive_loading(export):
     """Non-persistent buffers (rotary tables) are in no checkpoint: transformers 5 loads a model built on the meta
     device, empties them and asks _init_weights for them, which gives back the values GPT's __init__ computed."""
