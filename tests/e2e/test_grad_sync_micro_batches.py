@@ -30,7 +30,7 @@ def test_two_ranks_with_several_micro_batches_sum_the_whole_batch_gradient(tmp_p
     muon_seen = set()
     for r, got in enumerate(ranks):
         assert got["adam"], r
-        for name, grad in got["adam"].items():  # every rank holds every Adam gradient, summed
+        for name, grad in got["adam"].items():  # every Adam gradient, summed (gathered from the ranks' shards)
             assert torch.allclose(grad, expected[name], rtol=1e-4, atol=1e-7), (r, name)
         for name, grad in got["muon"].items():  # each Muon matrix on its owner
             assert torch.allclose(grad, expected[name], rtol=1e-4, atol=1e-7), (r, name)

@@ -61,14 +61,25 @@ def main():
                 return [(row[None, :-1], row[None, 1:]) for row in mine]
 
         recorded = {"adam": {}, "muon": {}}
-        adam_step = adam.step
+        if hasattr(adam, "flat_shards"):  # Adam sharded over ranks: each rank's slice holds its part of the sum
+            flats = adam.flat_shards
+            wait_reduced = flats.wait_reduced
 
-        def recording_adam_step():
-            for group in adam.param_groups:
-                for p in group["params"]:
-                    recorded["adam"][names[p]] = p.grad.clone()
-            return adam_step()
-        adam.step = recording_adam_step
+            def recording_wait_reduced():
+                wait_reduced()
+                for k, piece in enumerate(flats.slices):  # collective: every rank's part, as whole gradients
+                    for p, grad in zip(flats.params[k], flats.gather_tensors(k, piece.grad)):
+                        recorded["adam"][names[p]] = grad.clone()
+            flats.wait_reduced = recording_wait_reduced
+        else:
+            adam_step = adam.step
+
+            def recording_adam_step():
+                for group in adam.param_groups:
+                    for p in group["params"]:
+                        recorded["adam"][names[p]] = p.grad.clone()
+                return adam_step()
+            adam.step = recording_adam_step
         owned = muon.shards.owned
 
         def recording_owned():

@@ -136,7 +136,7 @@ def test_the_validation_shard_stops_at_the_document_end_val_tokens_falls_on(tmp_
 
 def test_the_validation_shard_stops_at_a_document_end_in_a_later_chunk(tmp_path):
     manifest = {"shard_version": 1, "shards": [], "rank": 0, "world_size": 1}
-    writer = ShardWriter(str(tmp_path), manifest, [("val", 0), ("train", 1)], (0, 0), EOT_ID, np.uint16,
+    writer = ShardWriter(str(tmp_path), manifest, [("val", "val_000000.bin"), ("train", "train_000001.bin")], (0, 0), EOT_ID, np.uint16,
                          shard_size=100, val_tokens=7, progress=None)
     for chunk in (DOCS[:1], DOCS[1:]):  # "abc" alone, then the rest: val_tokens = 7 is the end of "de"
         writer.consume(np.array(_tokens(chunk), dtype=np.uint32), np.array([len(d) + 1 for d in chunk]))
