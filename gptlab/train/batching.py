@@ -48,8 +48,8 @@ def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra
     fit; fixed_bytes is the part of a peak that does not grow with the batch (weights and their gradients),
     extra_bytes what the peak lacks (optimizer states, made at the first step). The cost per token comes from
     per_token_guess (bytes; an estimate from the model's shape) or, without one, from a probe at the smallest
-    size. The largest candidate predicted to fit is measured; each measurement corrects the cost per token (a
-    peak over budget gives it exactly, an out-of-memory bounds it from below) and the next prediction follows.
+    size. The largest candidate predicted to fit is measured; a peak over budget corrects the cost per token and the
+    next prediction follows from it (after an out-of-memory, the next smaller candidate predicted to fit).
     With a good guess the first measurement is the micro-batch training then uses, so a compiled model makes one
     graph for both (a 1-row probe would compile one more). Returns (tokens, [(tokens, measured peak or None for
     out of memory)])."""
@@ -85,8 +85,8 @@ def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra
         peak = attempt(tokens)
         if peak is not None and peak <= budget:
             return tokens, tried
-        # it does not fit: at least what it showed (a peak) or the whole budget (out of memory) per token
-        per_token = max(per_token, ((peak if peak is not None else budget) - fixed_bytes) / tokens)
+        if peak is not None:  # over budget: its peak gives the cost per token (out of memory: the next one down)
+            per_token = max(per_token, (peak - fixed_bytes) / tokens)
     raise too_small()
 
 

@@ -186,8 +186,7 @@ class FlatShards:
             self._handles[k] = None
             start = self.rank * self.part[k]
             stop = start + self.part[k]
-            mine = self.slices[k].detach()
-            mine.zero_()
+            mine = self.slices[k].detach()  # its padding stays zero: zero gradient, so Adam never moves it
             for p, offset in self._pieces(k, start, stop):  # the slice from the parameters (a resume may load them)
                 lo, hi = max(start, offset), min(stop, offset + p.numel())
                 mine[lo - start:hi - start].copy_(p.detach().view(-1)[lo - offset:hi - offset])

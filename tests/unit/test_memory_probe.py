@@ -80,6 +80,21 @@ def test_a_good_estimate_means_one_measurement_and_a_bad_one_is_corrected():
         choose_micro_batch(candidates, measure, 11 * GiB, fixed_bytes=10 * GiB, per_token_guess=1 * MiB)
 
 
+def test_a_peak_over_budget_replaces_the_guess_for_the_next_prediction():
+    """24 rows of 2048; budget 40 GiB x 0.9 - 6 GiB = 30 GiB, so 20 GiB of activations: 16,384 tokens fits. A guess
+    of 1/4 MiB per token predicts 49,152 fits (12 GiB); it measures 58 GiB, i.e. 1 MiB per token, which rules out
+    24,576 (34 GiB) without measuring it and goes straight to 16,384 (26 GiB)."""
+    calls = []
+
+    def measure(tokens):
+        calls.append(tokens)
+        return 10 * GiB + tokens * MiB
+
+    tokens, tried = choose_micro_batch(micro_batch_candidates(24 * 2048, 2048), measure, 40 * GiB,
+                                       fixed_bytes=10 * GiB, extra_bytes=6 * GiB, per_token_guess=MiB / 4)
+    assert tokens == 16384 and calls == [49152, 16384] and tried == [(49152, 58 * GiB), (16384, 26 * GiB)]
+
+
 def test_the_activation_estimate_is_the_papers_34_bytes_per_width_per_layer_plus_the_logits():
     # GPT-2 small, bf16: 12 x 34 x 768 = 313,344 bytes in the blocks, 50,304 x (2 + 8) = 503,040 for the logits
     assert activation_bytes_per_token(12, 768, 50304) == 12 * 34 * 768 + 50304 * 10
