@@ -58,5 +58,5 @@ echo
 echo "Next, on this run's model:"
 echo "  python sample.py $CKPT --prompt \"Once upon a time,\" --max_tokens 60"
 echo "  python export_hf.py $CKPT $HF_DIR"
-echo "  lm_eval --model hf --model_args pretrained=$HF_DIR,trust_remote_code=True --include_path gptlab/evals/lm_eval_task --tasks hellaswag_local --limit $HELLASWAG_LIMIT --batch_size 32"
+echo "  lm_eval --model hf --model_args pretrained=$HF_DIR,trust_remote_code=True --include_path gptlab/evals/lm_eval_task --tasks hellaswag_local --limit $HELLASWAG_LIMIT"
 echo "(lm_eval is not in requirements.txt: pip install lm-eval accelerate; its task reads data/hellaswag/hellaswag_val.jsonl, offline)"
