@@ -34,14 +34,29 @@ else
 fi
 TRAIN_OUT=$(mktemp)
 trap 'rm -f "$TRAIN_OUT"' EXIT
-# --preset quickstart: 6 layers of dim 128 (4 heads), rows of 256, 4096 tokens per step, validation every 20 steps
+# --preset quickstart: 6 layers of dim 128 (4 heads), rows of 256, 4096 tokens per step, validation every 20 steps;
+# --save_model keeps the final weights for sample.py / export_hf.py (saving changes no figure, nor the seed group)
 "${LAUNCH[@]}" train_gpt.py --preset quickstart --model_name Quickstart --tokenizer "$TOKENIZER" \
-  --train_steps "$STEPS" --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" | tee "$TRAIN_OUT"
+  --train_steps "$STEPS" --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" --save_model | tee "$TRAIN_OUT"
 
 echo "== 5/5 leaderboard and plot"
 RUN=$(sed -n 's/^run folder: //p' "$TRAIN_OUT" | head -n 1)  # the folder train_gpt.py just made
 python compare_experiments.py --no-plot
 python compare_experiments.py "$RUN" --plot "$RUN/compare.png" --overwrite --no-write > /dev/null
+# the checkpoint's path as the trainer recorded it (results.json "checkpoint")
+CKPT=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"] or "")' "$RUN/results.json")
+if [ -z "$CKPT" ]; then
+  echo "error: $RUN/results.json names no checkpoint; run train_gpt.py with --save_model" >&2
+  exit 1
+fi
+HF_DIR="hf/$(basename "$RUN")"  # one folder per run: a second quickstart's export does not collide
+mkdir -p hf  # export_hf.py makes OUT_DIR but not its parent
 echo
-echo "Done. This run: $RUN (metrics.csv, training_log.txt, results.json, code/, compare.png)"
+echo "Done. This run: $RUN (metrics.csv, training_log.txt, results.json, code/, compare.png, checkpoints/)"
 echo "All runs: experiments/LEADERBOARD.md"
+echo
+echo "Next, on this run's model:"
+echo "  python sample.py $CKPT --prompt \"Once upon a time,\" --max_tokens 60"
+echo "  python export_hf.py $CKPT $HF_DIR"
+echo "  lm_eval --model hf --model_args pretrained=$HF_DIR,trust_remote_code=True --include_path gptlab/evals/lm_eval_task --tasks hellaswag_local --limit $HELLASWAG_LIMIT"
+echo "(lm_eval is not in requirements.txt: pip install lm-eval accelerate; its task reads data/hellaswag/hellaswag_val.jsonl, offline)"

@@ -25,7 +25,8 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "tokenizer_path", "preset", "dry_run", "allow_new_data",  # names, switches: not settings
                         "usd_per_gpu_hour", "usd_per_gpu_hour_source",  # the price does not change the experiment
                         "tensorboard", "wandb",  # where the scalars also go
-                        "trust_model_code"}  # permission to run a checkpoint's code, not a setting
+                        "trust_model_code",  # permission to run a checkpoint's code, not a setting
+                        "save_model", "checkpoint_every"}  # keeping weights on disk does not change the run's figures
 
 
 def seed_group_key(config):

@@ -1,8 +1,13 @@
-"""The README's first command, end to end: quickstart.sh in a copy of the repository (short run)."""
+"""The README's first command, end to end: quickstart.sh in a copy of the repository (short run), then the three
+commands its closing lines print, run as printed on the run's checkpoint."""
 import csv
+import importlib.util
+import itertools
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -50,7 +55,57 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path):
     assert (runs[0] / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert runs[0].name in (copy / "experiments" / "LEADERBOARD.md").read_text()
     assert "Done. This run: experiments/" in proc.stdout
+    first_export = _check_next_commands(proc.stdout, copy, env, runs[0], results)
     # a second run reuses the tokenizer, shards and HellaSwag file instead of failing or rewriting them
     again = subprocess.run(["bash", "quickstart.sh"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is already there" in again.stdout and "nothing to do" in again.stderr
+    # its export line names a folder of its own, so it works as printed although the first run's folder exists
+    second_export = _next_commands(again.stdout)[1][-1]
+    assert second_export != first_export and not (copy / second_export).exists()
+
+
+def _next_commands(stdout):
+    """The commands under the closing "Next, on this run's model:" line, split as a shell would."""
+    lines = stdout.splitlines()
+    start = lines.index("Next, on this run's model:") + 1
+    return [shlex.split(line) for line in itertools.takewhile(lambda l: l.startswith("  "), lines[start:])]
+
+
+def _check_next_commands(stdout, copy, env, run, results):
+    """sample.py, export_hf.py and lm_eval, each run as printed in the copy; returns the export folder."""
+    sample, export, lm_eval = _next_commands(stdout)
+    # the checkpoint of the run's last step (train_gpt.py names it step_NNNNNN.pt), recorded in its results.json
+    checkpoint = f"experiments/{run.name}/checkpoints/step_000006.pt"
+    assert results["checkpoint"] == checkpoint and (copy / checkpoint).is_file()
+    assert sample[:3] == ["python", "sample.py", checkpoint] and export[:3] == ["python", "export_hf.py", checkpoint]
+
+    proc = subprocess.run(sample, cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prompt = sample[sample.index("--prompt") + 1]
+    assert proc.stdout.startswith(prompt) and len(proc.stdout.strip()) > len(prompt)  # the prompt, then new text
+    assert re.search(r"\[\d+ tokens in ", proc.stderr)
+
+    out_dir = export[3]
+    assert out_dir == f"hf/{run.name}" and not (copy / out_dir).exists()
+    proc = subprocess.run(export, cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (copy / out_dir / name).stat().st_size > 0, name
+    assert json.loads((copy / out_dir / "config.json").read_text())["vocab_size"] >= 1001  # 1000 merges + EOT
+
+    assert lm_eval[0] == "lm_eval" and f"pretrained={out_dir}," in lm_eval[lm_eval.index("--model_args") + 1]
+    assert lm_eval[lm_eval.index("--limit") + 1] == "40"  # the run's HELLASWAG_LIMIT: the same examples
+    task_dir = copy / lm_eval[lm_eval.index("--include_path") + 1]
+    assert (task_dir / "hellaswag_local.yaml").is_file() and (copy / "data/hellaswag/hellaswag_val.jsonl").is_file()
+    assert "pip install lm-eval" in stdout
+    if not (importlib.util.find_spec("lm_eval") and importlib.util.find_spec("accelerate")):
+        return out_dir  # not in requirements.txt; tests/unit/test_lm_eval_task.py checks the task's files
+    proc = subprocess.run(lm_eval, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # |hellaswag_local|      1|none  |     0|acc     |↑  | 0.25|±  |0.0693| then the acc_norm row
+    scores = dict(re.findall(r"\|(acc|acc_norm) *\|[^|]*\| *([0-9.]+)\|", proc.stdout))
+    assert "hellaswag_local" in proc.stdout and set(scores) == {"acc", "acc_norm"}, proc.stdout[-3000:]
+    for value in scores.values():  # a fraction of the 40 examples (printed to 4 decimals)
+        assert float(value) * 40 == pytest.approx(round(float(value) * 40), abs=0.01)
+    return out_dir

@@ -137,6 +137,23 @@ def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
     assert verdict["20260101_000001_Base"] == "-0.0100 same config (seed noise)"
 
 
+def test_keeping_checkpoints_does_not_split_a_seed_group():
+    """quickstart.sh passes --save_model; the committed baselines ran without it (save_model false, checkpoint_every
+    0). Saving weights changes no figure, so such a run joins their group; a real setting still splits it."""
+    import json
+
+    from conftest import REPO
+    from gptlab.compare.stats import seed_group_key
+
+    with open(os.path.join(REPO, "experiments", "20261124_073039_Quickstart", "config.json")) as f:
+        committed = json.load(f)
+    assert committed["save_model"] is False and committed["checkpoint_every"] == 0
+    saving = dict(committed, save_model=True, checkpoint_every=50, seed=committed["seed"] + 7)
+    assert seed_group_key(saving) == seed_group_key(committed)
+    assert seed_group_key(dict(saving, train_steps=committed["train_steps"] + 1)) != seed_group_key(committed)
+    assert seed_group_key(dict(committed, model_dim=2 * committed["model_dim"])) != seed_group_key(committed)
+
+
 def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
     """What the PNG holds, read back from the figure: rows val bpb / train loss / HellaSwag acc_norm, columns
     tokens / training time; each run's points are its metrics.csv values (worked out here from the fixture's
