@@ -50,7 +50,6 @@ if [ -z "$CKPT" ]; then
   exit 1
 fi
 HF_DIR="hf/$(basename "$RUN")"  # one folder per run: a second quickstart's export does not collide
-mkdir -p hf  # export_hf.py makes OUT_DIR but not its parent
 echo
 echo "Done. This run: $RUN (metrics.csv, training_log.txt, results.json, code/, compare.png, checkpoints/)"
 echo "All runs: experiments/LEADERBOARD.md"

@@ -306,6 +306,7 @@ def atomic_output_dir(path, overwrite=False):
     check_output_dir refuses a symbolic link as path."""
     check_output_dir(path, overwrite)
     parent, name = os.path.split(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)  # OUT_DIR's parents, as `mkdir -p` would (the temporary folder goes beside)
     tmp_path = tempfile.mkdtemp(prefix=f"{name}.tmp.", dir=parent)
     try:
         yield tmp_path

@@ -58,3 +58,13 @@ def test_a_symbolic_link_as_the_folder_is_refused_and_its_target_kept(tmp_path, 
             pass
     assert link.is_symlink() and (target / "weights.txt").read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_missing_parent_folders_are_made_as_mkdir_p_would(tmp_path):
+    """export_hf.py CKPT hf/RUN on a fresh clone: hf/ does not exist yet (it failed with 'No such file or
+    directory' before)."""
+    out = tmp_path / "hf" / "nested" / "run"
+    with atomic_output_dir(str(out)) as tmp:
+        fill(tmp, "w")
+    assert (out / "weights.txt").read_text() == "w"
+    assert sorted(os.listdir(out.parent)) == ["run"]  # no temporary folder left beside it
