@@ -215,3 +215,16 @@ def test_without_the_scanner_auto_falls_back_and_native_is_refused(monkeypatch):
     table, _, _ = pretok.pretokenize(["don't stop"], PATTERNS["gpt4"])
     assert table == {b"don": 1, b"'t": 1, b" stop": 1}
 
+
+
+def test_train_tokenizer_hands_the_choice_to_pretokenize(monkeypatch):
+    from gptlab.tokenizer import job
+
+    seen = []
+    real = job.pretokenize
+    monkeypatch.setattr(job, "pretokenize", lambda *a, **kw: seen.append(kw["pretokenizer"]) or real(*a, **kw))
+    for choice in ("regex", "auto"):
+        trained = job.train_tokenizer(inputs=[FINEWEB_150], samples=20_000, vocabsize=300, workers=1,
+                                      pretokenizer=choice, progress=False)
+        assert trained.metadata["pretokenizer"] == seen[-1]
+    assert seen == ["regex", "native"]
