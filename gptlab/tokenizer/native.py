@@ -197,7 +197,7 @@ def native_split(text, pattern_name):
 
     scanner_available()
     data = text.encode("utf-8")
-    ends = array("q", bytes(8 * (len(data) + 1)))
+    ends = array("q", [0]) * (len(data) + 1)
     n = _scan_lib.pt_split(data, len(data), SCAN_PATTERNS[pattern_name], _address(ends), len(ends))
     out, start = [], 0
     for end in ends[:n]:
@@ -208,7 +208,7 @@ def native_split(text, pattern_name):
 
 class NativeCounter:
     """A (pre-token bytes → count) table in C: `scan` splits and counts UTF-8 documents, `add` sums an exported
-    table in, `export` gives (keys end to end, lengths, counts) to send between processes, `to_dict` the table as
+    table in, `export` gives (keys end to end, lengths, counts) to send between processes, `into_dict` the table as
     the regex path builds it. Counts are 64-bit (2**63 occurrences of one pre-token would need exabytes)."""
 
     def __init__(self, pattern_name):
@@ -245,13 +245,15 @@ class NativeCounter:
 
         n = _scan_lib.pt_entries(self.handle)
         keys = bytearray(_scan_lib.pt_key_bytes(self.handle))
-        lens, counts = array("q", bytes(8 * n)), array("q", bytes(8 * n))
+        lens, counts = array("q", [0]) * n, array("q", [0]) * n
         key_buf = (ctypes.c_char * len(keys)).from_buffer(keys) if keys else None
         _scan_lib.pt_export(self.handle, key_buf, _address(lens), _address(counts))
         return bytes(keys), lens, counts
 
-    def to_dict(self):
+    def into_dict(self):
+        """The table as {pre-token bytes: count}; frees the C table first (this counter is closed after)."""
         keys, lens, counts = self.export()
+        self.close()
         table, start = {}, 0
         for length, count in zip(lens, counts):
             table[keys[start:start + length]] = count

@@ -84,7 +84,9 @@ class _NativeCount:
         self.counter.scan(docs)
 
     def result(self):
-        return self.counter.export()
+        exported = self.counter.export()
+        self.counter.close()  # before the packed copy is pickled or merged: one table at a time
+        return exported
 
 
 def _worker(make_count, tasks, results, parent_pid=None):
@@ -236,7 +238,7 @@ def pretokenize(docs, pattern, workers=1, chunk_chars=DEFAULT_CHUNK_CHARS, progr
         total = native.NativeCounter(native_pattern_name(pattern))
         while tables:
             total.add(tables.pop())  # each packed table is freed once added
-        return total.to_dict(), chars, n_docs
+        return total.into_dict(), chars, n_docs
     tables.sort(key=len, reverse=True)
     total = Counter(tables[0])
     for table in tables[1:]:
