@@ -41,7 +41,7 @@ PIECES = ["'s", "'S", "'\u017fx", "'ll", "'LL", "'lL", "'ve", "'VE", "'re", "'Re
           "日本語", "한국어", "العربية", "עברית", "ไทย", "हिन्दी", "é", "e\u0301", "ǅ", " 123", "12345", "1,234.5",
           "٣٤٥", "１２３", "...", " !!", "?!\n", "(", "\"quoted\"", "#", "\U0001d400\U0001d401", "\ud800",
           "\udfff", "x\ud83d", "\ufffd", "\x00", "\x7f"]
-# letters regex knows and Python 3.11's unicodedata (Unicode 14.0) calls unassigned: Unicode 15-17 additions
+# letters and digits regex knows and Python 3.11's unicodedata (Unicode 14.0) calls unassigned (later additions)
 NEWER_LETTERS = "\U0001e030\u1c89\U00010d4a\U00016ea0\U00010ec2\U0001ccf0"
 
 
