@@ -195,7 +195,8 @@ def native_split(text, pattern_name):
     view of the scanner). `text` must hold no lone surrogates (pretokenize.clean_document)."""
     from array import array
 
-    scanner_available()
+    if not scanner_available():
+        raise RuntimeError(f"the native pre-tokenizer is unavailable: {_scan_error}")
     data = text.encode("utf-8")
     ends = array("q", [0]) * (len(data) + 1)
     n = _scan_lib.pt_split(data, len(data), SCAN_PATTERNS[pattern_name], _address(ends), len(ends))

@@ -25,21 +25,24 @@ static inline int class_of_cp(uint32_t cp) {
     return CLASS_STAGE2[(uint32_t)CLASS_STAGE1[cp >> 8] * 256 + (cp & 255)];
 }
 
-/* code point at s[i] (i < n), its length in *len */
-static inline uint32_t decode(const uint8_t *s, int64_t i, int *len) {
+/* code point at s[i] (i < n), its length in *len; in invalid UTF-8 too, it never reads past s[n - 1] and
+ * returns a code point the class tables hold */
+static inline uint32_t decode(const uint8_t *s, int64_t i, int64_t n, int *len) {
     uint32_t b = s[i];
     if (b < 0x80) { *len = 1; return b; }
+    if (i + (b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4) > n) { *len = (int)(n - i); return 0xFFFD; }
     if (b < 0xE0) { *len = 2; return ((b & 0x1F) << 6) | (s[i + 1] & 0x3F); }
     if (b < 0xF0) { *len = 3; return ((b & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F); }
     *len = 4;
-    return ((b & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+    uint32_t cp = ((b & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) | ((s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+    return cp < 0x110000 ? cp : 0xFFFD; /* the class tables end at U+10FFFF */
 }
 
 /* class bits of the character at s[i] (CLASS_END at the end), its length in *len */
 static inline int class_at(const uint8_t *s, int64_t i, int64_t n, int *len) {
     if (i >= n) { *len = 0; return CLASS_END; }
     if (s[i] < 0x80) { *len = 1; return CLASS_STAGE2[s[i]]; } /* block 0 holds U+0000..U+00FF */
-    return class_of_cp(decode(s, i, len));
+    return class_of_cp(decode(s, i, n, len));
 }
 
 #define IS_OTHER(k) (((k) & (CLASS_L | CLASS_N | CLASS_W | CLASS_END)) == 0) /* [^\s\p{L}\p{N}] */
@@ -52,7 +55,7 @@ static inline int64_t run_of(const uint8_t *s, int64_t i, int64_t n, int bit) {
             if (!(CLASS_STAGE2[s[i]] & bit)) break;
             i++;
         } else {
-            if (!(class_of_cp(decode(s, i, &len)) & bit)) break;
+            if (!(class_of_cp(decode(s, i, n, &len)) & bit)) break;
             i += len;
         }
     }
@@ -89,10 +92,10 @@ static inline int64_t whitespace_end(const uint8_t *s, int64_t i, int64_t n, int
 static int64_t next_gpt4(const uint8_t *s, int64_t i, int64_t n) {
     int len0, len1, len2;
     if (s[i] == '\'' && i + 1 < n) {
-        int f1 = fold_letter(decode(s, i + 1, &len1));
+        int f1 = fold_letter(decode(s, i + 1, n, &len1));
         if (f1 == 's' || f1 == 'd' || f1 == 'm' || f1 == 't') return i + 1 + len1;
         if ((f1 == 'l' || f1 == 'v' || f1 == 'r') && i + 1 + len1 < n) {
-            int f2 = fold_letter(decode(s, i + 1 + len1, &len2));
+            int f2 = fold_letter(decode(s, i + 1 + len1, n, &len2));
             if ((f1 == 'l' && f2 == 'l') || (f1 != 'l' && f2 == 'e')) return i + 1 + len1 + len2;
         }
     }

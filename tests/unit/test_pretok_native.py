@@ -11,7 +11,7 @@ import unicodedata
 import pytest
 import regex
 
-from conftest import FINEWEB_150, HELLASWAG_VAL, TINY_SHAKESPEARE
+from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, TINY_SHAKESPEARE
 
 from gptlab.core.errors import UserError
 from gptlab.tokenizer import native
@@ -228,3 +228,31 @@ def test_train_tokenizer_hands_the_choice_to_pretokenize(monkeypatch):
                                       pretokenizer=choice, progress=False)
         assert trained.metadata["pretokenizer"] == seen[-1]
     assert seen == ["regex", "native"]
+
+
+INVALID_UTF8_CHILD = """
+import random, sys
+from gptlab.tokenizer import native
+rng = random.Random(5)
+docs = [b"\\xf0", b"a\\xe2", b"'\\xc5", b" \\xf4\\x8f", b"\\xe3\\x81", b"\\xfe\\xbf\\xbf\\xbf "]
+docs += [bytes(rng.randrange(256) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+counter = native.NativeCounter(sys.argv[1])
+counter.scan(docs)
+table = counter.into_dict()
+print(sum(len(key) * count for key, count in table.items()), sum(map(len, docs)), table[b"\\xf0"])
+"""
+
+
+@pytest.mark.parametrize("pattern_name", ["gpt4", "gpt2"])
+def test_scan_stays_inside_each_document_even_on_invalid_utf8(pattern_name):
+    """The scanner is fed str.encode() output, but bytes cut inside a character or past U+10FFFF must neither make
+    it read past a document nor stall it: every byte lands in exactly one pre-token of its own document. (In a
+    child process, so that a scanner stuck in a loop fails the test instead of hanging it.)"""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", INVALID_UTF8_CHILD, pattern_name], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr
+    covered, total, lone_lead = map(int, proc.stdout.split())
+    assert covered == total and lone_lead >= 1
