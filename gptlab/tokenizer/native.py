@@ -1,8 +1,13 @@
-"""The C merge loop (merge_loop.c): compiled on first use with the system C compiler, loaded with ctypes.
+"""The C parts of the trainer, compiled on first use with the system C compiler and loaded with ctypes:
 
-It implements exactly `trainer.train_merges_python` (tests compare the two on every corpus) and is the default
-CPU engine when a compiler is available; otherwise `available()` is False and the Python loop runs instead.
-The shared library is cached per source hash in $GPTLAB_CACHE (default ~/.cache/gptlab).
+- the merge loop (merge_loop.c): exactly `merges.train_merges_python` (tests compare the two on every corpus),
+  the default CPU engine when a compiler is available; otherwise `available()` is False and the Python loop runs;
+- the pre-tokenizer (pretok_scan.c): the gpt4/gpt2 patterns split exactly as `regex.findall` splits them and
+  counted in C (`NativeCounter`), with character classes generated from the installed `regex`
+  (unicode_classes.py); otherwise `scanner_available()` is False and pretokenize.py uses `regex`.
+
+Each shared library is cached per source hash (and, for the scanner, regex's version) in $GPTLAB_CACHE
+(default ~/.cache/gptlab).
 """
 import ctypes
 import hashlib

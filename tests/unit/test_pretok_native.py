@@ -256,3 +256,15 @@ def test_scan_stays_inside_each_document_even_on_invalid_utf8(pattern_name):
     assert proc.returncode == 0, proc.stderr
     covered, total, lone_lead = map(int, proc.stdout.split())
     assert covered == total and lone_lead >= 1
+
+
+def test_the_wheel_ships_every_c_source():
+    """native.py compiles the C files on first use, so an installed gptlab needs them: pyproject.toml's
+    package-data must list each one (tests/e2e/test_layout_e2e.py builds the wheel for merge_loop.c)."""
+    import glob
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        shipped = tomllib.load(f)["tool"]["setuptools"]["package-data"]["gptlab.tokenizer"]
+    sources = {os.path.basename(p) for p in glob.glob(os.path.join(REPO, "gptlab", "tokenizer", "*.c"))}
+    assert sources == {"merge_loop.c", "pretok_scan.c"} and sources <= set(shipped)
