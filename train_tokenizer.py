@@ -49,6 +49,9 @@ def parse_args(argv=None):
     ap.add_argument("--engine", choices=["auto", "native", "python", "torch"], default="auto",
                     help="merge loop: auto = native (C, built on first use) or else python on CPU, torch on "
                          "CUDA; all give identical merges")
+    ap.add_argument("--pretokenizer", choices=["auto", "native", "regex"], default="auto",
+                    help="splitter: auto = native (C scanner of the gpt4/gpt2 patterns, built on first use) or "
+                         "else regex, which any --pattern uses; both give identical merges")
     ap.add_argument("--workers", type=int, default=None,
                     help="pre-tokenization processes per rank (default: this rank's share of the cores)")
     ap.add_argument("--out", default="tokenizers", help="output folder")
@@ -73,7 +76,8 @@ def main(argv=None):
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
                               vocabsize=args.vocabsize, pattern=args.pattern, device=args.device, engine=args.engine,
-                              workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite)
+                              workers=args.workers, demo=args.demo, out_path=out_path, overwrite=args.overwrite,
+                              pretokenizer=args.pretokenizer)
     if trained.is_main:
         meta = trained.metadata
         print(f"wrote {out_path} ({args.vocabsize} tokens + {EOT}, {meta['chars_used']:,} characters, "

@@ -1,17 +1,24 @@
-"""Benchmark: our exact BPE trainer vs HuggingFace `tokenizers` on the same corpus and vocabulary, in one run.
+"""Benchmark: our exact BPE trainer vs HuggingFace `tokenizers` and rustbpe on the same corpus and vocabulary.
 
-    pip install tokenizers          # in requirements.txt (the tests run this comparison)
-    python bench/bench_tokenizer.py --mb 50 --vocab 32768
+    pip install tokenizers rustbpe  # tokenizers is in requirements.txt (the tests run it); rustbpe is optional
+    python bench/bench_tokenizer.py --mb 20 --vocab 8192 --repeats 3
     python bench/bench_tokenizer.py --corpus my.jsonl --vocab 8192
     python bench/bench_tokenizer.py --corpus big.jsonl --vocab 65534 --ours native:cpu torch:cuda   # GPU machine
 
 Each trainer runs as a whole subprocess (interpreter start-up and file reading included); we print wall time,
-peak resident memory of the child (ru_maxrss) and the ratio ours/HF. HF gets the same split regex
+peak resident memory of the child (ru_maxrss) and the ratios ours/HF and ours/rustbpe. With --repeats N the
+trainers run N times back to back (ours, rustbpe, HF) and each ratio is the median of the N pairs, which a
+machine loaded by others disturbs less than single runs. HF gets the same split regex
 (`Split(Regex(pattern), behavior="isolated")` then `ByteLevel(use_regex=False)`), the same 256-byte initial
-alphabet and the same vocabulary size (bytes + merges, no special tokens). The corpus is built reproducibly with
-../shared/bench/make_corpus.py when --corpus is not given.
+alphabet and the same vocabulary size (bytes + merges, no special tokens); rustbpe (nanochat's trainer) gets the
+pattern and the vocabulary size. The corpus is built reproducibly with ../shared/bench/make_corpus.py when
+--corpus is not given. Last, the pre-tokenizer alone, in this process: MB of UTF-8 per CPU second (one process,
+so per core) of pretokenize() with the native scanner and with regex, on the corpus and on English web text
+(../shared/data/fineweb_edu_*).
 """
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,9 +28,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from gptlab.core.cli import ArgumentParser  # noqa: E402
+from gptlab.core.errors import UserError  # noqa: E402
 from gptlab.tokenizer.format import PATTERNS  # noqa: E402
 
 MAKE_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "bench", "make_corpus.py")
+WEB_TEXT = [os.path.join(os.path.dirname(REPO), "shared", "data", name)
+            for name in ("fineweb_edu_stream_head1M.txt", "fineweb_edu_150docs.jsonl")]
 
 HF_SCRIPT = r"""
 import json, sys
@@ -45,6 +55,61 @@ print("hf vocab", tok.get_vocab_size())
 """
 
 
+RUST_SCRIPT = r"""
+import json, sys
+import rustbpe
+corpus, vocab, pattern = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def docs():
+    with open(corpus, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)["text"]
+tok = rustbpe.Tokenizer()
+tok.train_from_iterator(docs(), vocab, pattern=pattern)
+print("rustbpe vocab", tok.vocab_size)
+"""
+
+
+def read_documents(path):
+    """A .jsonl file's "text" fields, or a text file as one document."""
+    with open(path, encoding="utf-8") as f:
+        if path.endswith(".jsonl"):
+            return [json.loads(line)["text"] for line in f if line.strip()]
+        return [f.read()]
+
+
+def pretokenize_rate(docs, pattern, kind, repeats):
+    """MB of UTF-8 per CPU second of pretokenize() in this process (best of `repeats`)."""
+    from gptlab.tokenizer.pretokenize import pretokenize
+
+    size_mb = sum(len(d.encode("utf-8", "surrogatepass")) for d in docs) / 1e6
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        pretokenize(docs, pattern, workers=1, pretokenizer=kind)
+        best = min(best, time.process_time() - start)
+    return size_mb / max(best, 1e-9), size_mb
+
+
+def report_pretokenize(corpus, pattern_name):
+    from gptlab.tokenizer.format import PATTERNS
+    from gptlab.tokenizer.pretokenize import resolve_pretokenizer
+
+    kinds = ["regex"] + (["native"] if resolve_pretokenizer(PATTERNS[pattern_name]) == "native" else [])
+    texts = [("corpus", read_documents(corpus))]
+    if all(os.path.exists(p) for p in WEB_TEXT):
+        texts.append(("English web text (FineWeb-Edu samples)", [d for p in WEB_TEXT for d in read_documents(p)]))
+    for label, docs in texts:
+        rates = {}
+        for kind in kinds:
+            rates[kind], size_mb = pretokenize_rate(docs, PATTERNS[pattern_name], kind, 3 if kind == "native" else 1)
+            print(f"pre-tokenize {pattern_name} {kind:6s} {rates[kind]:7.1f} MB/s per core   "
+                  f"({label}, {size_mb:.1f} MB)")
+        if "native" in rates:
+            print(f"      native / regex speed: {rates['native'] / rates['regex']:.1f}x")
+    if "native" not in kinds:
+        print("      (native pre-tokenizer unavailable: regex only)")
+
+
 def run_child(cmd, env=None):
     """(wall seconds, peak RSS in MiB, stdout+stderr) of one child process."""
     start = time.perf_counter()
@@ -63,13 +128,19 @@ def main(argv=None):
     ap.add_argument("--mb", type=float, default=20, help="corpus size in MB when building one")
     ap.add_argument("--vocab", type=int, default=8192, help="vocabulary size (bytes + merges)")
     ap.add_argument("--corpus", help="an existing .jsonl corpus (field text) instead of building one")
-    ap.add_argument("--pattern", default="gpt4", help="gpt4 or gpt2")
+    ap.add_argument("--pattern", default="gpt4", choices=sorted(PATTERNS), help="the split pattern")
     ap.add_argument("--workers", type=int, default=None, help="our --workers (default: all cores)")
     ap.add_argument("--ours", nargs="+", default=["auto:cpu"], metavar="ENGINE:DEVICE",
                     help="our runs, each an --engine:--device pair (engines auto, native, python, torch; devices "
                          "cpu, cuda), e.g. native:cpu torch:cuda; every one is timed against the same HF run")
-    ap.add_argument("--skip-hf", action="store_true", help="time ours only")
+    ap.add_argument("--repeats", type=int, default=1, help="run the trainers this many times back to back; "
+                    "ratios are medians of the pairs")
+    ap.add_argument("--skip-hf", action="store_true", help="do not time HuggingFace tokenizers")
+    ap.add_argument("--skip-rustbpe", action="store_true", help="do not time rustbpe")
+    ap.add_argument("--skip-pretokenize", action="store_true", help="do not measure the pre-tokenizer alone")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {args.repeats}")
 
     with tempfile.TemporaryDirectory(prefix="bench_tok_") as tmp:
         corpus = args.corpus
@@ -79,31 +150,48 @@ def main(argv=None):
                                  check=True, capture_output=True, text=True).stdout.strip())
         size_mb = os.path.getsize(corpus) / 1e6
         env = dict(os.environ, PYTHONPATH=REPO)
-        ours = []
-        for spec in args.ours:
-            engine, _, device = spec.partition(":")
-            ours_cmd = [sys.executable, os.path.join(REPO, "train_tokenizer.py"), "--input", corpus,
-                        "--samples", str(10**12), "--vocabsize", str(args.vocab), "--pattern", args.pattern,
-                        "--engine", engine, "--device", device or "cpu", "--out", tmp, "--name", "bench",
-                        "--overwrite"]
-            if args.workers:
-                ours_cmd += ["--workers", str(args.workers)]
-            wall, rss, out = run_child(ours_cmd, env)
-            ours.append((spec, wall))
-            print(f"ours {spec}: {wall:7.2f} s  peak RSS {rss:7.0f} MiB   ({size_mb:.1f} MB file, vocab {args.vocab})")
-            print("      " + out.strip().splitlines()[-1])
-        if args.skip_hf:
-            return
-        import tokenizers  # optional (HF); without it, the repo's tokenizers/ folder imports as an empty namespace
+        others = {}  # name → (command, version)
+        if not args.skip_rustbpe:
+            try:
+                from importlib.metadata import PackageNotFoundError, version
+                others["rustbpe"] = ([sys.executable, "-c", RUST_SCRIPT, corpus, str(args.vocab),
+                                      PATTERNS[args.pattern]], f"rustbpe {version('rustbpe')}")
+            except PackageNotFoundError:
+                print("rustbpe: not installed (pip install rustbpe), skipped")
+        if not args.skip_hf:
+            import tokenizers  # optional (HF); without it, the repo's tokenizers/ folder imports as an empty namespace
 
-        if not hasattr(tokenizers, "Tokenizer"):
-            sys.exit("HuggingFace tokenizers is not installed: pip install tokenizers (benchmark only)")
-        hf_cmd = [sys.executable, "-c", HF_SCRIPT, corpus, str(args.vocab), PATTERNS[args.pattern],
-                  os.path.join(tmp, "hf.json")]
-        hf_wall, hf_rss, _ = run_child(hf_cmd, env)
-        print(f"HF:   {hf_wall:7.2f} s  peak RSS {hf_rss:7.0f} MiB   (tokenizers {tokenizers.__version__})")
-        for spec, wall in ours:
-            print(f"ratio ours {spec}/HF: {wall / hf_wall:.2f}")
+            if not hasattr(tokenizers, "Tokenizer"):
+                sys.exit("HuggingFace tokenizers is not installed: pip install tokenizers (benchmark only)")
+            others["HF"] = ([sys.executable, "-c", HF_SCRIPT, corpus, str(args.vocab), PATTERNS[args.pattern],
+                             os.path.join(tmp, "hf.json")], f"tokenizers {tokenizers.__version__}")
+        walls = {}  # name → wall time of each repeat
+        for _ in range(args.repeats):
+            for spec in args.ours:
+                engine, _, device = spec.partition(":")
+                ours_cmd = [sys.executable, os.path.join(REPO, "train_tokenizer.py"), "--input", corpus,
+                            "--samples", str(10**12), "--vocabsize", str(args.vocab), "--pattern", args.pattern,
+                            "--engine", engine, "--device", device or "cpu", "--out", tmp, "--name", "bench",
+                            "--overwrite"]
+                if args.workers:
+                    ours_cmd += ["--workers", str(args.workers)]
+                wall, rss, out = run_child(ours_cmd, env)
+                walls.setdefault(spec, []).append(wall)
+                print(f"ours {spec}: {wall:7.2f} s  peak RSS {rss:7.0f} MiB   ({size_mb:.1f} MB file, "
+                      f"vocab {args.vocab})")
+                print("      " + out.strip().splitlines()[-1])
+            for name, (cmd, version) in others.items():
+                wall, rss, _ = run_child(cmd, env)
+                walls.setdefault(name, []).append(wall)
+                print(f"{name + ':':9s}{wall:7.2f} s  peak RSS {rss:7.0f} MiB   ({version})")
+        for name in others:
+            for spec in args.ours:
+                ratios = [o / t for o, t in zip(walls[spec], walls[name])]
+                spread = (f"   (median of {len(ratios)} pairs: {min(ratios):.2f}-{max(ratios):.2f})"
+                          if len(ratios) > 1 else "")
+                print(f"ratio ours {spec}/{name}: {statistics.median(ratios):.2f}{spread}")
+        if not args.skip_pretokenize:  # last: what it reads would count in the children's peak RSS (fork)
+            report_pretokenize(corpus, args.pattern)
 
 
 if __name__ == "__main__":

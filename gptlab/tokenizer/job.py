@@ -36,7 +36,7 @@ from gptlab.tokenizer.demo import render
 from gptlab.tokenizer.format import EOT, MAX_VOCAB, ranks_sha256, resolve_pattern, save_tokenizer
 from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
 from gptlab.tokenizer.native import train_merges_native
-from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS, pretokenize
+from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS, native_pattern_name, pretokenize, resolve_pretokenizer
 
 DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,6 +105,16 @@ def choose_engine(device="auto", engine="auto"):
     if engine in ("python", "native") and device != "cpu":
         raise UserError(f"--engine {engine} runs on the CPU only; use --device cpu or --engine torch")
     return engine, device
+
+
+def choose_pretokenizer(pat_str, choice="auto", announce=True):
+    """"native" or "regex" for --pretokenizer `choice` (pretokenize.resolve_pretokenizer); auto falling back to
+    regex for a built-in pattern (no C compiler) is announced in a note."""
+    kind = resolve_pretokenizer(pat_str, choice)
+    if choice == "auto" and kind == "regex" and native_pattern_name(pat_str) is not None and announce:
+        print(f"note: the native pre-tokenizer is unavailable ({native.scanner_unavailable_reason()}); using the "
+              "slower regex splitter (identical results)", file=sys.stderr, flush=True)
+    return kind
 
 
 def choose_workers(requested, budget_chars, announce=True):
@@ -311,13 +321,14 @@ def on_rank0_for_all(store, key, action):
 
 def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", seed=0, pattern="gpt4",
                     device="auto", engine="auto", workers=None, demo=False, progress=True, out_path=None,
-                    overwrite=False):
+                    overwrite=False, pretokenizer="auto"):
     """Train on `samples` characters of `inputs` (local files/globs) or, without them, the Hub `dataset`.
 
     With out_path, before any work rank 0 refuses an existing file (unless overwrite) or an unwritable folder and
     locks the file against a second trainer; it saves there at the end. Under torchrun every rank calls this; all
     return the same TrainedTokenizer. progress: tqdm bars on rank 0; demo: rank 0 prints a sample coloured by
-    token during training."""
+    token during training. pretokenizer: auto, native (the C scanner, built-in patterns) or regex; all give the
+    same merges."""
     t0 = time.time()
     pattern_name, pat_str = check_settings(samples, vocabsize, workers, pattern)
     rank = int(os.environ.get("RANK", "0"))
@@ -325,6 +336,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
     is_main = rank == 0
     requested_device = device
     engine, device = choose_engine(device, engine)
+    pretokenizer = choose_pretokenizer(pat_str, pretokenizer, announce=is_main)
     workers = choose_workers(workers, rank_budget(samples, rank, world_size), announce=is_main)
     num_merges = vocabsize - 256
 
@@ -344,8 +356,9 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
             bar = _bar(is_main and progress, desc=f"pre-tokenize (rank 0 of {world_size}, {workers} workers)",
                        unit="char")
             try:
-                table, chars, n_docs = pretokenize(docs, pat_str, workers=workers, progress=(
-                    _read_rate_updater(bar, stats) if bar is not None else None))
+                update = _read_rate_updater(bar, stats) if bar is not None else None
+                table, chars, n_docs = pretokenize(docs, pat_str, workers=workers, pretokenizer=pretokenizer,
+                                                   progress=update)
             finally:
                 if bar is not None:
                     bar.close()
@@ -388,7 +401,7 @@ def train_tokenizer(*, samples, vocabsize, inputs=None, dataset="fineweb-edu", s
                 "vocabsize": vocabsize, "samples_requested": samples, "chars_used": total_chars,
                 "docs": total_docs, "replaced_docs": replaced_docs, "source": source,
                 "pattern_name": pattern_name, "wall_time_s": round(time.time() - t0, 3), "device": device,
-                "engine": engine, "world_size": world_size, "workers_per_rank": workers,
+                "engine": engine, "pretokenizer": pretokenizer, "world_size": world_size, "workers_per_rank": workers,
                 "versions": library_versions(engine == "torch" or world_size > 1),
                 "merge_counts": result.counts,
             }
