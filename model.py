@@ -12,9 +12,12 @@ The interface the tools use (keep it when you edit; add what you like around it)
     model.predict(tokens, eot, windows=None)   logits of a row of any length (evaluations, export checks)
     KVCache(model, eot), cache.forward(tokens) generation, one token at a time
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)   MFU in the training log
+    model.fp8_head = True                      training forwards run the LM head's matmul in FP8 (--fp8_head)
+    model.store_embeddings_in(dtype)           embeddings held in bfloat16 under bfloat16 training
 
-On CUDA attention is FlexAttention with a document-causal sliding-window block mask; on CPU the very same mask
-function is evaluated densely and fed to scaled_dot_product_attention, so the same model runs anywhere.
+On CUDA attention is FlexAttention with a document-causal sliding-window block mask, built from per-block
+document bounds; on CPU the very same mask function is evaluated densely and fed to scaled_dot_product_attention,
+so the same model runs anywhere.
 """
 import functools
 import math
@@ -24,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 BLOCK_SIZE = 128  # FlexAttention's block size: every sequence length is a multiple of it, on every device
 SEQ_MULTIPLE = BLOCK_SIZE
@@ -32,6 +35,7 @@ SEQ_MULTIPLE = BLOCK_SIZE
 # scaled so the largest logit (q = k: head_dim x scale = 15.36) is the same at any head_dim
 ATTN_SCALE_AT_128 = 0.12
 LOSS_CHUNK_ELEMENTS = 2**26  # eager loss: logits of at most this many elements alive (256 MiB in fp32)
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2  # FP8 head: operands in e4m3, gradients in e5m2 (more range)
 
 
 @dataclass
@@ -96,6 +100,64 @@ class CastedLinear(nn.Linear):
             else:
                 bound = math.sqrt(3) * 0.5 * in_features ** -0.5
                 self.weight.uniform_(-bound, bound)
+
+
+def fp8_scale(t, fp8_dtype):
+    """Per-tensor scale of t for fp8_dtype: the power of two bringing max |t| to at most the format's largest value
+    (448 for e4m3, 57344 for e5m2). Dividing by a power of two is exact, so t / scale rounds once, in the cast; and
+    no scale is fixed in advance, so it fits any loss normalisation (train_gpt.py divides by the global batch: a
+    fixed gradient scale such as modded-nanogpt's 1/448 would flush our gradients to zero)."""
+    # an all-zero tensor (the zero-initialised head, its first gradient) still gets a finite scale
+    amax = t.detach().abs().amax().float().clamp(min=2.0 ** -100)
+    return torch.exp2(torch.ceil(torch.log2(amax / torch.finfo(fp8_dtype).max)))
+
+
+def to_fp8(t, scale, fp8_dtype):
+    """t / scale in fp8_dtype, rounded to nearest (ties to even), row-major."""
+    return (t.float() / scale).to(fp8_dtype).contiguous()
+
+
+def scaled_mm(a, b, scale_a, scale_b, out_dtype, fast_accum=False):
+    """(a x scale_a) @ (b x scale_b) in out_dtype for FP8 a (M, K) row-major and b (K, N) column-major:
+    torch._scaled_mm on CUDA (FP8 tensor cores, float32 accumulation); elsewhere the reference it computes: both
+    dequantised (exactly) and multiplied in float32."""
+    if a.is_cuda:
+        return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    return ((a.float() * scale_a) @ (b.float() * scale_b)).to(out_dtype)
+
+
+class _FP8Matmul(torch.autograd.Function):
+    """x (N, K) @ w (M, K).T with x and w in float8_e4m3fn and the output's gradient in float8_e5m2, each with its
+    own scale (fp8_scale); the backward multiplies the quantised tensors, straight through the rounding (FP8 head
+    of modded-nanogpt by @YouJiacheng, 2025). Output and x's gradient in bfloat16, w's in float32."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        x_scale, w_scale = fp8_scale(x, E4M3), fp8_scale(w, E4M3)
+        x8, w8 = to_fp8(x, x_scale, E4M3), to_fp8(w, w_scale, E4M3)
+        ctx.save_for_backward(x8, w8, x_scale, w_scale)
+        ctx.dtypes = x.dtype, w.dtype
+        return scaled_mm(x8, w8.t(), x_scale, w_scale, torch.bfloat16, fast_accum=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x8, w8, x_scale, w_scale = ctx.saved_tensors
+        g_scale = fp8_scale(grad, E5M2)
+        g8 = to_fp8(grad, g_scale, E5M2)
+        grad_x = scaled_mm(g8, w8.t().contiguous().t(), g_scale, w_scale, torch.bfloat16)
+        # (K, N) @ (N, M), transposed back: modded-nanogpt found it faster than grad.T @ x at the GPT-2 head's shape
+        grad_w = scaled_mm(x8.t().contiguous(), g8.t().contiguous().t(), x_scale, g_scale, torch.float32).t()
+        return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1])
+
+
+def fp8_linear(x, w):
+    """x (..., K) @ w (M, K).T through FP8 (_FP8Matmul): bfloat16 (..., M). K and M multiples of 16."""
+    return _FP8Matmul.apply(x.reshape(-1, x.size(-1)), w).view(*x.shape[:-1], w.size(0))
+
+
+def _float32_weight(module, state_dict, prefix, local_metadata):
+    # state_dict post-hook of embeddings held in bfloat16 (GPT.store_embeddings_in): checkpoints keep float32
+    state_dict[prefix + "weight"] = state_dict[prefix + "weight"].float()
 
 
 class Rotary(nn.Module):
@@ -244,9 +306,13 @@ class GPT(nn.Module):
         Generation: cache (a KVCache) holds the earlier tokens; idx holds the next ones, masks is None."""
         # the residual stream in the autocast dtype (bf16 on GPUs) from the embeddings on, as modded-nanogpt casts
         # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
-        dtype = torch.get_autocast_dtype(idx.device.type) if torch.is_autocast_enabled(idx.device.type) else None
+        # (without autocast: the weights' dtype); embeddings held in bfloat16 are normed in the weights' dtype, as
+        # CUDA autocast's rms_norm does anyway
+        weights = self.lm_head.weight.dtype
+        autocast = torch.is_autocast_enabled(idx.device.type)
+        dtype = torch.get_autocast_dtype(idx.device.type) if autocast else weights
         ve = [emb(idx).to(dtype) for emb in self.value_embeds]
-        x = x0 = norm(self.embed(idx)).to(dtype)
+        x = x0 = norm(self.embed(idx).to(weights)).to(dtype)
         skips = []
         first_decoder = self.num_layers - self.num_skips
         for i, block in enumerate(self.blocks):
@@ -261,9 +327,25 @@ class GPT(nn.Module):
             return self.logits(x)
         return self.cross_entropy_sum(x, targets)
 
+    # train_gpt.py's --fp8_head sets it: training forwards then run the LM head's matmul in FP8 (fp8_linear), as
+    # modded-nanogpt's record #26 does; evaluation and generation keep the plain head
+    fp8_head = False
+
+    def store_embeddings_in(self, dtype):
+        """Hold the token and value embeddings in dtype: train_gpt.py passes bfloat16 under bfloat16 training, as
+        modded-nanogpt stores its embeddings (half their memory, their lookups' bytes and their Adam state). A
+        checkpoint still holds them in float32 (state_dict casts them up, exactly), so every tool loads it as
+        before."""
+        for emb in (self.embed, *self.value_embeds):
+            emb.to(dtype)
+            emb.register_state_dict_post_hook(_float32_weight)
+
     def logits(self, x):
         """Final hidden states (..., dim) → soft-capped float32 logits (..., padded_vocab)."""
-        logits = self.lm_head(x).float()
+        if self.fp8_head and self.training:
+            logits = fp8_linear(x, self.lm_head.weight).float()
+        else:
+            logits = self.lm_head(x).float()
         # logit soft-cap 30*sigmoid(z/(7.5*sqrt(d))) (modded-nanogpt 2025; earlier a Gemma-2-style 30*tanh(z/30))
         return 30 * torch.sigmoid(logits / (7.5 * x.size(-1) ** 0.5))
 
@@ -276,6 +358,8 @@ class GPT(nn.Module):
         most LOSS_CHUNK_ELEMENTS) are alive instead of ~5 tensors of tokens x vocab."""
         x, targets = x.flatten(0, 1), targets.flatten()
         rows = max(1, LOSS_CHUNK_ELEMENTS // self.padded_vocab)
+        if self.fp8_head and self.training:  # the FP8 weight gradient sums over the rows: _scaled_mm wants 16k
+            rows = max(16, rows // 16 * 16)
         if torch.compiler.is_compiling() or x.size(0) <= rows:
             return self._cross_entropy_sum(x, targets)
         total = 0
@@ -335,28 +419,63 @@ def dense_mask(mask_mod, B, T, device):
     return mask_mod(b, torch.zeros((), dtype=torch.long, device=device), q, kv)
 
 
-@functools.cache
-def _compiled_create_block_mask():
-    """create_block_mask compiled once (the eager version materialises (B, T, T) int64 intermediates on the GPU).
-    It compiles once per batch shape: the window and the documents live in tensors the mask_mod closes over."""
-    return torch.compile(create_block_mask, dynamic=False)
+def document_block_masks(docs):
+    """Which 128-token key blocks each query block of docs (B, T) (document index of every position) attends to
+    under the document-causal rule, from each block's first and last document index alone: (B, n, n) bool
+    matrices (partial, full) over n = T/128 blocks. Full: every (query, key) pair allowed; partial: some. So the
+    masks cost (T/128)^2 cells, not the T^2 points create_block_mask evaluates the mask function at (modded-nanogpt
+    builds its block masks so, by @YouJiacheng, 2025)."""
+    B, T = docs.shape
+    n = T // BLOCK_SIZE
+    blocks = docs.view(B, n, BLOCK_SIZE)
+    first, last = blocks[..., 0], blocks[..., -1]  # document indices never decrease along a row
+    q = torch.arange(n, device=docs.device).view(n, 1)
+    kv = torch.arange(n, device=docs.device).view(1, n)
+    # a key block at or before the query block shares a document with it iff the key block's last document is
+    # the query block's first (the diagonal always does), and every pair does iff both blocks lie in one document
+    # (the diagonal never: its upper triangle is in the future)
+    full = (kv < q) & (last[:, :, None] == first[:, None, :])
+    partial = (kv <= q) & (first[:, :, None] <= last[:, None, :]) & ~full
+    return partial, full
+
+
+def _nearest_first(allowed):
+    """A (B, n, n) bool block matrix as FlexAttention's (counts (B, 1, n) int32, indices (B, 1, n, n) int32) with
+    each query block's allowed key blocks first, nearest first: the first k are then the k nearest, so a sliding
+    window is a clamp of the counts."""
+    kv = torch.arange(allowed.size(-1), dtype=torch.int32, device=allowed.device)
+    indices = torch.where(allowed, kv, -1).sort(dim=-1, descending=True).values.clamp_(min=0)
+    return allowed.sum(dim=-1, dtype=torch.int32)[:, None], indices[:, None]
+
+
+def window_block_mask(partial, full, window_blocks, mask_mod):
+    """The BlockMask of a window of window_blocks blocks from _nearest_first's (counts, indices) of the partial and
+    full blocks. A query block sees the key blocks fewer than window_blocks back: its nearest full ones (at most
+    window_blocks - 1, all before the diagonal), and its partial ones, nearest first: the diagonal, always, and the
+    block where its document starts when that is still inside the window."""
+    (partial_num, partial_idx), (full_num, full_idx) = partial, full
+    return BlockMask.from_kv_blocks(torch.minimum(partial_num, (window_blocks - full_num).clamp(min=1)), partial_idx,
+                                    full_num.clamp(max=window_blocks - 1), full_idx, BLOCK_SIZE=BLOCK_SIZE,
+                                    mask_mod=mask_mod)
 
 
 def build_attention_masks(idx, eot_id, long_blocks, short_blocks, use_flex):
     """Document-causal sliding-window masks for a batch idx (B, T) whose documents start at <|endoftext|>.
 
-    Returns {"long": mask, "short": mask}: BlockMasks for FlexAttention, or dense bool masks for SDPA."""
+    Returns {"long": mask, "short": mask}: BlockMasks for FlexAttention (both windows from one block structure,
+    document_block_masks), or dense bool masks for SDPA."""
     B, T = idx.shape
     if T % BLOCK_SIZE:
         raise ValueError(f"sequence length {T} is not a multiple of {BLOCK_SIZE} (FlexAttention's block size)")
     docs = (idx == eot_id).cumsum(dim=1)  # (B, T): each <|endoftext|> starts a new document (the real id, not 50256)
+    if use_flex:
+        partial, full = (_nearest_first(blocks) for blocks in document_block_masks(docs))
     masks = {}
     for name, blocks in (("long", long_blocks), ("short", short_blocks)):
         # a fill, not torch.tensor(blocks, device=...): copying a host value to the GPU would stall its queue
         mask_mod = document_window_mask_mod(docs, torch.full((), blocks, dtype=torch.long, device=idx.device))
-        if use_flex:  # partial vs full blocks are found by create_block_mask itself from the mask_mod
-            make = _compiled_create_block_mask() if idx.device.type == "cuda" else create_block_mask
-            masks[name] = make(mask_mod, B, None, T, T, device=idx.device)
+        if use_flex:  # mask_mod runs in the partial blocks only, where the window holds for every pair
+            masks[name] = window_block_mask(partial, full, blocks, mask_mod)
         else:
             masks[name] = dense_mask(mask_mod, B, T, idx.device)
     return masks

@@ -71,10 +71,11 @@ PRESETS = {
                         hellaswag_every=2000),
     # modded-nanogpt record #26's recipe on this code: 12 x 768, 6 heads of 128, 3 value embeddings, 48K-token
     # rows, 393,216 tokens per step, 1,750 steps, cooldown 0.45, windows up to 1,792 (its learning rates are the
-    # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows)
+    # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows); its FP8 head
+    # where the GPU has FP8 (auto)
     "record26": dict(num_layers=12, num_heads=6, model_dim=768, num_val_emb=3, train_seq_len=49152,
                      val_seq_len=49152, batch_size=393216, train_steps=1750, cooldown_frac=0.45, window_size=1792,
-                     val_loss_every=125, val_steps=27, val_batch_size=393216),
+                     val_loss_every=125, val_steps=27, val_batch_size=393216, fp8_head="auto"),
 }
 
 
@@ -134,6 +135,9 @@ def build_parser():
                    help="torch.compile (default: on CUDA only)")
     g.add_argument("--attention", default="auto", choices=["auto", "flex", "sdpa"],
                    help="auto: FlexAttention on CUDA, dense SDPA with the same mask on CPU")
+    g.add_argument("--fp8_head", action=argparse.BooleanOptionalAction, default=False,
+                   help="the LM head's matmul in FP8 while training (CUDA compute capability >= 8.9; --preset "
+                   "record26: on where the GPU has it)")
     add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
     #                   --dry_run, --trust_model_code
     return p
@@ -484,6 +488,9 @@ def train(args, ctx, ckpt=None):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = module.GPT(module.GPTConfig(**model_config)).to(device)
+    if cfg.dtype == "bfloat16" and hasattr(model, "store_embeddings_in"):  # (an older model.py keeps its own)
+        model.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
+    model.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source
     optimizers = build_optimizers(model, ctx.rank, ctx.world_size)
     adam, muon = optimizers
     if ckpt is not None:

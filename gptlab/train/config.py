@@ -109,7 +109,37 @@ def resolve_config(args, world_size, device, model_module):
     if cfg.attention == "flex" and device.type != "cuda":
         raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
                         "--attention sdpa (the same mask, evaluated densely) or auto")
+    cfg.fp8_head = resolve_fp8_head(getattr(cfg, "fp8_head", False), device, model_module, cfg.model_dim)
     return cfg
+
+
+def fp8_supported(device, capability=None):
+    """Whether device multiplies in FP8 (torch._scaled_mm): CUDA of compute capability 8.9 (Ada) or later
+    (Hopper, Blackwell). capability (major, minor) is read from the device unless given."""
+    if device.type != "cuda":
+        return False
+    return tuple(capability or torch.cuda.get_device_capability(device)) >= (8, 9)
+
+
+def resolve_fp8_head(requested, device, model_module, model_dim, capability=None):
+    """--fp8_head: "auto" (the record26 preset) is on where the device supports FP8 and the model has an FP8
+    head that fits; on, it must be supported, else one UserError naming the fix."""
+    has_head = hasattr(model_module.GPT, "fp8_head")
+    if requested == "auto":
+        return has_head and model_dim % 16 == 0 and fp8_supported(device, capability)
+    if not requested:
+        return False
+    if not fp8_supported(device, capability):
+        where = ("a CPU" if device.type != "cuda" else f"{device} has compute capability "
+                 + ".".join(map(str, capability or torch.cuda.get_device_capability(device))))
+        raise UserError(f"--fp8_head needs a CUDA GPU of compute capability 8.9 or later (FP8 matmuls: Ada, Hopper "
+                        f"and later); this is {where}: pass --no-fp8_head")
+    if not has_head:
+        raise UserError("--fp8_head: this model.py (the checkpoint's) has no FP8 head; pass --no-fp8_head")
+    if model_dim % 16:  # torch._scaled_mm multiplies in tiles of 16 along the model's width
+        raise UserError(f"--fp8_head needs --model_dim a multiple of 16 (FP8 matmul tiles), got {model_dim}; "
+                        "change --model_dim or pass --no-fp8_head")
+    return True
 
 
 # flags that may differ between ranks: paths (node-local copies: what they hold is compared instead, below) and what

@@ -3,9 +3,11 @@
     GPTLAB_SHARED_DATA=/path/to/shared/data python -m pytest -q tests/e2e/test_gpu.py     # on a GPU machine
 
 They check what the CPU tests cannot: the torch BPE engine on the GPU gives the CPU engines' merges, FlexAttention
-(compiled, with backward) computes what the dense SDPA path computes, and a whole train_gpt.py run with the GPU
-recipe (torch.compile, FlexAttention block masks, bfloat16 autocast, --device_batch_size auto) trains and records
-GPU memory.
+(compiled, with backward) computes what the dense SDPA path computes, the block masks built on the GPU are
+create_block_mask's, the FP8 head's torch._scaled_mm is its CPU reference (and the capability rule is what the GPU
+runs), and whole train_gpt.py runs with the GPU recipe (torch.compile, FlexAttention block masks, bfloat16 autocast
+with bfloat16 embeddings, --device_batch_size auto, --fp8_head where the GPU has FP8) train, record GPU memory and
+leave checkpoints that load on a CPU.
 """
 import json
 import os
@@ -115,3 +117,106 @@ def test_torch_adam_steps_without_a_host_sync():
             adam.step()
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+def _fp8_capable():
+    return torch.cuda.get_device_capability() >= (8, 9)
+
+
+def _block_matrix(num, indices):
+    """FlexAttention's (counts, indices) as (..., n, n) int counts of each listed block (2: listed twice)."""
+    n = indices.size(-1)
+    listed = torch.arange(n, device=indices.device) < num[..., None]
+    out = torch.zeros(*indices.shape[:-1], n + 1, dtype=torch.int32, device=indices.device)
+    out.scatter_add_(-1, torch.where(listed, indices.long(), n), listed.int())
+    return out[..., :n]
+
+
+def test_block_masks_built_on_cuda_list_the_blocks_create_block_mask_finds_point_by_point():
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    device = torch.device("cuda")
+    generator = torch.Generator().manual_seed(0)
+    B, T, eot = 2, 4096, 999
+    idx = torch.randint(0, eot, (B, T), generator=generator)
+    idx[torch.rand(B, T, generator=generator) < 0.002] = eot
+    idx[1, ::384] = eot
+    idx = idx.to(device)
+    docs = (idx == eot).cumsum(dim=1)
+    for long_blocks in (1, 3, 14, 40):
+        short_blocks = max(1, long_blocks // 2)
+        ours = arch.build_attention_masks(idx, eot, long_blocks, short_blocks, use_flex=True)
+        for name, window in (("long", long_blocks), ("short", short_blocks)):
+            reference = create_block_mask(arch.document_window_mask_mod(docs, torch.tensor(window, device=device)),
+                                          B, None, T, T, device=device)
+            for kind in ("kv", "full_kv", "q", "full_q"):
+                got = _block_matrix(getattr(ours[name], f"{kind}_num_blocks"), getattr(ours[name], f"{kind}_indices"))
+                want = _block_matrix(getattr(reference, f"{kind}_num_blocks"),
+                                     getattr(reference, f"{kind}_indices"))
+                assert torch.equal(got, want), (name, window, kind)
+
+
+def test_the_fp8_decision_matches_what_the_gpu_runs():
+    from gptlab.train.config import fp8_supported
+
+    device = torch.device("cuda")
+    a = torch.ones(16, 16, device=device).to(torch.float8_e4m3fn)
+    one = torch.ones((), device=device)
+    try:
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        runs = True
+    except RuntimeError:
+        runs = False
+    assert fp8_supported(device) is runs is _fp8_capable()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not _fp8_capable(), reason="needs CUDA capability >= 8.9")
+def test_fp8_head_on_cuda_is_the_cpu_reference_product():
+    """The quantisation is the same rounding on both devices (exactly); torch._scaled_mm's products (fast
+    accumulation forward) are the dequantised float32 products up to accumulation order and bfloat16 output."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 768)
+    w = torch.randn(1024, 768) * 0.05
+    g = (torch.randn(512, 1024) * 1e-6).bfloat16()  # a gradient divided by a large batch, as in training
+    for t, dtype in ((x, arch.E4M3), (w, arch.E4M3), (g, arch.E5M2)):
+        on_gpu = arch.to_fp8(t.cuda(), arch.fp8_scale(t.cuda(), dtype), dtype).cpu().float()
+        assert torch.equal(on_gpu, arch.to_fp8(t, arch.fp8_scale(t, dtype), dtype).float())
+    results = {}
+    for name, fn in (("cpu", arch.fp8_linear), ("cuda", arch.fp8_linear),
+                     ("compiled", torch.compile(arch.fp8_linear, dynamic=False))):
+        device = "cpu" if name == "cpu" else "cuda"
+        xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+        out = fn(xd, wd)
+        out.backward(g.to(device))
+        results[name] = [out.cpu(), xd.grad.cpu(), wd.grad.cpu()]
+    for name in ("cuda", "compiled"):
+        for got, want in zip(results[name], results["cpu"]):
+            assert got.dtype == want.dtype
+            assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item())
+
+
+def test_train_gpt_gpu_run_with_fp8_head_and_bf16_embeddings_gives_a_checkpoint_that_loads_on_cpu(tmp_path):
+    """The GPU recipe with --fp8_head where the GPU has FP8: it trains, its embeddings were bfloat16 (the
+    checkpoint's float32 values are bfloat16 values) and the checkpoint samples on the CPU."""
+    from gptlab.train import model_source, records
+    from helpers.tiny_data import make_dataset
+
+    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
+    args = ["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
+            tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads", "4",
+            "--num_layers", "4", "--batch_size", "8192", "--train_steps", "30", "--val_loss_every", "15",
+            "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0", "--experiments_dir",
+            str(tmp_path / "exp"), "--sample_tokens", "8", "--device", "cuda", "--model_name", "fp8", "--save_model"]
+    run_script(args + (["--fp8_head"] if _fp8_capable() else []), check=True, timeout=1200)
+    (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
+    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
+        assert json.load(f)["fp8_head"] is _fp8_capable()
+    rows = records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
+    val = [r["val_loss"] for r in rows if r["val_loss"] is not None]
+    assert len(val) == 3 and val[-1] < val[0] - 0.5
+    (path,) = [os.path.join(run_dir, records.CHECKPOINT_DIR, f)
+               for f in os.listdir(os.path.join(run_dir, records.CHECKPOINT_DIR))]
+    model, _, ckpt = model_source.load_model(path, "cpu")
+    embed = ckpt["model"]["embed.weight"]
+    assert embed.dtype == torch.float32 and torch.equal(embed, embed.bfloat16().float())
+    assert torch.isfinite(model.predict(torch.randint(0, 200, (1, 50)), eot=0)).all()
