@@ -243,7 +243,7 @@ class GradientSync:
     when everything before it is ready, as DistributedDataParallel does with its buckets. Under torch.compile the
     whole backward is one graph and the hooks fire when it ends: no overlap then, but the same result."""
 
-    SMALL_NUMEL = 1 << 15  # all-reduced tensors below this share one flat bucket (the scalars: lambdas, skip weights)
+    SMALL_NUMEL = 1 << 15  # all-reduced tensors below this share a flat bucket per dtype (scalars: lambdas, skips)
 
     def __init__(self, model, optimizers, world_size):
         self.world_size = world_size
@@ -263,8 +263,11 @@ class GradientSync:
                              + ("; " if twice and missing else "") + (f"in two: {', '.join(twice)}" if twice else "")
                              + "; fix build_optimizers in train_gpt.py")
         position = {p: i for i, p in enumerate(model.parameters())}
-        small = [p for p in reduced if p.numel() < self.SMALL_NUMEL]
-        self.buckets = [[p] for p in reduced if p.numel() >= self.SMALL_NUMEL] + ([small] if small else [])
+        small = {}  # dtype → its small tensors: one flat buffer each (a bf16 buffer would sum fp32 gradients in bf16)
+        for p in reduced:
+            if p.numel() < self.SMALL_NUMEL:
+                small.setdefault(p.dtype, []).append(p)
+        self.buckets = [[p] for p in reduced if p.numel() >= self.SMALL_NUMEL] + list(small.values())
         units = [(max(position[p] for p in bucket), "bucket", b, None) for b, bucket in enumerate(self.buckets)]
         units += [(min(position[p] for p, _ in chunk), "chunk", c, shards)
                   for shards in sharded for c, chunk in enumerate(shards.chunks)]
