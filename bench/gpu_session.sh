@@ -2,13 +2,16 @@
 # The GPU measurements the README asks for, on a machine with one CUDA GPU and the CUDA build of torch.
 #
 #   bash bench/gpu_session.sh tests       # tests/e2e/test_gpu.py (CUDA paths) + the BPE exactness tests
-#   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), eager and compiled: MFU
+#   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), compiled: MFU, compiles
+#   bash bench/gpu_session.sh train-eager # the same, eager (a separate command: each stays within STEP_LIMIT_S)
 #   bash bench/gpu_session.sh tokenizer   # >= 1 GB corpus, vocab 65534: ours (C loop on CPU, torch loop on the GPU)
 #                                         # vs HuggingFace tokenizers on all cores, in one run
 #   bash bench/gpu_session.sh anchor      # bench_anchor.py: modded-nanogpt record #26 (8-GPU assert lifted in a
 #                                         # temporary copy) vs train_gpt.py --preset record26: tokens/s, MFU, ratio
 #
-# Results go to $OUT (default bench/out/, git-ignored). The tests read the shared data from $GPTLAB_SHARED_DATA
+# Each step runs under `timeout ${STEP_LIMIT_S:-540}` (9 minutes: the device tool stops a command at 10), so a slow
+# compile or corpus ends the step with what it printed instead of losing the machine. It uses the python3 (and the
+# torch >= 2.11) already installed: nothing is downloaded. Results go to $OUT (default bench/out/, git-ignored). The tests read the shared data from $GPTLAB_SHARED_DATA
 # (default ../shared/data, else .device/shared_data: copy ../shared/data there when the machine gets only the repo).
 # MB (default 1200) sets the tokenizer corpus size; ROOTS the folders it is built from (see make_large_corpus.py).
 # anchor: ANCHOR is the anchor's train_gpt.py (default ../shared/anchors/modded-nanogpt-345b2fb9/, else
@@ -24,6 +27,9 @@ if [ -z "${GPTLAB_SHARED_DATA:-}" ]; then
 fi
 export GPTLAB_SHARED_DATA
 PY=${PYTHON:-python3}
+LIMIT=(timeout "${STEP_LIMIT_S:-540}")
+"$PY" -c "import sys, torch; v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]);
+sys.exit(0 if v >= (2, 11) else 'torch ' + torch.__version__ + ' is older than 2.11: install a newer CUDA build')"
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 else
@@ -33,25 +39,29 @@ fi
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee -a "$OUT/gpu.txt"
 case "${1:-}" in
   tests)
-    "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py tests/unit/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
-  train)
-    "$PY" bench/bench_train.py --out "$OUT/bench_train.json" 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_train.txt" ;;
+    "${LIMIT[@]}" "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py tests/unit/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
+  train)  # its line ends with "graphs compiled N": probe, training and the model-alone pass should share 1
+    "${LIMIT[@]}" "$PY" bench/bench_train.py --compile on --out "$OUT/bench_train.json" 2>&1 | grep -v "^W[0-9]" \
+      | tee "$OUT/bench_train.txt" ;;
+  train-eager)
+    "${LIMIT[@]}" "$PY" bench/bench_train.py --compile off --out "$OUT/bench_train_eager.json" 2>&1 \
+      | grep -v "^W[0-9]" | tee "$OUT/bench_train_eager.txt" ;;
   tokenizer)
     corpus=${CORPUS:-/tmp/gptlab_corpus_${MB:-1200}mb.jsonl}
     if [ ! -f "$corpus" ]; then
       # shellcheck disable=SC2086
-      "$PY" bench/make_large_corpus.py --mb "${MB:-1200}" --out "$corpus" ${ROOTS:+--roots $ROOTS} | tee "$OUT/corpus.txt"
+      "${LIMIT[@]}" "$PY" bench/make_large_corpus.py --mb "${MB:-1200}" --out "$corpus" ${ROOTS:+--roots $ROOTS} | tee "$OUT/corpus.txt"
     fi
-    "$PY" bench/bench_tokenizer.py --corpus "$corpus" --vocab 65534 --ours native:cpu torch:cuda 2>&1 \
+    "${LIMIT[@]}" "$PY" bench/bench_tokenizer.py --corpus "$corpus" --vocab 65534 --ours native:cpu torch:cuda 2>&1 \
       | tee "$OUT/bench_tokenizer.txt" ;;
   anchor)
     anchor=${ANCHOR:-../shared/anchors/modded-nanogpt-345b2fb9/train_gpt.py}
     [ -f "$anchor" ] || anchor=.device/anchors/modded-nanogpt-345b2fb9/train_gpt.py
     work=${ANCHOR_WORK:-/tmp/gptlab_bench_anchor}
     # shellcheck disable=SC2046
-    "$PY" bench/bench_anchor.py --anchor "$anchor" --out "$work" --steps "${STEPS:-128}" \
+    "${LIMIT[@]}" "$PY" bench/bench_anchor.py --anchor "$anchor" --out "$work" --steps "${STEPS:-128}" \
       $([ "${MATCHED:-0}" = 1 ] && echo --step_matched) 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_anchor.txt"
     cp "$work/bench_anchor.json" "$OUT/bench_anchor.json" ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|train|tokenizer|anchor" >&2; exit 2 ;;
+    echo "usage: bash bench/gpu_session.sh tests|train|train-eager|tokenizer|anchor" >&2; exit 2 ;;
 esac

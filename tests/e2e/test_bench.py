@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import SHARED_DATA, run_script
+from conftest import REPO, SHARED_DATA, run_script
 
 
 def test_bench_tokenizer_times_several_of_our_engines_on_one_corpus(tmp_path):
@@ -213,3 +213,18 @@ def test_bench_anchor_stops_the_anchor_once_its_log_shows_the_step(tmp_path):
     assert run["stopped"] and time.perf_counter() - t0 < 30
     assert 40 in run["log"]["train"] and ba.anchor_speed(run["log"], 8, 40) == (32, 3.2)
     assert run["log_path"].startswith(str(tmp_path / "logs"))
+
+
+def test_gpu_session_steps_stop_within_their_limit_and_name_the_steps(tmp_path):
+    """bench/gpu_session.sh on this CPU machine: an unknown step prints the usage (exit 2); every step runs under
+    `timeout STEP_LIMIT_S`, so a 1-second limit stops the tests step with timeout's status 124 instead of running
+    on (the device tool would stop a command past 10 minutes and lose its output)."""
+    import subprocess
+
+    env = dict(os.environ, OUT=str(tmp_path))
+    bad = subprocess.run(["bash", "bench/gpu_session.sh", "nope"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "usage: bash bench/gpu_session.sh tests|train|train-eager|tokenizer|anchor" in bad.stderr
+    cut = subprocess.run(["bash", "bench/gpu_session.sh", "tests"], cwd=REPO, env=dict(env, STEP_LIMIT_S="1"),
+                         capture_output=True, text=True, timeout=120)
+    assert cut.returncode == 124, (cut.returncode, cut.stderr[-500:])
