@@ -2,6 +2,8 @@
 import signal
 import sys
 
+from gptlab.core.progress import library_bars_follow_terminal
+
 
 class UserError(Exception):
     """Bad input or environment: the message names the problem and the fix. `quiet=True`: the same error is raised
@@ -38,6 +40,7 @@ def one_line(err, limit=400):
 def run_cli(main, argv=None):
     """Call main(argv); a UserError prints one clear line to stderr and exits with status 2; Ctrl-C (or a
     StopRequested for another signal) exits with 128 + the signal's number, without a traceback."""
+    library_bars_follow_terminal()  # no \r redraws from the Hugging Face libraries' bars in a log either
     try:
         return main(argv)
     except UserError as err:

@@ -5,6 +5,7 @@ redraw leaves `\\r` runs in the log and, where two bars are open at once (HellaS
 escapes (`ESC[A`). There a bar is a `LineProgress` instead: the same calls, reported as whole lines, one every
 LOG_INTERVAL_S seconds and one when it closes, with no control characters.
 """
+import os
 import sys
 import time
 
@@ -17,6 +18,29 @@ def is_terminal(stream):
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
+
+
+LIBRARY_BAR_VARIABLES = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+
+
+def library_bars_follow_terminal(stream=None, environ=None):
+    """The Hugging Face libraries' own tqdm bars (Hub downloads, datasets, transformers' "Loading weights") off
+    where `stream` (default stderr) is not a terminal, as ours are: their variables, unless the user set them
+    (theirs win), for this process and its children, and a direct call for a library already imported (they read
+    the variables at import). Returns whether the bars were turned off."""
+    environ = os.environ if environ is None else environ
+    if is_terminal(sys.stderr if stream is None else stream):
+        return False
+    for name in LIBRARY_BAR_VARIABLES:
+        environ.setdefault(name, "1")
+    if environ is os.environ:
+        if "huggingface_hub" in sys.modules and environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+        if "transformers" in sys.modules and environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+        if "datasets" in sys.modules and environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
+            sys.modules["datasets"].utils.disable_progress_bars()
+    return True
 
 
 def progress_bar(*, total=None, initial=0, desc=None, unit="it", unit_scale=False, unit_divisor=1000,

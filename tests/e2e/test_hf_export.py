@@ -522,3 +522,13 @@ def test_lm_eval_itself_gives_the_loglikelihoods_reproduced_here(export, hf):
     reproduced, _ = lm_eval_loglikelihoods(model, tokenizer, requests, lm.max_length)
     assert lm.max_length == model.config.max_position_embeddings
     assert np.abs(np.array(theirs) - np.array(reproduced)).max() < 1e-4
+
+
+def test_export_to_a_log_has_no_progress_bar_redraws(export, tmp_path):
+    """stderr redirected (a pipe, as `> log 2>&1`): transformers' own "Loading weights" bar in the check step must
+    not leave \\r redraws there (read as bytes: text mode would turn them into newlines)."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "export_hf.py"), export[1], str(tmp_path / "again")],
+                          cwd=REPO, capture_output=True, env=dict(os.environ, PYTHONPATH=REPO), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert b"\r" not in proc.stderr + proc.stdout and b"\x1b" not in proc.stderr + proc.stdout, proc.stderr[-500:]
+    assert b"checked with transformers" in proc.stdout

@@ -95,3 +95,21 @@ def test_postfix_reads_as_tqdm_writes_it():
         bar.set_postfix(step=3, loss="2.5000")
         bar.update(4)
     assert log.getvalue().rstrip("\n").endswith(", step=3, loss=2.5000]")
+
+
+def test_the_hugging_face_libraries_bars_go_off_in_a_log_unless_the_user_chose():
+    from gptlab.core.progress import library_bars_follow_terminal
+
+    env = {}
+    assert library_bars_follow_terminal(io.StringIO(), env) is True
+    assert env == {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    theirs = {"HF_HUB_DISABLE_PROGRESS_BARS": "0"}
+    library_bars_follow_terminal(io.StringIO(), theirs)
+    assert theirs == {"HF_HUB_DISABLE_PROGRESS_BARS": "0", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    main, other = os.openpty()
+    try:
+        with os.fdopen(other, "w") as tty:
+            untouched = {}
+            assert library_bars_follow_terminal(tty, untouched) is False and untouched == {}
+    finally:
+        os.close(main)
