@@ -358,6 +358,6 @@ def test_the_committed_baselines_rebuild_from_their_commit(tmp_path):
         for rel in ("train_gpt.py", "model.py"):  # trained from a clean clone: the commit's files exactly
             assert rebuilt[rel] == subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True,
                                                   capture_output=True).stdout
-    names = [os.path.basename(run)[:15] for run in BASELINES]  # seeds 1, 2, 0 in time order
-    out = diff(os.path.join(REPO, "experiments"), names[2], names[0])
+    names = [os.path.basename(run)[:15] for run in BASELINES]  # seeds 0, 1, 2 in time order
+    out = diff(os.path.join(REPO, "experiments"), names[0], names[1])
     assert f"identical ({len(sources) + 1} files)" in out and "~ seed: 0 -> 1" in out

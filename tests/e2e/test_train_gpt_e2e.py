@@ -475,13 +475,14 @@ def test_a_hung_rank_makes_the_others_fail_within_the_collective_timeout(tiny, t
 
 # ------------------------------------------------------------------------------------------------ faults
 def test_a_damaged_checkpoint_is_refused_by_its_checksum(tiny, tmp_path):
-    """Eight zero bytes written into a checkpoint's tensor data (its zip structure intact) must not resume."""
+    """Eight bytes of a checkpoint's tensor data inverted (its zip structure intact) must not resume. Inverted, not
+    zeroed: zeros written over a tensor that is zero there (a momentum buffer still at 0) would change nothing."""
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
                check=True)
     good = os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt")
     data = bytearray(open(good, "rb").read())
     assert checkpointing.load_checkpoint(good)["step"] == 2 and len(data) > 3_000_100
-    data[3_000_000:3_000_008] = bytes(8)
+    data[3_000_000:3_000_008] = bytes(b ^ 0xFF for b in data[3_000_000:3_000_008])
     flipped = tmp_path / "flip.pt"
     flipped.write_bytes(bytes(data))
     proc = run_script(["train_gpt.py", "--resume", str(flipped), "--experiments_dir", str(tmp_path / "b")])
