@@ -68,14 +68,21 @@ def _build():
     return lib
 
 
+def _load(build, lib, error):
+    """(library, reason it is unavailable) after one attempt to build it, made only while neither is known: each C
+    file is compiled (or found in the cache) and loaded once per process."""
+    if lib is None and error is None:
+        try:
+            lib = build()
+        except OSError as err:
+            error = str(err)
+    return lib, error
+
+
 def available():
     """True when the C loop could be built and loaded (the reason is kept for `unavailable_reason`)."""
     global _lib, _error
-    if _lib is None and _error is None:
-        try:
-            _lib = _build()
-        except OSError as err:
-            _error = str(err)
+    _lib, _error = _load(_build, _lib, _error)
     return _lib is not None
 
 
@@ -178,11 +185,7 @@ def _build_scanner():
 def scanner_available():
     """True when pretok_scan.c could be built and loaded (the reason is kept for `scanner_unavailable_reason`)."""
     global _scan_lib, _scan_error
-    if _scan_lib is None and _scan_error is None:
-        try:
-            _scan_lib = _build_scanner()
-        except OSError as err:
-            _scan_error = str(err)
+    _scan_lib, _scan_error = _load(_build_scanner, _scan_lib, _scan_error)
     return _scan_lib is not None
 
 
