@@ -144,15 +144,29 @@ class FlatShards:
     def all_params(self):
         return [p for ps in self.params for p in ps]
 
-    def _pieces(self, k, start, stop):
-        """(param, its flat offset) of flat k overlapping [start, stop)."""
-        offset = 0
+    def _views(self, k, flat):
+        """Views of the flat-k-shaped `flat` (world_size x part elements) shaped like flat k's parameters, in order."""
+        views, offset = [], 0
         for p in self.params[k]:
-            if offset < stop and offset + p.numel() > start:
-                yield p, offset
+            views.append(flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
+        return views
+
+    def _fill_my_part(self, k, tensors, out):
+        """Copy this rank's slice of flat k, taken from whole per-parameter `tensors`, into `out` (part elements;
+        its padding is left as it is)."""
+        start = self.rank * self.part[k]
+        offset = 0
+        for p, t in zip(self.params[k], tensors):
+            lo, hi = max(start, offset), min(start + self.part[k], offset + p.numel())
+            if lo < hi:
+                out[lo - start:hi - start].copy_(t.reshape(-1)[lo - offset:hi - offset])
+            offset += p.numel()
+        return out
 
     def _buffer(self, k):
+        """Flat k's communication buffer, made once: the gradients in (reduce-scatter), then the parameters out
+        (all-gather)."""
         if self._flat[k] is None:
             self._flat[k] = torch.zeros(self.world_size * self.part[k], dtype=self.slices[k].dtype,
                                         device=self.slices[k].device)
@@ -166,11 +180,8 @@ class FlatShards:
             self.slices[k].grad = torch.empty_like(self.slices[k])
         mine = self.slices[k].grad
         flat = self._buffer(k)
-        offset = 0
-        for p in self.params[k]:
-            piece = flat[offset:offset + p.numel()]
-            piece.copy_(p.grad.view(-1)) if p.grad is not None else piece.zero_()
-            offset += p.numel()
+        for p, piece in zip(self.params[k], self._views(k, flat)):
+            piece.copy_(p.grad) if p.grad is not None else piece.zero_()
         if self.world_size == 1:
             mine.copy_(flat)
             self._handles[k] = "done"
@@ -184,26 +195,21 @@ class FlatShards:
             if self._handles[k] != "done":
                 self._handles[k].wait()
             self._handles[k] = None
-            start = self.rank * self.part[k]
-            stop = start + self.part[k]
-            mine = self.slices[k].detach()  # its padding stays zero: zero gradient, so Adam never moves it
-            for p, offset in self._pieces(k, start, stop):  # the slice from the parameters (a resume may load them)
-                lo, hi = max(start, offset), min(stop, offset + p.numel())
-                mine[lo - start:hi - start].copy_(p.detach().view(-1)[lo - offset:hi - offset])
+            # the slice from the parameters (a resume may have loaded them); its padding stays zero: zero
+            # gradient, so Adam never moves it
+            self._fill_my_part(k, [p.detach() for p in self.params[k]], self.slices[k].detach())
 
     @torch.no_grad()
     def gather_params(self):
-        """Every rank's updated slice into every rank's parameters."""
+        """Every rank's updated slice into every rank's parameters (through the gradient buffer, free by now)."""
         for k in range(len(self.keys)):
-            flat = self._gathered(k, self.slices[k])
-            offset = 0
-            for p in self.params[k]:
-                p.view(-1).copy_(flat[offset:offset + p.numel()])
-                offset += p.numel()
+            for p, piece in zip(self.params[k], self._views(k, self._gathered(k, self.slices[k], self._buffer(k)))):
+                p.copy_(piece)
 
-    def _gathered(self, k, mine):
-        """The whole flat k (world_size x part) from every rank's `mine` (its slice of something flat k shapes)."""
-        flat = torch.empty(self.world_size * self.part[k], dtype=mine.dtype, device=mine.device)
+    def _gathered(self, k, mine, out=None):
+        """The whole flat k (world_size x part) from every rank's `mine` (its slice of something flat k shapes),
+        into `out` or a new tensor."""
+        flat = torch.empty(self.world_size * self.part[k], dtype=mine.dtype, device=mine.device) if out is None else out
         if self.world_size == 1:
             flat.copy_(mine)
         else:
@@ -211,37 +217,26 @@ class FlatShards:
         return flat
 
     def gather_tensors(self, k, mine):
-        """Collective: the whole of a per-slice tensor of flat k (e.g. an Adam moment), as views shaped like the
-        flat's parameters."""
-        flat = self._gathered(k, mine)
-        views, offset = [], 0
-        for p in self.params[k]:
-            views.append(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
-        return views
+        """Collective: the whole of a per-slice tensor of flat k (e.g. an Adam moment), as new tensors shaped like
+        the flat's parameters."""
+        return self._views(k, self._gathered(k, mine))
 
     def my_part(self, k, tensors):
         """This rank's slice of flat k built from full per-parameter tensors (e.g. a checkpoint's moments)."""
-        start = self.rank * self.part[k]
         out = torch.zeros(self.part[k], dtype=self.slices[k].dtype, device=self.slices[k].device)
-        offset = 0
-        for p, t in zip(self.params[k], tensors):
-            lo, hi = max(start, offset), min(start + self.part[k], offset + p.numel())
-            if lo < hi:
-                out[lo - start:hi - start].copy_(t.reshape(-1)[lo - offset:hi - offset])
-            offset += p.numel()
-        return out
+        return self._fill_my_part(k, tensors, out)
 
 
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
     parameters of a sharded optimizer (one with a `shards` MatrixShards or a `flat_shards` FlatShards) are
-    reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large tensor alone, the small ones flattened into one
-    preallocated buffer), each as soon as it is complete. Collectives must start in the same order on every rank,
-    so they start in one fixed order (the expected backward order: parameters registered last first), each only
-    when everything before it is ready, as DistributedDataParallel does with its buckets. Under torch.compile the
-    whole backward is one graph and the hooks fire when it ends: no overlap then, but the same result."""
+    reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large
+    tensor alone, the small ones flattened into one preallocated buffer per dtype), each as soon as it is
+    complete. Collectives must start in the same order on every rank, so they start in one fixed order (the
+    expected backward order: parameters registered last first), each only when everything before it is ready,
+    as DistributedDataParallel does with its buckets. Under torch.compile the whole backward is one graph and the
+    hooks fire when it ends: no overlap then, but the same result."""
 
     SMALL_NUMEL = 1 << 15  # all-reduced tensors below this share a flat bucket per dtype (scalars: lambdas, skips)
 
