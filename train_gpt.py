@@ -282,8 +282,7 @@ class ShardedAdam(torch.optim.Adam):
                 self.inner.state[piece] = {"step": states[0]["step"].clone(),
                                            "exp_avg": shards.my_part(k, [st["exp_avg"] for st in states]),
                                            "exp_avg_sq": shards.my_part(k, [st["exp_avg_sq"] for st in states])}
-            self.inner.param_groups[k].update(self._settings(shards.keys[k][0]))
-        self.state.clear()
+        self.state.clear()  # (the inner groups take the loaded settings at each step)
         self._gathered = None
 
 

@@ -16,6 +16,8 @@ after a newline, so what comes next starts on a line of its own.
 """
 import sys
 
+from gptlab.core.progress import is_terminal
+
 PROMPT = "> "
 
 
@@ -24,8 +26,8 @@ class PromptReader:
     continuation (False when the person's own line is already on the screen)."""
 
     def __init__(self):
-        self.terminal = sys.stdin.isatty()
-        on_screen = self.terminal and sys.stdout.isatty()
+        self.terminal = is_terminal(sys.stdin)
+        on_screen = self.terminal and is_terminal(sys.stdout)
         # readline only when it has a terminal to draw on: imported for a pipe it could write escapes into it
         self.editing = on_screen and _enable_readline()
         self.echo = not on_screen
