@@ -42,10 +42,10 @@ from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, environment, model_source, stop
+from gptlab.train import checkpointing, environment, fsdp, model_source, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
-from gptlab.train.comm import FlatShards, GradientSync, MatrixShards
+from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
 from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
                                  resolve_config)
 from gptlab.train.run import Run, add_run_flags, parse_flags, restore_training_state
@@ -138,13 +138,16 @@ def build_parser():
     g.add_argument("--fp8_head", action=argparse.BooleanOptionalAction, default=False,
                    help="the LM head's matmul in FP8 while training (CUDA compute capability >= 8.9; --preset "
                    "record26: on where the GPU has it)")
+    g.add_argument("--shard_params", action=argparse.BooleanOptionalAction, default=False,
+                   help="FSDP2: parameters, gradients and optimizer state sharded across ranks, for models whose "
+                   "training state does not fit one GPU (checkpoints are then sharded folders)")
     add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
     #                   --dry_run, --trust_model_code
     return p
 
 
 # a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine
-FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps")
+FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params")
 
 
 # ============================================================================================== Optimizer
@@ -199,10 +202,15 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
-        self.shards = MatrixShards(self.param_groups, rank, world_size)
+        if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
+            self.whole = WholeMatrices(self.param_groups, rank, world_size)
+        else:
+            self.shards = MatrixShards(self.param_groups, rank, world_size)
 
     @torch.no_grad()
     def step(self):
+        if hasattr(self, "whole"):
+            return self._sharded_step()
         for params, grads, g in self.shards.owned():  # this rank's matrices of one shape
             group = self.param_groups[g]
             updates, lr_factor = muon_update(grads, [self._momentum(p) for p in params], group["momentum"],
@@ -216,9 +224,26 @@ class Muon(torch.optim.Optimizer):
             state["momentum_buffer"] = torch.zeros_like(p)
         return state["momentum_buffer"]
 
+    def _sharded_step(self):
+        """--shard_params: momentum and Nesterov look-ahead on this rank's row blocks (elementwise, so as on whole
+        matrices), Newton–Schulz on whole matrices at their owner ranks (gptlab.train.comm.WholeMatrices)."""
+        nesterov = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = fsdp.local(p.grad) if p.grad is not None else torch.zeros_like(fsdp.local(p))
+                buf = fsdp.local(self._momentum(p))
+                buf.lerp_(grad, 1 - group["momentum"])
+                nesterov[p] = grad.lerp(buf, group["momentum"])
+        updates = self.whole.map_owned(nesterov, lambda whole, g: orthogonalize(whole, self.param_groups[g]["ns_steps"]))
+        for group in self.param_groups:
+            for p in group["params"]:
+                rows, cols = p.shape[-2:]
+                fsdp.local(p).add_(updates[p].to(p.dtype), alpha=-group["lr"] * max(1, rows / cols) ** 0.5)
+
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
-        self.shards.gather(self._momentum)
+        if hasattr(self, "shards"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
+            self.shards.gather(self._momentum)
 
 
 class ShardedAdam(torch.optim.Adam):
@@ -291,7 +316,8 @@ def build_optimizers(model, rank=0, world_size=1):
     FlexAttention-era records). torch's Adam: fused on CUDA (its step counts stay on the GPU: no host sync; the
     custom Adam this replaces was kept for that, but no test showed torch's syncing), foreach on CPU (bit for bit
     the update the committed baselines were trained with); on several ranks its state and update are sharded
-    (ShardedAdam), as Muon's are."""
+    (ShardedAdam), as Muon's are; under --shard_params the parameters are shards already and torch's Adam updates
+    them as they are."""
     hidden_matrices = [p for n, p in model.blocks.named_parameters() if p.ndim >= 2]
     embed_params = [model.embed.weight] + [e.weight for e in model.value_embeds]
     scalar_params = [p for p in model.parameters() if p.ndim < 2]
@@ -300,7 +326,8 @@ def build_optimizers(model, rank=0, world_size=1):
                    dict(params=scalar_params, lr=0.04, name="scalars")]
     cuda = model.lm_head.weight.is_cuda
     adam_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
-    adam = (ShardedAdam(adam_groups, rank, world_size, **adam_kwargs) if world_size > 1 else
+    sharded_params = fsdp.is_sharded(model.lm_head.weight)
+    adam = (ShardedAdam(adam_groups, rank, world_size, **adam_kwargs) if world_size > 1 and not sharded_params else
             torch.optim.Adam(adam_groups, **adam_kwargs))
     muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
     optimizers = [adam, muon]
@@ -484,18 +511,25 @@ def train(args, ctx, ckpt=None):
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
     # ---- model and optimizers
+    def build_model():
+        built = module.GPT(module.GPTConfig(**model_config)).to(device)
+        if cfg.dtype == "bfloat16" and hasattr(built, "store_embeddings_in"):  # (an older model.py keeps its own)
+            built.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
+        built.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source
+        return built
+
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model = module.GPT(module.GPTConfig(**model_config)).to(device)
-    if cfg.dtype == "bfloat16" and hasattr(model, "store_embeddings_in"):  # (an older model.py keeps its own)
-        model.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
-    model.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source
+    model = build_model()
+    dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
+    if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
+        fsdp.shard_model(model, ctx)
     optimizers = build_optimizers(model, ctx.rank, ctx.world_size)
     adam, muon = optimizers
     if ckpt is not None:
-        restore_training_state(ckpt, model, optimizers, train_loader)
-    dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
-    grad_sync = GradientSync(model, optimizers, ctx.world_size)
+        restore_training_state(ckpt, model, optimizers, train_loader, ctx)
+    grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
+                 GradientSync(model, optimizers, ctx.world_size))
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
@@ -516,6 +550,11 @@ def train(args, ctx, ckpt=None):
 
     def due(every, step):
         return every and step % every == 0
+
+    def whole_model():
+        """The model for evaluations whose work differs between ranks (HellaSwag, samples): under --shard_params
+        a plain copy with the whole weights (collective), else the model itself."""
+        return fsdp.evaluation_copy(model, build_model) if cfg.shard_params else contextlib.nullcontext(model)
 
     # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
@@ -566,14 +605,15 @@ def train(args, ctx, ckpt=None):
             if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):
                     loss_fn = make_loss_fn(model, model_fwd, tok.eot, eval_windows, use_flex, autocast)
-                    val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, ctx)
+                    val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, ctx,
+                                                     lockstep=cfg.shard_params)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last and (cfg.save_model or cfg.checkpoint_every):
                 save(step)  # before the final HellaSwag: the weights are safe whatever happens there
             if last or (due(cfg.hellaswag_every, step) and step > run.start_step):
-                with run.evaluating(model):
+                with run.evaluating(model), whole_model() as plain:
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
-                    logits_fn = make_logits_fn(model, tok.eot, eval_windows, autocast, model.vocab_size)
+                    logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
                     hellaswag = evaluate_hellaswag_in_run(logits_fn, tok.encoding, cfg.hellaswag_path,
                                                           limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
                                                           ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE)
@@ -605,11 +645,13 @@ def train(args, ctx, ckpt=None):
                 raise StopRequested(stop_now)
 
         run.end_training()  # peak memory, speed
-        if cfg.sample_tokens and ctx.is_main:
+        if cfg.sample_tokens:
             model.eval()
-            logits_fn = make_logits_fn(model, tok.eot, full_windows, autocast, model.vocab_size)
-            for _, text in sample_continuations(logits_fn, tok.encoding, cfg.sample_tokens, cfg.seed, device):
-                run.log(f"sample: {text!r}")
+            with whole_model() as plain:
+                if ctx.is_main:
+                    logits_fn = make_logits_fn(plain, tok.eot, full_windows, autocast, model.vocab_size)
+                    for _, text in sample_continuations(logits_fn, tok.encoding, cfg.sample_tokens, cfg.seed, device):
+                        run.log(f"sample: {text!r}")
         return run.finish(val_loss, val_bpb, hellaswag)
 
 

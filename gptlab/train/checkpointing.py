@@ -53,13 +53,32 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
         tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
         data {train_sha256, val_sha256} (gptlab.data.selection.data_fingerprint), sha256 (of all the rest).
     """
+    payload = checkpoint_payload(model_state=model_state, model_config=model_config, step=step, args=args,
+                                 tokenizer=tokenizer, optimizer_states=optimizer_states,
+                                 dataloader_state=dataloader_state, rng_states=rng_states, extra=extra, data=data,
+                                 model_source=model_source)
+    write_payload(path, payload, overwrite)
+    return path
+
+
+def checkpoint_payload(*, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
+                       dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None, sharded=None):
+    """The dict save_checkpoint writes (see there), its sha256 included. `sharded`: a sharded checkpoint's
+    manifest (gptlab.train.sharded_checkpoint), whose tensors live beside it."""
     state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model_state.items()}
     payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
                "model": state, "model_config": dict(model_config), "model_source": model_source,
                "args": dict(args or {}),
                "tokenizer": dict(tokenizer or {}), "optimizers": list(optimizer_states or []),
                "dataloader": dataloader_state, "rng": rng_states or {}, "extra": extra or {}, "data": data or {}}
+    if sharded is not None:
+        payload["sharded"] = sharded
     payload["sha256"] = payload_sha256(payload)
+    return payload
+
+
+def write_payload(path, payload, overwrite=False):
+    """Write a checkpoint_payload to `path` atomically (never over an existing file unless overwrite)."""
     try:
         if overwrite or not _save_unnamed_then_link(path, payload):
             with atomic_write(path, "wb", overwrite=overwrite) as f:
@@ -71,7 +90,6 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
         reason = getattr(failed_write, "strerror", None) or str(err).splitlines()[0][:200]
         raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
                         "(or fix the folder) and resume from the last checkpoint") from None
-    return path
 
 
 def _save_unnamed_then_link(path, payload):
@@ -131,13 +149,19 @@ def payload_sha256(payload):
     return digest.hexdigest()
 
 
-def load_checkpoint(path, map_location="cpu", allow_old=False):
+def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True):
     """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
 
     The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
     never runs code from the file (weights_only=True). A checkpoint of an older format is refused with the command
-    that converts it (allow_old=True reads it anyway: the converter does).
+    that converts it (allow_old=True reads it anyway: the converter does). A folder is a sharded checkpoint
+    (train_gpt.py --shard_params; gptlab.train.sharded_checkpoint): every file is checked against its manifest,
+    and "model" holds the whole weights (load_weights=False: meta tensors of their shapes, for a resume that reads
+    the shards itself).
     """
+    if os.path.isdir(path):
+        from gptlab.train import sharded_checkpoint  # (it builds on this module)
+        return sharded_checkpoint.load(path, load_weights=load_weights)
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"
                         f"{CHECKPOINT_DIR}/ folder")

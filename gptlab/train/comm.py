@@ -5,6 +5,8 @@
   matrices it owns, the optimizer updates only those, and an all-gather hands every rank every updated matrix.
 - FlatShards: an elementwise optimizer's (Adam's) parameters flattened and cut into one slice per rank: a
   reduce-scatter hands each rank its slice's summed gradient, it updates that slice, an all-gather shares them.
+- WholeMatrices: Muon under --shard_params, where FSDP2 cuts every matrix into row blocks across ranks: all-to-alls
+  bring each matrix whole to one owner rank and its update's row blocks back.
 - GradientSync: sums every trainable parameter's gradient over ranks while backward still runs
   (post-accumulate-grad hooks), in one fixed order on every rank; it refuses a model with a trainable parameter
   that no optimizer holds, or that two hold, so a parameter a researcher adds can never silently stay
@@ -227,6 +229,115 @@ class FlatShards:
         return self._fill_my_part(k, tensors, out)
 
 
+def row_split(rows, world_size):
+    """Rows of each rank's block of a tensor sharded along dim 0 as FSDP2 cuts it (torch.chunk: ceil(rows / world)
+    rows each, the last blocks short or empty)."""
+    per = -(-rows // world_size)
+    return [max(0, min(per, rows - r * per)) for r in range(world_size)]
+
+
+class WholeMatrices:
+    """Muon under --shard_params: FSDP2 leaves each rank one row block of every matrix (Shard(0)), but Newton–Schulz
+    needs the whole matrix. Same-shape matrices are dealt out as MatrixShards deals them (chunks of world_size,
+    entry j of a chunk belongs to rank j); per shape, one all-to-all brings every owner the row blocks of its
+    matrices, the owner computes on them whole, and a second all-to-all hands each rank its row blocks of every
+    result (torchtitan's and Dion's distributed Muon move matrices the same way). Each matrix is computed exactly as
+    on one rank, so the update does not depend on the world size."""
+
+    def __init__(self, param_groups, rank=0, world_size=1):
+        self.rank, self.world_size = rank, world_size
+        by_shape = {}
+        for g, group in enumerate(param_groups):
+            for p in group["params"]:
+                by_shape.setdefault((tuple(p.shape), g), []).append(p)
+        # per (shape, group): the params, and which of them each rank owns (param i: rank i % world_size)
+        self.groups = [(shape, g, params, [params[r::world_size] for r in range(world_size)])
+                       for (shape, g), params in by_shape.items()]
+
+    def params(self):
+        return [p for _, _, params, _ in self.groups for p in params]
+
+    def map_owned(self, blocks, fn):
+        """blocks: {param: this rank's row block of some per-matrix tensor (rows_r, cols)}, for every param.
+        fn(stack of whole matrices (n, rows, cols), group index) → a stack of the same shape, called for the
+        matrices this rank owns. Returns {param: this rank's row block of fn's result}. Collective."""
+        if self.world_size == 1:
+            out = {}
+            for shape, g, params, _ in self.groups:
+                out.update(zip(params, fn(torch.stack([blocks[p] for p in params]), g)))
+            return out
+        started = [self._start_gather(group, blocks) for group in self.groups]
+        returns = []
+        for group, (received, handle) in zip(self.groups, started):
+            handle.wait()
+            shape, g, params, owned = group
+            split = row_split(shape[0], self.world_size)
+            mine = owned[self.rank]
+            if mine:  # received: from each rank s, its row blocks of my matrices, in order
+                pieces = received.split([len(mine) * r * _cols(shape) for r in split])
+                whole = torch.cat([piece.view(len(mine), r, *shape[1:]) for piece, r in zip(pieces, split)], dim=1)
+                result = fn(whole, g)
+            else:
+                result = received.new_empty((0, *shape))
+            returns.append(self._start_return(group, result))
+        out = {}
+        for (shape, g, params, owned), (received, handle) in zip(self.groups, returns):
+            handle.wait()
+            rows = row_split(shape[0], self.world_size)[self.rank]
+            offset = 0
+            for j in range(self.world_size):  # from owner j: my row block of each of its matrices
+                for p in owned[j]:
+                    n = rows * _cols(shape)
+                    out[p] = received[offset:offset + n].view(rows, *shape[1:])
+                    offset += n
+        return out
+
+    def _start_gather(self, group, blocks):
+        shape, _, params, owned = group
+        split = row_split(shape[0], self.world_size)
+        mine = len(owned[self.rank])
+        ref = blocks[params[0]]
+        send = torch.cat([blocks[p].reshape(-1) for j in range(self.world_size) for p in owned[j]])
+        received = ref.new_empty(mine * shape[0] * _cols(shape))
+        handle = dist.all_to_all_single(received, send, [mine * r * _cols(shape) for r in split],
+                                        [len(owned[j]) * split[self.rank] * _cols(shape)
+                                         for j in range(self.world_size)], async_op=True)
+        return received, handle
+
+    def _start_return(self, group, result):
+        shape, _, params, owned = group
+        split = row_split(shape[0], self.world_size)
+        # to each rank s: its row block of every result, matrix by matrix
+        send = torch.cat([result[:, sum(split[:s]):sum(split[:s + 1])].reshape(-1) for s in range(self.world_size)])
+        received = result.new_empty(len(params) * split[self.rank] * _cols(shape))
+        handle = dist.all_to_all_single(received, send, [len(owned[j]) * split[self.rank] * _cols(shape)
+                                                         for j in range(self.world_size)],
+                                        [len(owned[self.rank]) * r * _cols(shape) for r in split], async_op=True)
+        return received, handle
+
+
+def _cols(shape):
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
+def check_held_once(model, held):
+    """Refuse a model with a trainable parameter that no optimizer holds, or that two hold (`held`: every
+    optimizer's parameters, concatenated), so a parameter a researcher adds can never silently stay unsynchronised
+    (or frozen) across ranks."""
+    held = [id(p) for p in held]
+    twice = sorted({n for n, p in model.named_parameters() if held.count(id(p)) > 1})
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    if twice or missing:
+        raise ValueError("every trainable parameter must be in exactly one optimizer group (so its gradient is "
+                         "summed over ranks and it is updated): "
+                         + (f"in no group: {', '.join(missing)}" if missing else "")
+                         + ("; " if twice and missing else "") + (f"in two: {', '.join(twice)}" if twice else "")
+                         + "; fix build_optimizers in train_gpt.py")
+
+
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
@@ -247,16 +358,8 @@ class GradientSync:
         reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
                    and not isinstance(getattr(opt, "flat_shards", None), FlatShards)
                    for g in opt.param_groups for p in g["params"]]
-        held = [id(p) for p in reduced + [p for shards in sharded for p in shards.params()]
-                + [p for flat in flats for p in flat.all_params()]]
-        twice = sorted({n for n, p in model.named_parameters() if held.count(id(p)) > 1})
-        missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in held]
-        if twice or missing:
-            raise ValueError("every trainable parameter must be in exactly one optimizer group (so its gradient is "
-                             "summed over ranks and it is updated): "
-                             + (f"in no group: {', '.join(missing)}" if missing else "")
-                             + ("; " if twice and missing else "") + (f"in two: {', '.join(twice)}" if twice else "")
-                             + "; fix build_optimizers in train_gpt.py")
+        check_held_once(model, reduced + [p for shards in sharded for p in shards.params()]
+                        + [p for flat in flats for p in flat.all_params()])
         position = {p: i for i, p in enumerate(model.parameters())}
         small = {}  # dtype → its small tensors: one flat buffer each (a bf16 buffer would sum fp32 gradients in bf16)
         for p in reduced:

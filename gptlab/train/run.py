@@ -31,7 +31,7 @@ from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, records
+from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, fsdp, records, sharded_checkpoint
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -106,7 +106,8 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     args.from_checkpoint = []
     if not args.resume:
         return args, None
-    ckpt = checkpointing.load_checkpoint(args.resume)
+    # a sharded checkpoint's weights are read by each rank's share later (restore_training_state)
+    ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False)
     given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
     fresh = set(fresh_on_resume) | set(_FRESH_RUN_FLAGS)
     for action in parser._actions:
@@ -121,18 +122,23 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
 _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
 
 
-def restore_training_state(ckpt, model, optimizers, train_loader):
+def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None):
     """Put a --resume checkpoint's weights, optimizer states, data position and random generators back; a
-    checkpoint that lacks a part or does not fit the model is one UserError."""
+    checkpoint that lacks a part or does not fit the model is one UserError. A sharded checkpoint (a folder) or a
+    sharded model (--shard_params) goes through gptlab.train.sharded_checkpoint (collective then: pass ctx)."""
     try:
-        model.load_state_dict(ckpt["model"])
         if len(ckpt["optimizers"]) != len(optimizers):
             raise ValueError(f"it holds {len(ckpt['optimizers'])} optimizer states for {len(optimizers)} optimizers")
-        for opt, state in zip(optimizers, ckpt["optimizers"]):
-            # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
-            here = [{k: g[k] for k in _IMPLEMENTATION_KEYS if k in g} for g in opt.param_groups]
-            opt.load_state_dict(state)
-            for group, keys in zip(opt.param_groups, here):
+        # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
+        here = [[{k: g[k] for k in _IMPLEMENTATION_KEYS if k in g} for g in opt.param_groups] for opt in optimizers]
+        if "sharded_path" in ckpt or any(fsdp.is_sharded(p) for p in model.parameters()):
+            sharded_checkpoint.restore(ckpt, model, optimizers, ctx)
+        else:
+            model.load_state_dict(ckpt["model"])
+            for opt, state in zip(optimizers, ckpt["optimizers"]):
+                opt.load_state_dict(state)
+        for opt, keys_of_groups in zip(optimizers, here):
+            for group, keys in zip(opt.param_groups, keys_of_groups):
                 group.update(keys)
         train_loader.load_state_dict(ckpt["dataloader"])
         checkpointing.set_rng_states(ckpt["rng"])
@@ -472,19 +478,26 @@ class Run:
 
     def save_checkpoint(self, step, model, optimizers, train_loader):
         """checkpoints/step_NNNNNN.pt: weights, optimizer states, data position, random generators (rank 0 writes;
-        optimizers that keep state on other ranks must have gathered it first)."""
-        if not self.ctx.is_main:
+        optimizers that keep state on other ranks must have gathered it first). Under --shard_params the folder
+        checkpoints/step_NNNNNN/ instead, every rank writing its blocks (gptlab.train.sharded_checkpoint)."""
+        sharded = any(fsdp.is_sharded(p) for p in model.parameters())
+        if not self.ctx.is_main and not sharded:
             return
-        path = os.path.join(self.dir, records.CHECKPOINT_DIR, f"step_{step:06d}.pt")
-        checkpointing.save_checkpoint(path, model_state=model.state_dict(), model_config=self.model_config, step=step,
-                            args=self._portable_args(),
-                            tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
-                            optimizer_states=[opt.state_dict() for opt in optimizers],
-                            dataloader_state=train_loader.state_dict(), rng_states=checkpointing.rng_states(),
-                            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir, "train_flops": self.train_flops,
-                                   "wall_time_s": time.perf_counter() - self._wall_start},
-                            data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256},
-                            model_source=self.model_source)
+        bookkeeping = dict(
+            model_config=self.model_config, step=step, args=self._portable_args(),
+            tokenizer={"name": self.tokenizer.name, "ranks_sha256": self.tokenizer.ranks_sha256},
+            dataloader_state=train_loader.state_dict(), rng_states=checkpointing.rng_states(),
+            extra={"elapsed_s": self.train_time_s, "run_dir": self.dir, "train_flops": self.train_flops,
+                   "wall_time_s": time.perf_counter() - self._wall_start},
+            data={"train_sha256": self.shards.train_sha256, "val_sha256": self.shards.val_sha256},
+            model_source=self.model_source)
+        path = os.path.join(self.dir, records.CHECKPOINT_DIR, f"step_{step:06d}")
+        if sharded:
+            sharded_checkpoint.save(path, self.ctx, model, optimizers, **bookkeeping)
+        else:
+            path += ".pt"
+            checkpointing.save_checkpoint(path, model_state=model.state_dict(),
+                                          optimizer_states=[opt.state_dict() for opt in optimizers], **bookkeeping)
         self.last_checkpoint = path
         self.log(f"checkpoint: {path}", echo=False)
 
