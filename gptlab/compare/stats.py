@@ -26,7 +26,8 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "usd_per_gpu_hour", "usd_per_gpu_hour_source",  # the price does not change the experiment
                         "tensorboard", "wandb",  # where the scalars also go
                         "trust_model_code",  # permission to run a checkpoint's code, not a setting
-                        "save_model", "checkpoint_every"}  # keeping weights on disk does not change the run's figures
+                        "save_model", "checkpoint_every",  # keeping weights on disk does not change the figures
+                        "shard_params"}  # where the training state lives (FSDP2): the same steps, as world sizes are
 
 
 def seed_group_key(config):
