@@ -69,6 +69,11 @@ PRESETS = {
     "gpt2-medium": dict(num_layers=24, num_heads=8, model_dim=1024, train_seq_len=2048, val_seq_len=2048,
                         batch_size=524288, train_steps=7600, cooldown_frac=0.4, val_loss_every=250, val_steps=20,
                         hellaswag_every=2000),
+    # ~1B parameters (24 x 1536, 12 heads of 128: 989M with GPT-2's vocabulary) on 24 GB cards: its fp32 weights,
+    # gradients and optimizer state (~13 GB) are sharded over the ranks (--shard_params); ~10B tokens in 19,000 steps
+    "gpt-1b": dict(num_layers=24, num_heads=12, model_dim=1536, train_seq_len=2048, val_seq_len=2048,
+                   batch_size=524288, train_steps=19000, cooldown_frac=0.4, val_loss_every=500, val_steps=20,
+                   hellaswag_every=4000, shard_params=True),
     # modded-nanogpt record #26's recipe on this code: 12 x 768, 6 heads of 128, 3 value embeddings, 48K-token
     # rows, 393,216 tokens per step, 1,750 steps, cooldown 0.45, windows up to 1,792 (its learning rates are the
     # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows); its FP8 head

@@ -111,8 +111,8 @@ def resolve_config(args, world_size, device, model_module):
                         "--attention sdpa (the same mask, evaluated densely) or auto")
     cfg.fp8_head = resolve_fp8_head(getattr(cfg, "fp8_head", False), device, model_module, cfg.model_dim)
     if getattr(cfg, "shard_params", False) and world_size == 1:
-        raise UserError("--shard_params shards the model across ranks, and this is one process; drop the flag, or "
-                        "launch several ranks: torchrun --nproc_per_node=N train_gpt.py ...")
+        raise UserError("--shard_params shards the model across ranks, and this is one process; drop it (--no-shard_params "
+                        "where a --preset sets it), or launch several ranks: torchrun --nproc_per_node=N train_gpt.py ...")
     return cfg
 
 

@@ -1,11 +1,12 @@
 """One training step of train_gpt.make_train_step on each rank (gloo), recording the gradients the optimizers use.
 
-    torchrun --nproc_per_node=2 tests/helpers/grad_sync_ranks.py OUT MICRO_BATCHES
+    torchrun --nproc_per_node=2 tests/helpers/grad_sync_ranks.py OUT MICRO_BATCHES [shard]
 
 Every rank builds the same random model (build_model, also used by the test's single-process reference) and takes
 its MICRO_BATCHES micro-batches of rows(): rank r, micro-batch m gets row r * MICRO_BATCHES + m. Each rank writes
 OUT.rank{r} (torch.save): {"adam": {name: gradient at Adam's step}, "muon": {name: the rank-summed gradient Muon's
-owner received}}; Muon's matrices are split between the ranks, each recorded by its owner."""
+owner received}}; Muon's matrices are split between the ranks, each recorded by its owner. With `shard` the model
+is sharded (--shard_params: FSDP2, gptlab.train.fsdp) and every rank records every whole gradient as Adam steps."""
 import os
 import sys
 from types import SimpleNamespace
@@ -44,15 +45,19 @@ def main():
 
     import train_gpt
     from gptlab.core import distributed as dist_utils
+    from gptlab.train import fsdp
     from gptlab.train.comm import GradientSync
 
-    out, micro_batches = sys.argv[1], int(sys.argv[2])
+    out, micro_batches, shard = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["shard"]
     ctx = dist_utils.setup("cpu")
     try:
         model = build_model()
+        if shard:
+            fsdp.shard_model(model, ctx)
         names = {p: n for n, p in model.named_parameters()}
         adam, muon = optimizers = train_gpt.build_optimizers(model, ctx.rank, ctx.world_size)
-        grad_sync = GradientSync(model, optimizers, ctx.world_size)
+        grad_sync = (fsdp.ShardedGradients(model, optimizers) if shard else
+                     GradientSync(model, optimizers, ctx.world_size))
         data = rows(ctx.world_size * micro_batches)
         mine = [data[ctx.rank * micro_batches + m] for m in range(micro_batches)]
 
@@ -61,7 +66,16 @@ def main():
                 return [(row[None, :-1], row[None, 1:]) for row in mine]
 
         recorded = {"adam": {}, "muon": {}}
-        if hasattr(adam, "flat_shards"):  # Adam sharded over ranks: each rank's slice holds its part of the sum
+        if shard:  # every gradient, whole (collective), as the optimizers are about to use them
+            adam_step = adam.step
+            muon_params = {p for group in muon.param_groups for p in group["params"]}
+
+            def recording_sharded_step():
+                for name, p in model.named_parameters():
+                    recorded["muon" if p in muon_params else "adam"][name] = p.grad.full_tensor().clone()
+                return adam_step()
+            adam.step = recording_sharded_step
+        elif hasattr(adam, "flat_shards"):  # Adam sharded over ranks: each rank's slice holds its part of the sum
             flats = adam.flat_shards
             wait_reduced = flats.wait_reduced
 
@@ -80,14 +94,15 @@ def main():
                         recorded["adam"][names[p]] = p.grad.clone()
                 return adam_step()
             adam.step = recording_adam_step
-        owned = muon.shards.owned
+        if not shard:
+            owned = muon.shards.owned
 
-        def recording_owned():
-            for params, grads, group in owned():
-                for p, g in zip(params, grads):
-                    recorded["muon"][names[p]] = g.clone()
-                yield params, grads, group
-        muon.shards.owned = recording_owned
+            def recording_owned():
+                for params, grads, group in owned():
+                    for p, g in zip(params, grads):
+                        recorded["muon"][names[p]] = g.clone()
+                    yield params, grads, group
+            muon.shards.owned = recording_owned
 
         cfg = SimpleNamespace(batch_size=ctx.world_size * micro_batches * SEQ_LEN, train_steps=TRAIN_STEPS,
                               window_size=WINDOW, cooldown_frac=0.5, lr_scale=1.0)
