@@ -17,6 +17,13 @@ FLOPs (model.training_flops, the count train_gpt.py's log uses too): 6 x tokens 
 step's document-causal sliding-window masks allow (model.attention_pairs counts them from the batches, so
 masked-out work is not credited). Steps run with the end-of-training windows (the largest). MFU = FLOPs per
 second per GPU / the GPU's dense bf16 peak (--peak_tflops, else a known GPU's; CPU: n/a).
+
+Beside it: the analytical MFU of gptlab/train/perf_estimate.py for the configuration benchmarked (matmuls,
+attention, memory-bound elementwise work, optimizer and gradient communication, each at a stated fraction of the
+GPU's peak or bandwidth), with each term's share of the estimated step. --estimate_only prints it without running
+anything, on any machine (the model is built on the meta device; --gpu names the GPU, --world_size the ranks):
+
+    python bench/bench_train.py --estimate_only --preset gpt2-small --gpu "NVIDIA H100 80GB HBM3"
 """
 import argparse
 import contextlib
@@ -38,10 +45,12 @@ from gptlab.core.distributed import all_reduce_sum  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
 from gptlab.data.shards import write_shard  # noqa: E402
-from gptlab.train.batching import split_batch  # noqa: E402
+from gptlab.train import perf_estimate  # noqa: E402
+from gptlab.train.batching import (activation_bytes_per_token, micro_batch_candidates, split_batch)  # noqa: E402
 from gptlab.train.environment import (compiled_graphs, gpu_bf16_peak_tflops, peak_memory,  # noqa: E402
                                       set_allocator_defaults)
 
+ESTIMATE_GPU_DEFAULT = "NVIDIA H100 80GB HBM3"  # H100 SXM, the GPU the issue's targets are set on
 CPU_DEFAULT = dict(num_layers=4, model_dim=128, num_heads=4, vocab_size=1024, train_seq_len=256, batch_size=512,
                    device_batch_size=512, window_size=256, num_val_emb=2)
 
@@ -65,13 +74,22 @@ def build_parser():
     p.add_argument("--warmup", type=non_negative_int, help="untimed steps first (GPU default 3, CPU 1)")
     p.add_argument("--compile", choices=["both", "on", "off"], default=None, help="default: both on CUDA, off on CPU")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    p.add_argument("--fp8_head", action=argparse.BooleanOptionalAction, default=None,
+                   help="the LM head's matmul in FP8, as train_gpt.py's flag (default: the preset's, else off)")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
+    p.add_argument("--estimate_only", action="store_true",
+                   help="print the analytical estimate for --gpu and --world_size without running (any machine)")
+    p.add_argument("--gpu", default=None, help="--estimate_only: the GPU as torch names it (default: this "
+                   "machine's, else " + ESTIMATE_GPU_DEFAULT + ")")
+    p.add_argument("--world_size", type=positive_int, default=None,
+                   help="--estimate_only: ranks (default: torchrun's WORLD_SIZE, else 1)")
     return p
 
 
-def resolve(args, device, world_size):
-    """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace)."""
+def resolve(args, device, world_size, fp8_head=None):
+    """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace). fp8_head: the
+    --estimate_only decision, which no local GPU can check."""
     # heavy (torch, ~1.5 s), here and below: imported after the flags, so --help and a bad flag answer at once
     import model as arch  # torch
     import train_gpt  # torch
@@ -94,9 +112,16 @@ def resolve(args, device, world_size):
             values[key] = getattr(args, flag)
     if args.device_batch_size is not None:
         values["device_batch_size"] = args.device_batch_size
+    if args.fp8_head is not None:
+        values["fp8_head"] = args.fp8_head
+    if fp8_head is not None:
+        values["fp8_head"] = False
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
                   attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None)
-    return resolve_config(argparse.Namespace(**values), world_size, device, arch)
+    cfg = resolve_config(argparse.Namespace(**values), world_size, device, arch)
+    if fp8_head is not None:
+        cfg.fp8_head = fp8_head
+    return cfg
 
 
 def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
@@ -110,14 +135,41 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
     return [path]
 
 
-def bench_one(cfg, ctx, compiled, shards, steps, warmup):
+def build_model(cfg, device, rank, world_size):
+    """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head)."""
+    import torch  # heavy: as in resolve
+
+    import model as arch  # torch
+    import train_gpt  # torch
+    from gptlab.train.config import model_config_of  # torch
+
+    config = arch.GPTConfig(**model_config_of(cfg, arch.GPTConfig))
+    if str(device) == "meta":  # --estimate_only: shapes without memory or initialisation work
+        with torch.device("meta"):
+            model = arch.GPT(config)
+    else:  # initialised on the CPU, as train_gpt.py does
+        model = arch.GPT(config).to(device)
+    if cfg.dtype == "bfloat16":
+        model.store_embeddings_in(torch.bfloat16)  # as train_gpt.py does
+    model.fp8_head = cfg.fp8_head
+    return model, train_gpt.build_optimizers(model, rank, world_size)
+
+
+def estimate(cfg, model, optimizers, compiled, world_size, matmul_flops, attention_flops, hw):
+    """perf_estimate.estimate_step for this configuration (None without hw)."""
+    return perf_estimate.estimate_step(model, optimizers, hw, tokens=cfg.batch_size, micro_batches=cfg.grad_acc_steps,
+                                       world_size=world_size, matmul_flops=matmul_flops,
+                                       attention_flops=attention_flops,
+                                       activation_bytes=2 if cfg.dtype == "bfloat16" else 4, compiled=compiled)
+
+
+def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None):
     import torch  # heavy: as in resolve
 
     import model as arch  # torch
     import train_gpt  # torch
     from gptlab.data.loader import BOSAlignedLoader  # torch
     from gptlab.train.comm import GradientSync  # torch
-    from gptlab.train.config import model_config_of  # torch
 
     device = ctx.device
     graphs_before = compiled_graphs() if compiled else 0
@@ -125,8 +177,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model = arch.GPT(arch.GPTConfig(**model_config_of(cfg, arch.GPTConfig))).to(device)
-    optimizers = train_gpt.build_optimizers(model, ctx.rank, ctx.world_size)
+    model, optimizers = build_model(cfg, device, ctx.rank, ctx.world_size)
     grad_sync = GradientSync(model, optimizers, ctx.world_size)
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
@@ -167,6 +218,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
     matmul_flops = sum(f[0] for f in flops) / steps
     attn_flops = sum(f[1] for f in flops) / steps
     per_gpu = ctx.world_size
+    est = estimate(cfg, model, optimizers, compiled, ctx.world_size, matmul_flops, attn_flops, hw)
 
     # the model alone: forward + backward of one fixed micro-batch
     x_np, y_np = loader.next_batch()[0]
@@ -195,12 +247,97 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup):
                            "achieved_tflops": model_flops / model_s / 1e12},
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
             "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters()),
+            "analytical": est,
             # probe, training and the model-alone pass share one graph: more is a recompile to look into
             "compiled_graphs": compiled_graphs() - graphs_before if compiled else 0}
 
 
+def mfu_text(measured, est, why_not):
+    """'38.2% (analytical estimate 40.1%: matmul 54%, ... of the estimated step)', or on CPU
+    'n/a (no peak known; analytical estimate n/a: no GPU constants for CPU)'."""
+    analytical = "analytical estimate " + perf_estimate.describe(est, why_not)
+    if measured is None:
+        return f"n/a (no peak known; {analytical})"
+    return f"{100 * measured:.1f}% ({analytical})"
+
+
+def random_rows(rows, seq_len, vocab, eot, doc_len, seed=0):
+    """(rows, seq_len) random documents as the loader gives them (write_random_shards' documents, each row starting
+    at an <|endoftext|>): the attention pairs of --estimate_only's FLOP count."""
+    import torch  # heavy: as in resolve
+
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, eot, size=(rows, seq_len), dtype=np.int64)
+    tokens[rng.random((rows, seq_len)) < 1.0 / doc_len] = eot
+    tokens[:, 0] = eot
+    return torch.from_numpy(tokens)
+
+
+def guess_micro_batch(cfg, world_size, hw, n_params):
+    """--estimate_only with --device_batch_size auto: the largest micro-batch whose activations (the probe's first
+    guess, batching.activation_bytes_per_token) fit 90% of the GPU's memory beside ~16 bytes a parameter."""
+    free = 0.9 * hw["memory_gib"] * 2**30 - 16 * n_params
+    per_token = activation_bytes_per_token(cfg.num_layers, cfg.model_dim, -(-cfg.vocab_size // 128) * 128,
+                                           cfg.mlp_ratio, 2 if cfg.dtype == "bfloat16" else 4)
+    candidates = micro_batch_candidates(cfg.batch_size // world_size, cfg.train_seq_len)
+    return next((t for t in candidates if t * per_token <= free), candidates[-1])
+
+
+def estimate_only(args):
+    """--estimate_only: the analytical estimate for --gpu and --world_size, nothing run (the model on the meta
+    device, the attention pairs of one batch of random documents on the CPU)."""
+    import torch  # heavy: as in resolve
+
+    import model as arch  # torch
+    import train_gpt  # torch
+
+    world_size = args.world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    gpu = args.gpu or (torch.cuda.get_device_name() if torch.cuda.is_available() else ESTIMATE_GPU_DEFAULT)
+    hw = perf_estimate.hardware_constants(gpu, args.peak_tflops)
+    if hw is None:
+        known = ", ".join(key for key, row in perf_estimate.GPU_CLASSES if row)
+        raise UserError(f"--gpu {gpu!r}: no constants for it in gptlab/train/perf_estimate.py (known: {known}); "
+                        "name one of those or add a row to GPU_CLASSES")
+    requested = args.fp8_head if args.fp8_head is not None else train_gpt.PRESETS.get(args.preset or "gpt2-small",
+                                                                                    {}).get("fp8_head", False)
+    fp8_head = bool(requested) and hw["fp8_tflops"] is not None  # "auto": where the GPU has FP8
+    if requested is True and not fp8_head:
+        raise UserError(f"--fp8_head: {gpu} has no FP8 matmuls; pass --no-fp8_head")
+    cfg = resolve(args, torch.device("cuda"), world_size, fp8_head=fp8_head)
+    meta = torch.device("meta")
+    model, optimizers = build_model(cfg, meta, 0, world_size)
+    if cfg.device_batch_size == "auto":
+        guess = guess_micro_batch(cfg, world_size, hw, sum(p.numel() for p in model.parameters()))
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size, guess)
+    eot = cfg.vocab_size - 1
+    rows = random_rows(cfg.batch_size // cfg.train_seq_len, cfg.train_seq_len, cfg.vocab_size, eot, args.doc_len)
+    windows = train_gpt.window_blocks(cfg.train_steps - 1, cfg.train_steps, cfg.window_size)  # as bench_one's
+    pairs = {name: int(arch.attention_pairs(rows, eot, blocks)) for name, blocks in zip(("long", "short"), windows)}
+    matmul_flops, attention_flops = arch.training_flops(model, cfg.batch_size, pairs)
+    compile_mode = args.compile or "both"
+    shown = {k: getattr(cfg, k) for k in ("num_layers", "model_dim", "num_heads", "head_dim", "vocab_size",
+                                           "train_seq_len", "batch_size", "device_batch_size", "grad_acc_steps",
+                                           "window_size", "fp8_head")}
+    print(f"estimate only (nothing run): {gpu} x{world_size}, dtype {cfg.dtype}, config {json.dumps(shown)}",
+          flush=True)
+    results = []
+    for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
+        est = estimate(cfg, model, optimizers, compiled, world_size, matmul_flops, attention_flops, hw)
+        results.append({"compiled": compiled, "analytical": est})
+        print(f"compiled={compiled}: analytical MFU {perf_estimate.describe(est)}; "
+              f"{1000 * est['step_time_s']:.1f} ms per step, {est['tokens_per_s']:,.0f} tokens/s", flush=True)
+    report = {"estimate_only": True, "gpu_name": gpu, "world_size": world_size, "dtype": cfg.dtype,
+              "hardware": hw, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
+              "results": results, "torch": torch.__version__}
+    if args.out:
+        atomic_write_text(args.out, json.dumps(report, indent=2, default=str) + "\n", overwrite=True)
+    return report
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.estimate_only:
+        return estimate_only(args)
     import torch  # heavy: as in resolve
 
     set_allocator_defaults()  # as train_gpt.py: before CUDA starts
@@ -213,6 +350,8 @@ def main(argv=None):
         compile_mode = args.compile or ("both" if device.type == "cuda" else "off")
         gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
         peak = args.peak_tflops or (gpu_bf16_peak_tflops(gpu_name) if gpu_name else None)
+        hw = perf_estimate.hardware_constants(gpu_name, args.peak_tflops)
+        why_not = f"no GPU constants for {gpu_name or 'CPU'}"
         shown = {k: getattr(cfg, k) for k in ("num_layers", "model_dim", "num_heads", "head_dim", "vocab_size",
                                                "train_seq_len", "batch_size", "device_batch_size", "window_size")}
         if ctx.is_main:
@@ -225,7 +364,7 @@ def main(argv=None):
             for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
                 run_cfg = argparse.Namespace(**vars(cfg))
                 try:
-                    r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup)
+                    r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup, hw)
                 except torch.cuda.OutOfMemoryError:
                     raise UserError("CUDA out of memory; lower --device_batch_size or --seq_len") from None
                 r["mfu"] = r["achieved_tflops"] / peak if peak else None
@@ -233,16 +372,18 @@ def main(argv=None):
                 results.append(r)
                 if ctx.is_main:
                     mfu = lambda v: f"{100 * v:.1f}%" if v is not None else "n/a (no peak known)"  # noqa: E731
+                    ana = mfu_text(r["mfu"], r["analytical"], why_not)
                     m = r["model_only"]
                     print(f"compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
                           f"ms for {r['tokens_per_step']:,} tokens = {r['grad_acc_steps']} x "
-                          f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU "
-                          f"{mfu(r['mfu'])} (attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of "
-                          f"FLOPs); model alone {m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
+                          f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU {ana}, "
+                          f"attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs; model alone "
+                          f"{m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
                           f"{r['peak_mem_allocated_gb']:.2f} GB allocated / {r['peak_mem_reserved_gb']:.2f} GB "
                           f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']}", flush=True)
         report = {"device": str(device), "gpu_name": gpu_name, "world_size": ctx.world_size, "dtype": cfg.dtype,
-                  "peak_tflops": peak, "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
+                  "peak_tflops": peak, "hardware": hw,
+                  "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},
                   "results": results, "torch": torch.__version__}
         if args.out and ctx.is_main:
             atomic_write_text(args.out, json.dumps(report, indent=2, default=str) + "\n", overwrite=True)

@@ -76,6 +76,61 @@ def test_bench_shards_runs_ours_against_raw_tiktoken(tmp_path):
         "benchshards_v300_n1000000.merges.txt", "benchshards_v300_n1000000.pkl", "corpus3.jsonl"]
 
 
+# ------------------------------------------------------------------------------------------------ bench_train.py
+H100 = "NVIDIA H100 80GB HBM3"  # H100 SXM as torch names it
+
+
+def test_bench_train_estimate_only_gives_gpt2_small_on_one_h100_about_the_issues_40_percent(tmp_path):
+    """--estimate_only on a machine without a GPU: the analytical MFU for GPT-2 small at T=2048 on one H100,
+    compiled. Issue 26's author estimated ~40% for it, independently of this code."""
+    import re
+
+    out = tmp_path / "estimate.json"
+    proc = run_script(["bench/bench_train.py", "--estimate_only", "--preset", "gpt2-small", "--gpu", H100,
+                       "--compile", "on", "--world_size", "1", "--out", str(out)], check=True)
+    line = re.search(r"^compiled=True: analytical MFU (\d+\.\d)%: matmul \d+%, attention \d+%, memory-bound \d+%, "
+                     r"optimizer \d+%, communication 0% of the estimated step; ", proc.stdout, re.M)
+    assert line, proc.stdout
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    est = r["analytical"]
+    assert 0.35 < est["mfu"] < 0.45 and f"{100 * est['mfu']:.1f}" == line.group(1)
+    # GPT-2 small's multiplied weights: 12 x (3 x 768^2 + 768^2 + 2 x 768 x 3,072) + head 50,304 x 768
+    # = 84,934,656 + 38,633,472 = 123,568,128, x 6 x 524,288 tokens
+    assert est["work"]["matmul_flops"] == 6 * 524_288 * 123_568_128 and est["seconds"]["communication"] == 0
+    # the micro-batch guess: activations 12 x 34 x 768 + 10 x 50,304 = 816,384 bytes a token; 90% of 80 GiB
+    # less 16 bytes x 239,468,598 parameters leaves room for ~90,000 tokens: 32 rows of 2,048, 8 micro-batches
+    assert (report["config"]["device_batch_size"], report["config"]["grad_acc_steps"]) == (65_536, 8)
+    assert report["world_size"] == 1 and report["gpu_name"] == H100 and r["compiled"] is True
+
+
+def test_bench_train_estimate_only_takes_record26s_fp8_head_where_the_gpu_has_fp8(tmp_path):
+    out = tmp_path / "estimate.json"
+    run_script(["bench/bench_train.py", "--estimate_only", "--preset", "record26", "--gpu", H100, "--compile", "on",
+                "--out", str(out)], check=True)
+    report = json.loads(out.read_text())
+    assert report["config"]["fp8_head"] is True
+    # the head's 50,304 x 768 weights, 6 FLOPs per token each, at the FP8 rate
+    assert report["results"][0]["analytical"]["work"]["fp8_head_flops"] == 6 * 393_216 * 50_304 * 768
+    proc = run_script(["bench/bench_train.py", "--estimate_only", "--gpu", "NVIDIA A100-SXM4-80GB", "--fp8_head"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("error: --fp8_head: NVIDIA A100-SXM4-80GB has no FP8 matmuls; "
+                                                    "pass --no-fp8_head")
+    proc = run_script(["bench/bench_train.py", "--estimate_only", "--gpu", "NVIDIA L4"])
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --gpu 'NVIDIA L4': no constants for it")
+
+
+def test_bench_train_on_cpu_prints_n_a_for_both_mfus(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = run_script(["bench/bench_train.py", "--device", "cpu", "--num_layers", "2", "--model_dim", "64",
+                       "--num_heads", "2", "--seq_len", "128", "--device_batch_size", "256", "--steps", "1",
+                       "--warmup", "1", "--out", str(out)], check=True)
+    assert "MFU n/a (no peak known; analytical estimate n/a: no GPU constants for CPU), attention" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["hardware"] is None and report["results"][0]["analytical"] is None
+
+
 # ------------------------------------------------------------------------------------------------ bench_anchor.py
 ANCHOR = os.path.join(os.path.dirname(SHARED_DATA), "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
