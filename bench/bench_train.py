@@ -27,6 +27,7 @@ anything, on any machine (the model is built on the meta device; --gpu names the
 """
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -76,6 +77,9 @@ def build_parser():
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     p.add_argument("--fp8_head", action=argparse.BooleanOptionalAction, default=None,
                    help="the LM head's matmul in FP8, as train_gpt.py's flag (default: the preset's, else off)")
+    p.add_argument("--shard_params", choices=["both", "on", "off"], default="off",
+                   help="train_gpt.py's --shard_params (FSDP2; torchrun with 2+ ranks): both compares the memory per "
+                   "rank with and without it")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--estimate_only", action="store_true",
@@ -135,8 +139,9 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
     return [path]
 
 
-def build_model(cfg, device, rank, world_size):
-    """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head)."""
+def build_model(cfg, device, rank, world_size, ctx=None, shard=False):
+    """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head; shard: FSDP2
+    over ctx's ranks, as --shard_params)."""
     import torch  # heavy: as in resolve
 
     import model as arch  # torch
@@ -152,7 +157,25 @@ def build_model(cfg, device, rank, world_size):
     if cfg.dtype == "bfloat16":
         model.store_embeddings_in(torch.bfloat16)  # as train_gpt.py does
     model.fp8_head = cfg.fp8_head
+    if shard:
+        from gptlab.train import fsdp  # torch
+
+        fsdp.shard_model(model, ctx)
     return model, train_gpt.build_optimizers(model, rank, world_size)
+
+
+def training_state_bytes(model, optimizers):
+    """This rank's parameters, their gradients (as large as the parameters during a step) and optimizer state, in
+    bytes, counted from the tensors it holds (its blocks under --shard_params)."""
+    from gptlab.train.fsdp import local  # torch
+
+    def nbytes(t):
+        return local(t).numel() * t.element_size()
+
+    params = sum(nbytes(p) for p in model.parameters())
+    state = sum(nbytes(v) for opt in optimizers for holder in (opt, getattr(opt, "inner", None)) if holder is not None
+                for per_param in holder.state.values() for v in per_param.values() if hasattr(v, "element_size"))
+    return 2 * params + state
 
 
 def estimate(cfg, model, optimizers, compiled, world_size, matmul_flops, attention_flops, hw):
@@ -163,7 +186,7 @@ def estimate(cfg, model, optimizers, compiled, world_size, matmul_flops, attenti
                                        activation_bytes=2 if cfg.dtype == "bfloat16" else 4, compiled=compiled)
 
 
-def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None):
+def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     import torch  # heavy: as in resolve
 
     import model as arch  # torch
@@ -177,8 +200,13 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model, optimizers = build_model(cfg, device, ctx.rank, ctx.world_size)
-    grad_sync = GradientSync(model, optimizers, ctx.world_size)
+    model, optimizers = build_model(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
+    if shard:
+        from gptlab.train.fsdp import ShardedGradients  # torch
+
+        grad_sync = ShardedGradients(model, optimizers)
+    else:
+        grad_sync = GradientSync(model, optimizers, ctx.world_size)
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
@@ -238,7 +266,11 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None):
     model_s = (time.perf_counter() - t0) / steps
     model.zero_grad(set_to_none=True)
     mem = peak_memory(device)
-    return {"compiled": compiled, "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
+    per_rank = dist_utils.all_gather_objects(ctx, {"state_gb": training_state_bytes(model, optimizers) / 1e9,
+                                                   "peak_gb": mem["allocated_gb"]})
+    return {"compiled": compiled, "shard_params": shard,
+            "state_gb_per_rank": [r["state_gb"] for r in per_rank],
+            "peak_mem_allocated_gb_per_rank": [r["peak_gb"] for r in per_rank], "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
             "tokens_per_s": cfg.batch_size / step_s, "device_batch_size": cfg.device_batch_size,
             "grad_acc_steps": cfg.grad_acc_steps, "flops_per_step": matmul_flops + attn_flops,
             "matmul_flops": matmul_flops, "attention_flops": attn_flops,
@@ -250,6 +282,10 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None):
             "analytical": est,
             # probe, training and the model-alone pass share one graph: more is a recompile to look into
             "compiled_graphs": compiled_graphs() - graphs_before if compiled else 0}
+
+
+def gb_list(values):
+    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
 
 
 def mfu_text(measured, est, why_not):
@@ -357,14 +393,17 @@ def main(argv=None):
         if ctx.is_main:
             print(f"device {device} ({gpu_name or 'CPU'}) x{ctx.world_size}, dtype {cfg.dtype}, config "
                   f"{json.dumps(shown)}", flush=True)
+        if args.shard_params != "off" and ctx.world_size == 1:
+            raise UserError("--shard_params shards across ranks: run this under torchrun --nproc_per_node=N (N >= 2)")
         with tempfile.TemporaryDirectory() as folder:
             n_tokens = cfg.batch_size * (steps + warmup + 2) + cfg.train_seq_len + 1
             shards = write_random_shards(folder, n_tokens, cfg.vocab_size, cfg.vocab_size - 1, args.doc_len)
             results = []
-            for compiled in {"both": [False, True], "on": [True], "off": [False]}[compile_mode]:
+            modes = {"both": [False, True], "on": [True], "off": [False]}
+            for shard, compiled in itertools.product(modes[args.shard_params], modes[compile_mode]):
                 run_cfg = argparse.Namespace(**vars(cfg))
                 try:
-                    r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup, hw)
+                    r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup, hw, shard)
                 except torch.cuda.OutOfMemoryError:
                     raise UserError("CUDA out of memory; lower --device_batch_size or --seq_len") from None
                 r["mfu"] = r["achieved_tflops"] / peak if peak else None
@@ -374,13 +413,25 @@ def main(argv=None):
                     mfu = lambda v: f"{100 * v:.1f}%" if v is not None else "n/a (no peak known)"  # noqa: E731
                     ana = mfu_text(r["mfu"], r["analytical"], why_not)
                     m = r["model_only"]
-                    print(f"compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
+                    print(f"{'--shard_params ' if shard else ''}compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
                           f"ms for {r['tokens_per_step']:,} tokens = {r['grad_acc_steps']} x "
                           f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU {ana}, "
                           f"attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs; model alone "
                           f"{m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
                           f"{r['peak_mem_allocated_gb']:.2f} GB allocated / {r['peak_mem_reserved_gb']:.2f} GB "
-                          f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']}", flush=True)
+                          f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']}; per rank: "
+                          f"training state {gb_list(r['state_gb_per_rank'])} GB (parameters, gradients, optimizer "
+                          f"state), peak memory {gb_list(r['peak_mem_allocated_gb_per_rank'])} GB", flush=True)
+            if args.shard_params == "both" and ctx.is_main:
+                for compiled in modes[compile_mode]:
+                    off, on = (next(r for r in results if r["shard_params"] == s and r["compiled"] == compiled)
+                               for s in (False, True))
+                    print(f"compiled={compiled}: --shard_params holds {max(on['state_gb_per_rank']):.3f} GB of "
+                          f"training state on its largest rank, {max(on['state_gb_per_rank']) / max(off['state_gb_per_rank']):.2f}x"
+                          f" the unsharded {max(off['state_gb_per_rank']):.3f} GB; peak memory "
+                          f"{max(on['peak_mem_allocated_gb_per_rank']) / max(off['peak_mem_allocated_gb_per_rank']):.2f}x"
+                          + (" (CPU: process max RSS, which never falls, so the second figure includes the first's)"
+                             if device.type != "cuda" else ""), flush=True)
         report = {"device": str(device), "gpu_name": gpu_name, "world_size": ctx.world_size, "dtype": cfg.dtype,
                   "peak_tflops": peak, "hardware": hw,
                   "config": {k: v for k, v in vars(cfg).items() if k != "from_checkpoint"},

@@ -131,6 +131,36 @@ def test_bench_train_on_cpu_prints_n_a_for_both_mfus(tmp_path):
     assert report["hardware"] is None and report["results"][0]["analytical"] is None
 
 
+def test_bench_train_reports_the_memory_per_rank_with_and_without_shard_params(tmp_path):
+    """2 gloo ranks, the same model with and without --shard_params. Expected training state by hand, in float32
+    bytes, from the model's parameter counts: P parameters, A of them Adam's (two moments each), M = P - A Muon's
+    (one momentum each). Unsharded, every rank holds all parameters and gradients (8P) while Adam's moments
+    (ShardedAdam) and Muon's momentum (each matrix on its owner) are split: about 8P + (8A + 4M) / 2. Sharded,
+    everything is split: about (8P + 8A + 4M) / 2. Row blocks and matrix owners split unevenly: within 10%."""
+    import torch
+
+    import model as arch
+    from conftest import free_port
+
+    out = tmp_path / "bench.json"
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "bench/bench_train.py",
+                       "--device", "cpu", "--num_layers", "2", "--model_dim", "64", "--num_heads", "2", "--seq_len",
+                       "128", "--device_batch_size", "128", "--steps", "1", "--warmup", "1", "--shard_params", "both",
+                       "--out", str(out)], check=True)
+    report = json.loads(out.read_text())
+    off, on = (next(r for r in report["results"] if r["shard_params"] is s) for s in (False, True))
+    with torch.device("meta"):
+        model = arch.GPT(arch.GPTConfig(vocab_size=1024, num_layers=2, model_dim=64, num_heads=2, num_val_emb=2))
+    P = sum(p.numel() for p in model.parameters())
+    M = sum(p.numel() for p in model.blocks.parameters() if p.ndim >= 2)
+    A = P - M
+    for got in off["state_gb_per_rank"]:
+        assert got * 1e9 == pytest.approx(8 * P + (8 * A + 4 * M) / 2, rel=0.1)
+    for got in on["state_gb_per_rank"]:
+        assert got * 1e9 == pytest.approx((8 * P + 8 * A + 4 * M) / 2, rel=0.1)
+    assert "--shard_params holds" in proc.stdout and "x the unsharded" in proc.stdout
+
+
 # ------------------------------------------------------------------------------------------------ bench_anchor.py
 ANCHOR = os.path.join(os.path.dirname(SHARED_DATA), "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
