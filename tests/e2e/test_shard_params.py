@@ -19,7 +19,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import REPO, free_port, run_script
+from conftest import HELLASWAG_VAL, REPO, free_port, run_script
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
 from gptlab.core.errors import UserError
 from gptlab.train import checkpointing, records
@@ -27,7 +27,7 @@ from gptlab.train import checkpointing, records
 # 3 layers: an odd number of matrices per shape (an idle owner rank on 2 ranks); 640-token validation = 5 rows,
 # which 2 and 3 ranks share unevenly (the FSDP forward must still run equally often on every rank)
 FLAGS = dict(num_layers=3, batch_size=768, device_batch_size=128, val_batch_size=640, val_steps=1, train_steps=8,
-             val_loss_every=4)
+             val_loss_every=4, hellaswag_limit=10, hellaswag_path=HELLASWAG_VAL, sample_tokens=12)
 
 
 def torchrun(n, argv):
@@ -72,6 +72,15 @@ def test_two_sharded_ranks_follow_the_one_rank_curve(runs):
     assert sorted(vb) == [0, 4, 8]
     for step in va:
         assert close(vb[step], va[step], 1e-4), (step, va[step], vb[step])
+    # HellaSwag (shares of different sizes per rank) and the samples (rank 0 alone) run on a whole copy of the
+    # sharded weights: the same answers and the same text as the unsharded run
+    results = [json.load(open(os.path.join(d, records.RESULTS_FILE))) for d in (one, two)]
+    assert results[1]["hellaswag"]["n"] == 10
+    assert [r["hellaswag"]["acc"] for r in results] == [results[0]["hellaswag"]["acc"]] * 2
+    assert [r["hellaswag"]["acc_norm"] for r in results] == [results[0]["hellaswag"]["acc_norm"]] * 2
+    samples = [[line for line in open(os.path.join(d, records.LOG_FILE)) if line.startswith("sample: ")]
+               for d in (one, two)]
+    assert len(samples[1]) == 3 and samples[0] == samples[1]
 
 
 def test_the_checkpoint_is_a_folder_of_shards_written_by_every_rank(runs):
