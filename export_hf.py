@@ -22,7 +22,8 @@ from gptlab.tokenizer.format import read_tokenizer_file
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt), e.g. experiments/RUN/checkpoints/step_N.pt")
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run), e.g. "
+                   "experiments/RUN/checkpoints/step_N.pt")
     p.add_argument("out_dir", help="the folder to write (must not exist, unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,

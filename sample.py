@@ -23,7 +23,7 @@ from gptlab.core.errors import UserError, run_cli
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
     p.add_argument("--prompt", default="", help="text to continue (default: empty, a document from its start)")
     p.add_argument("--interactive", action="store_true", help="read prompts from stdin, one per line, until EOF "
                    "(Ctrl-D); at a terminal with line editing and history")

@@ -23,7 +23,7 @@ from gptlab.train.model_source import load_model, logits_fn
 
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
     p.add_argument("--val_files", nargs="+", default=None,
                    help="validation shards (default: the ones the run recorded)")
     p.add_argument("--val_rows", type=int, default=None,

@@ -44,7 +44,7 @@ def add_run_flags(parser):
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=non_negative_int, default=0,
                    help="save a checkpoint every N steps (0: never)")
-    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt)")
+    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt, or a --shard_params folder)")
     g.add_argument("--log_every", type=non_negative_int, default=10, help="print a train line every N steps (the loop "
                    "reads its figures back from the GPU only then, at evaluations and at checkpoints)")
     g.add_argument("--trust_model_code", action="store_true", help="--resume from a checkpoint whose model code "

@@ -106,8 +106,8 @@ def load(path, load_weights=True):
     shapes and dtypes."""
     meta_path = os.path.join(path, META_FILE)
     if not os.path.isfile(meta_path):
-        raise UserError(f"{path} is not a complete sharded checkpoint (no {META_FILE}: its save did not finish); "
-                        "resume from another checkpoint of the run")
+        raise UserError(f"{path} is a folder but not a complete sharded checkpoint (no {META_FILE} in it); pass a "
+                        "run's checkpoints/step_N.pt file or step_N folder")
     payload = checkpointing.load_checkpoint(meta_path)
     sharded = payload.get("sharded")
     if not isinstance(sharded, dict) or not isinstance(sharded.get("files"), dict) or not sharded["files"]:
