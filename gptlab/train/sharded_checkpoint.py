@@ -50,12 +50,15 @@ def save(path, ctx, model, optimizers, overwrite=False, **bookkeeping):
     manifest = {}
     for part in dist_utils.all_gather_objects(ctx, mine):
         manifest.update(part)
-    per_rank = dist_utils.all_gather_objects(ctx, {"rng": bookkeeping.get("rng_states") or {}})
+    # every rank's generators and data position (the position is global, the same on every rank by design)
+    per_rank = dist_utils.all_gather_objects(ctx, {"rng": bookkeeping.get("rng_states") or {},
+                                                   "dataloader": bookkeeping.get("dataloader_state")})
     if ctx.is_main:
         groups = [{"param_groups": _param_groups(opt)} for opt in optimizers]  # settings; the state is in DCP
         payload = checkpointing.checkpoint_payload(
             model_state={}, optimizer_states=groups,
-            sharded={"files": manifest, "world_size": ctx.world_size, "rng_per_rank": [r["rng"] for r in per_rank]},
+            sharded={"files": manifest, "world_size": ctx.world_size, "rng_per_rank": [r["rng"] for r in per_rank],
+                     "dataloader_per_rank": [r["dataloader"] for r in per_rank]},
             **bookkeeping)
         checkpointing.write_payload(os.path.join(partial, META_FILE), payload)
         os.replace(partial, path) if overwrite else os.rename(partial, path)
