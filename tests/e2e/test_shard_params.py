@@ -49,7 +49,7 @@ def config(run_dir):
 def runs(tiny, tmp_path_factory):
     """One rank unsharded, and two ranks --shard_params with sharded checkpoints at steps 4 and 8."""
     base = tmp_path_factory.mktemp("shard_params")
-    run_script(["train_gpt.py"] + tiny_args(tiny, base / "one", **FLAGS), check=True)
+    run_script(["train_gpt.py"] + tiny_args(tiny, base / "one", checkpoint_every=4, **FLAGS), check=True)
     torchrun(2, tiny_args(tiny, base / "two", shard_params=True, checkpoint_every=4, **FLAGS))
     return {"one": only_run_dir(base / "one"), "two": only_run_dir(base / "two"), "base": base}
 
@@ -99,22 +99,27 @@ def test_the_checkpoint_is_a_folder_of_shards_written_by_every_rank(runs):
     assert not glob.glob(folder + ".partial-*")  # the temporary folder was renamed
 
 
-@pytest.mark.parametrize("ranks, shard", [(1, False), (3, True)])
-def test_a_two_rank_sharded_checkpoint_resumes_on_another_world_size(runs, tiny, ranks, shard):
-    ckpt = os.path.join(runs["two"], records.CHECKPOINT_DIR, "step_000004")
-    out = runs["base"] / f"resumed{ranks}"
+@pytest.mark.parametrize("source, ranks, shard", [
+    ("two", 1, False),  # a sharded folder, one process, unsharded
+    ("two", 3, True),   # a sharded folder on 3 sharded ranks (rows cut in thirds, not halves)
+    ("two", 2, False),  # a sharded folder on 2 unsharded ranks (whole tensors on each)
+    ("one", 2, True),   # a one-file checkpoint into 2 sharded ranks (each cuts its blocks)
+])
+def test_a_checkpoint_resumes_on_another_world_size_with_or_without_sharding(runs, tiny, source, ranks, shard):
+    ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000004" + (".pt" if source == "one" else ""))
+    out = runs["base"] / f"resumed_{source}_{ranks}_{shard}"
     argv = ["--resume", ckpt, "--experiments_dir", str(out)] + (["--shard_params"] if shard else [])
     if ranks == 1:
         run_script(["train_gpt.py"] + argv, check=True)
     else:
         torchrun(ranks, argv)
     resumed = only_run_dir(out)
-    assert config(resumed)["world_size"] == ranks
-    a, b = metrics(runs["two"], "train_loss"), metrics(resumed, "train_loss")
+    assert (config(resumed)["world_size"], config(resumed)["shard_params"]) == (ranks, shard)
+    a, b = metrics(runs[source], "train_loss"), metrics(resumed, "train_loss")
     assert sorted(b) == [5, 6, 7, 8]
     for step in b:
         assert close(b[step], a[step], 1e-5), (step, a[step], b[step])
-    assert close(metrics(resumed, "val_loss")[8], metrics(runs["two"], "val_loss")[8], 1e-5)
+    assert close(metrics(resumed, "val_loss")[8], metrics(runs[source], "val_loss")[8], 1e-5)
 
 
 def test_every_tool_reads_the_whole_model_from_a_sharded_checkpoint(runs, tiny):
