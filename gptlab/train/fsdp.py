@@ -20,7 +20,9 @@ from gptlab.train.comm import check_held_once
 
 def is_sharded(tensor):
     """True for a DTensor (a parameter under --shard_params)."""
-    return type(tensor).__name__ == "DTensor" and hasattr(tensor, "to_local")
+    from torch.distributed.tensor import DTensor  # (torch.distributed is there on every build this runs on)
+
+    return isinstance(tensor, DTensor)
 
 
 def local(tensor):
