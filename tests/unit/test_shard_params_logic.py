@@ -84,3 +84,20 @@ def test_sharded_gradients_switch_fsdp_sync_only_when_the_micro_batch_changes_it
     assert calls == [False, True, False, True]
     with pytest.raises(ValueError, match="in no group: w"):
         ShardedGradients(model, [torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)])
+
+
+def test_the_gpt_1b_preset_is_about_a_billion_parameters_and_sharded():
+    import model as arch
+    import train_gpt
+    from gptlab.train.config import parameter_count
+    from gptlab.train.run import parse_flags
+
+    args, _ = parse_flags(train_gpt.build_parser, ["--preset", "gpt-1b"], presets=train_gpt.PRESETS)
+    assert args.shard_params is True
+    d, layers = args.model_dim, args.num_layers
+    # by hand: 12 d^2 per block (q, k, v, out: 4 d^2; MLP 4d and back: 8 d^2), and three 50304 x d tables (token
+    # embedding, 2 value embeddings) plus the head
+    hand = layers * 12 * d * d + 4 * 50304 * d
+    assert hand == 988_545_024
+    got = parameter_count(arch, dict(vocab_size=50304, num_layers=layers, num_heads=args.num_heads, model_dim=d))
+    assert got == pytest.approx(hand, rel=1e-5)  # (the rest: per-layer scalars and skip weights)
