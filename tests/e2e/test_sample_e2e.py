@@ -119,6 +119,25 @@ class Terminal:
         rest = self.read_until(None, start)
         return self.proc.wait(timeout=self.timeout), rest
 
+    def wait_until_reading(self):
+        """Wait until the program is blocked waiting for a key (select/poll), not merely past drawing "> ": a
+        SIGINT that lands between readline drawing the prompt and its select() is only noticed at the next key."""
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            try:
+                with open(f"/proc/{self.proc.pid}/wchan") as f:
+                    wchan = f.read()
+            except OSError:  # no /proc (not Linux): a pause instead
+                time.sleep(0.5)
+                return
+            if "poll" in wchan or "select" in wchan:
+                return
+            if not wchan.strip("0\n"):  # the kernel hides wait channels here
+                time.sleep(0.5)
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"the program never waited for a key:\n{self.out!r}")
+
     def _read(self):
         try:
             return os.read(self.master, 4096)
@@ -194,6 +213,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     term.read_until(r"aaaaa", start)  # streaming
     stopped = term.turn(b"\x03")
     assert re.search(r"\r\n\[\d+ tokens in [^\]]*; stopped \(Ctrl-C\); KV cache; 1 CPU thread\]\r\n> $", stopped)
+    term.wait_until_reading()  # Ctrl-C at "> ", as a person presses it: while sample.py waits for the line
     status, rest = term.finish(b"\x03")
     assert status == 130 and rest.strip().endswith("interrupted"), rest
 
