@@ -28,6 +28,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n different free ports (for launches side by side): each socket is held until all are bound."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 # loaded here, not in the forked child: run_scripts forks from threads, and a dlopen or an import there could block
 _LIBC = ctypes.CDLL(None, use_errno=True)
 

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -56,10 +57,16 @@ def test_threads_default_to_one_follow_omp_num_threads_under_auto_and_the_flag_w
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cases = [({}, [], "1 CPU thread]"), ({"OMP_NUM_THREADS": "2"}, [], "2 CPU threads]"),
              ({"OMP_NUM_THREADS": "2"}, ["--threads", "3"], "3 CPU threads]")]
-    for env_extra, flags, expected in cases:
-        proc = subprocess.run([sys.executable, "sample.py", ckpt_path, "--max_tokens", "2"] + flags, cwd=REPO,
+
+    def run(case):
+        env_extra, flags, _ = case
+        return subprocess.run([sys.executable, "sample.py", ckpt_path, "--max_tokens", "2"] + flags, cwd=REPO,
                               env=dict(env, PYTHONPATH=REPO, **env_extra), capture_output=True, text=True,
                               timeout=300)
+
+    with ThreadPoolExecutor(2) as pool:  # side by side: each run reports the threads it set, not how fast they were
+        procs = list(pool.map(run, cases))
+    for (env_extra, flags, expected), proc in zip(cases, procs):
         assert proc.returncode == 0, proc.stderr
         assert stats_line(proc.stderr).endswith(expected), (env_extra, flags)
 
