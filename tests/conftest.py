@@ -1,4 +1,5 @@
 """Shared test fixtures: paths to the real data beside the checkout, and helpers to run the top-level scripts."""
+import ctypes
 import errno
 import os
 import signal
@@ -27,14 +28,27 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n different free ports (for launches side by side): each socket is held until all are bound."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# loaded here, not in the forked child: run_scripts forks from threads, and a dlopen or an import there could block
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def _drop_root_file_access():
     """preexec_fn: give up the two capabilities that let root read any file (CAP_DAC_OVERRIDE = 1,
     CAP_DAC_READ_SEARCH = 2) from the bounding set, so the child sees file permissions as any user does."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
     for cap in (1, 2):
-        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        if _LIBC.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
@@ -64,6 +78,15 @@ def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def run_scripts(commands, **kwargs):
+    """run_script(args, **kwargs) for each argument list in commands, two at a time (CI has 2 cores; each script
+    here runs on one thread); their CompletedProcesses, in the order of commands."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda args: run_script(args, **kwargs), commands))
 
 
 def interrupt_while_reading(args, fifo, head=b"", timeout=60):

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script
+from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script, run_scripts
 from gptlab.train import checkpointing, records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
@@ -64,6 +64,36 @@ def edit_model(repo, edit):
     return text
 
 
+@pytest.fixture(scope="module")
+def trained(tiny, tmp_path_factory):
+    """The training runs the tests share (a train_gpt.py process each), made on first use: trained(edit) gives
+    (the model.py it trained, its run folder, its checkpoints: the middle step's and the last step's). An edit:
+    10 steps (fewer leave the sampled text the same under today's model.py for the changed activation),
+    --checkpoint_every 5 --save_model, scored on 6 HellaSwag examples; edit None (today's model.py): 6 steps,
+    --checkpoint_every 3. The tests work in repositories of their own, with the model.py each needs."""
+    root = tmp_path_factory.mktemp("trained")
+    repo = copy_repository(str(root / "repo"))
+    with open(os.path.join(repo, "model.py")) as f:
+        original = f.read()
+    runs = {}
+
+    def get(edit):
+        if edit not in runs:
+            with open(os.path.join(repo, "model.py"), "w") as f:
+                f.write(original)
+            text = original if edit is None else edit_model(repo, edit)
+            steps, extra = 6, ["--checkpoint_every", "3"]
+            if edit is not None:
+                steps, extra = 10, ["--checkpoint_every", "5", "--save_model", "--hellaswag_limit", "6",
+                                    "--hellaswag_path", HELLASWAG_VAL]
+            ckpts = train(repo, tiny, root / f"exps_{edit}", steps=steps, extra=extra)
+            assert [os.path.basename(c) for c in ckpts] == [f"step_{steps // 2:06d}.pt", f"step_{steps:06d}.pt"], ckpts
+            runs[edit] = text, os.path.dirname(os.path.dirname(ckpts[-1])), ckpts
+        return runs[edit]
+
+    return get
+
+
 def train(repo, tiny, exp_dir, steps=10, extra=()):
     flags = ["--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files", tiny["val"],
              "--train_seq_len", "128", "--val_seq_len", "128", "--model_dim", "64", "--num_heads", "2",
@@ -76,36 +106,36 @@ def train(repo, tiny, exp_dir, steps=10, extra=()):
 
 
 def sample_texts(repo, ckpt, env_extra=None, extra=()):
-    """(greedy text, seeded sampled text) of sample.py in repo, or the failed CompletedProcess."""
-    texts = []
-    for flags in (["--temperature", "0"], ["--temperature", "1", "--seed", "3"]):
-        proc = run_script(["sample.py", ckpt, "--prompt", "The", "--max_tokens", "40", *flags, *extra], cwd=repo,
-                          env_extra=env_extra)
-        if proc.returncode:
-            return proc
-        texts.append(proc.stdout)
-    return tuple(texts)
+    """(greedy text, seeded sampled text) of sample.py in repo, or the first failed CompletedProcess."""
+    procs = run_scripts([["sample.py", ckpt, "--prompt", "The", "--max_tokens", "40", *flags, *extra]
+                         for flags in (["--temperature", "0"], ["--temperature", "1", "--seed", "3"])],
+                        cwd=repo, env_extra=env_extra)
+    failed = [proc for proc in procs if proc.returncode]
+    return failed[0] if failed else tuple(proc.stdout for proc in procs)
 
 
-def evaluate(repo, ckpt, out):
-    """python -m gptlab.evals.checkpoint's figures (val loss and bpb on the run's validation set, HellaSwag)."""
-    run_script(["-m", "gptlab.evals.checkpoint", ckpt, "--hellaswag_path", HELLASWAG_VAL, "--hellaswag_limit", "6",
-                "--json", str(out)], cwd=repo, check=True)
+def evaluate_and_export(repo, ckpt, out, hf_dir):
+    """python -m gptlab.evals.checkpoint's figures (val loss and bpb on the run's validation set, HellaSwag), and
+    the CompletedProcess of export_hf.py into hf_dir, run side by side."""
+    ev, export = run_scripts([["-m", "gptlab.evals.checkpoint", ckpt, "--hellaswag_path", HELLASWAG_VAL,
+                               "--hellaswag_limit", "6", "--json", str(out)],
+                              ["export_hf.py", ckpt, str(hf_dir)]], cwd=repo)
+    assert ev.returncode == 0, ev.stderr[-3000:]
     with open(out) as f:
         figures = json.load(f)
     figures.pop("checkpoint")
-    return figures
+    return figures, export
 
 
 @pytest.mark.parametrize("edit", sorted(EDITS))
-def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_reverted(edit, tiny, tmp_path):
+def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_reverted(edit, trained, tmp_path):
     pytest.importorskip("transformers")
     repo = copy_repository(str(tmp_path / "repo"))
     with open(os.path.join(repo, "model.py")) as f:
         original = f.read()
-    edited = edit_model(repo, edit)
-    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model", "--hellaswag_limit", "6",
-                                                          "--hellaswag_path", HELLASWAG_VAL])
+    assert edit_model(repo, edit) == trained(edit)[0]  # the experiment's model.py is in the repository
+    edited, run_dir, ckpts = trained(edit)
+    ckpt = ckpts[-1]  # the final model
     saved = torch.load(ckpt, weights_only=True)
     assert saved["model_source"]["code"] == edited  # the run trained the edited model and says so
     assert saved["model_source"]["sha256"] == hashlib.sha256(edited.encode()).hexdigest()
@@ -113,18 +143,17 @@ def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_re
         assert "blocks.0.mlp.c_gate.weight" in saved["model"]
     if edit == "removed_weight":
         assert not any(k.endswith(".lambdas") and "attn" not in k for k in saved["model"])
-    run_dir = os.path.dirname(os.path.dirname(ckpt))
     with open(os.path.join(run_dir, "code", "model.py")) as f:
         assert f.read() == edited  # the run folder keeps the experiment's model whole
 
     before = sample_texts(repo, ckpt)
     assert isinstance(before, tuple), before.stderr
-    before += (evaluate(repo, ckpt, tmp_path / "eval_before.json"),)
+    figures, export = evaluate_and_export(repo, ckpt, tmp_path / "eval_before.json", tmp_path / "hf_before")
+    before += (figures,)
     with open(os.path.join(run_dir, "results.json")) as f:
         results = json.load(f)  # the run's own final evaluation, in the training loop
     assert before[2]["val_bpb"] == pytest.approx(results["final_val_bpb"], rel=1e-9)
     assert before[2]["hellaswag"]["acc_norm"] == results["hellaswag"]["acc_norm"]
-    export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_before")], cwd=repo)
     assert export.returncode == 0, export.stderr
     assert "tokenizer identical" in export.stdout
 
@@ -132,23 +161,18 @@ def test_an_architecture_edit_flows_through_every_tool_before_and_after_it_is_re
         f.write(original)
     after = sample_texts(repo, ckpt)
     assert isinstance(after, tuple), after.stderr
-    after += (evaluate(repo, ckpt, tmp_path / "eval_after.json"),)
+    figures, export = evaluate_and_export(repo, ckpt, tmp_path / "eval_after.json", tmp_path / "hf_after")
+    after += (figures,)
     assert after == before
-    export = run_script(["export_hf.py", ckpt, str(tmp_path / "hf_after")], cwd=repo)
     assert export.returncode == 0, export.stderr
     assert "tokenizer identical" in export.stdout
     with open(tmp_path / "hf_after" / "gptlab_model.py") as f:
         assert f.read() == edited  # the export ships the checkpoint's model, not today's
 
 
-def test_a_checkpoint_from_another_machine_runs_its_code_only_when_trusted(tiny, tmp_path):
-    repo = copy_repository(str(tmp_path / "repo"))
-    with open(os.path.join(repo, "model.py")) as f:
-        original = f.read()
-    edit_model(repo, "changed_activation")
-    (ckpt,) = train(repo, tiny, tmp_path / "exps", extra=["--save_model"])
-    with open(os.path.join(repo, "model.py"), "w") as f:
-        f.write(original)
+def test_a_checkpoint_from_another_machine_runs_its_code_only_when_trusted(trained, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))  # today's model.py
+    ckpt = trained("changed_activation")[2][-1]
     trusted = sample_texts(repo, ckpt)
     elsewhere = {"GPTLAB_HOME": str(tmp_path / "another_machine")}  # no record of the run that trained it
     refused = sample_texts(repo, ckpt, env_extra=elsewhere)
@@ -157,32 +181,26 @@ def test_a_checkpoint_from_another_machine_runs_its_code_only_when_trusted(tiny,
     assert "--trust_model_code" in refused.stderr and ckpt in refused.stderr
     assert sample_texts(repo, ckpt, env_extra=elsewhere, extra=["--trust_model_code"]) == trusted
     # the same source as today's model.py needs no trust anywhere
-    (baseline,) = train(repo, tiny, tmp_path / "exps2", steps=2, extra=["--save_model"])
+    baseline = trained(None)[2][-1]
     assert isinstance(sample_texts(repo, baseline, env_extra=elsewhere), tuple)
 
 
-def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(tiny, tmp_path):
-    """Train 6 steps of an edited model with a checkpoint at 3; revert model.py; --resume from step 3 gives the
-    losses of steps 4-6 (the resumed run trains the checkpoint's model, not today's, which could not even load
+def losses(run_dir):
+    return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, "metrics.csv"))
+            if r["train_loss"] is not None}
+
+
+def test_resume_continues_on_the_checkpoints_model_after_model_py_moved_on(trained, tmp_path):
+    """10 steps of an edited model with a checkpoint at 5; with today's model.py, --resume from step 5 gives the
+    losses of steps 6-10 (the resumed run trains the checkpoint's model, not today's, which could not even load
     its weights)."""
-    repo = copy_repository(str(tmp_path / "repo"))
-    with open(os.path.join(repo, "model.py")) as f:
-        original = f.read()
-    edited = edit_model(repo, "new_weight_in_every_block")
-    train(repo, tiny, tmp_path / "full", steps=6, extra=["--checkpoint_every", "3"])
-    ckpt = glob.glob(str(tmp_path / "full" / "*" / "checkpoints" / "step_000003.pt"))[0]
-    with open(os.path.join(repo, "model.py"), "w") as f:
-        f.write(original)
+    repo = copy_repository(str(tmp_path / "repo"))  # today's model.py
+    edited, full_dir, (ckpt, _) = trained("new_weight_in_every_block")
     run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
                check=True)
-
-    def losses(folder):
-        (run_dir,) = glob.glob(str(folder / "*_edit*"))
-        return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, "metrics.csv"))
-                if r["train_loss"] is not None}, run_dir
-
-    (full, _), (resumed, resumed_dir) = losses(tmp_path / "full"), losses(tmp_path / "resumed")
-    assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/e2e/test_train_gpt_e2e.py: 1e-6)
+    (resumed_dir,) = glob.glob(str(tmp_path / "resumed" / "*_edit*"))
+    full, resumed = losses(full_dir), losses(resumed_dir)
+    assert sorted(resumed) == [6, 7, 8, 9, 10]  # as exact as any resume (tests/e2e/test_train_gpt_e2e.py: 1e-6)
     assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     with open(os.path.join(resumed_dir, "code", "model.py")) as f:
         assert f.read() == edited
@@ -205,10 +223,10 @@ def _as_format_2(path, out):
     torch.save(old, out)
 
 
-def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_then_resumes_exactly(tiny, tmp_path):
+def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_then_resumes_exactly(trained,
+                                                                                                       tmp_path):
     repo = copy_repository(str(tmp_path / "repo"))
-    train(repo, tiny, tmp_path / "full", steps=6, extra=["--checkpoint_every", "3"])
-    ckpt = glob.glob(str(tmp_path / "full" / "*" / "checkpoints" / "step_000003.pt"))[0]
+    _, full_dir, (ckpt, _) = trained(None)
     old = str(tmp_path / "old" / "step_000003.pt")
     os.makedirs(os.path.dirname(old))
     _as_format_2(ckpt, old)
@@ -223,28 +241,22 @@ def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_
     run_script(["train_gpt.py", "--resume", new, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
                check=True)
 
-    def losses(folder):
-        (run_dir,) = glob.glob(str(folder / "*"))
-        return {r["step"]: r["train_loss"] for r in records.read_metrics(os.path.join(run_dir, "metrics.csv"))
-                if r["train_loss"] is not None}
-
-    full, resumed = losses(tmp_path / "full"), losses(tmp_path / "resumed")
+    (resumed_dir,) = glob.glob(str(tmp_path / "resumed" / "*"))
+    full, resumed = losses(full_dir), losses(resumed_dir)
     assert sorted(resumed) == [4, 5, 6]  # as exact as any resume (tests/e2e/test_train_gpt_e2e.py: 1e-6)
     assert all(abs(resumed[s] - full[s]) <= 1e-6 * abs(full[s]) for s in resumed), (resumed, full)
     a, b = torch.load(ckpt, weights_only=True), torch.load(new, weights_only=True)
     assert a["model_config"] == b["model_config"] and a["model_source"] == b["model_source"]
 
 
-def test_a_format_2_checkpoint_whose_weights_do_not_fit_todays_model_is_not_converted(tiny, tmp_path):
-    repo = copy_repository(str(tmp_path / "repo"))
-    edit_model(repo, "new_weight_in_every_block")
-    (ckpt,) = train(repo, tiny, tmp_path / "exps", steps=2, extra=["--save_model"])
-    subprocess.run(["git", "checkout", "-q", "model.py"], cwd=repo, check=True)
-    old = str(tmp_path / "step_000002.pt")
+def test_a_format_2_checkpoint_whose_weights_do_not_fit_todays_model_is_not_converted(trained, tmp_path):
+    repo = copy_repository(str(tmp_path / "repo"))  # today's model.py
+    ckpt = trained("new_weight_in_every_block")[2][0]
+    old = str(tmp_path / "step_000005.pt")
     _as_format_2(ckpt, old)
     proc = run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "c_gate" in proc.stderr
-    assert "--model_source" in proc.stderr and not os.path.exists(str(tmp_path / "step_000002_v3.pt"))
+    assert "--model_source" in proc.stderr and not os.path.exists(str(tmp_path / "step_000005_v3.pt"))
 
 
 def test_the_model_config_fields_are_the_flags_and_the_recorded_configuration():

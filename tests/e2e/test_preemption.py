@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import REPO, SHARED_DATA, free_port, run_script
+from conftest import REPO, SHARED_DATA, free_port, free_ports, run_script, run_scripts
 from helpers.tiny_runs import only_run_dir, tiny_args
 from gptlab.train import checkpointing, records
 
@@ -97,10 +97,11 @@ def test_sigterm_to_a_two_rank_run_checkpoints_the_agreed_step_and_resumes_bit_f
     # torchrun prints a traceback of its own (its SignalException); the workers print none
     assert err.count("Traceback") <= 1 and "interrupted (SIGTERM)" in err, err[-3000:]
 
-    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py", "--resume", ckpt,
-                "--experiments_dir", str(tmp_path / "resumed"), "--log_every", "1"], check=True)
-    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
-               + tiny_args(tiny, tmp_path / "straight", **flags), check=True)
+    ports = free_ports(2)  # the resumed run and the straight one, side by side
+    run_scripts([["torchrun", "--nproc_per_node=2", "--master_port", str(ports[0]), "train_gpt.py", "--resume",
+                  ckpt, "--experiments_dir", str(tmp_path / "resumed"), "--log_every", "1"],
+                 ["torchrun", "--nproc_per_node=2", "--master_port", str(ports[1]), "train_gpt.py"]
+                 + tiny_args(tiny, tmp_path / "straight", **flags)], check=True)
     straight, resumed = only_run_dir(tmp_path / "straight"), only_run_dir(tmp_path / "resumed")
     a, b = train_losses(straight), train_losses(resumed)
     assert sorted(b) == list(range(stopped_at + 1, steps + 1))

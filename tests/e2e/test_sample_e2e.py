@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -56,10 +57,16 @@ def test_threads_default_to_one_follow_omp_num_threads_under_auto_and_the_flag_w
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cases = [({}, [], "1 CPU thread]"), ({"OMP_NUM_THREADS": "2"}, [], "2 CPU threads]"),
              ({"OMP_NUM_THREADS": "2"}, ["--threads", "3"], "3 CPU threads]")]
-    for env_extra, flags, expected in cases:
-        proc = subprocess.run([sys.executable, "sample.py", ckpt_path, "--max_tokens", "2"] + flags, cwd=REPO,
+
+    def run(case):
+        env_extra, flags, _ = case
+        return subprocess.run([sys.executable, "sample.py", ckpt_path, "--max_tokens", "2"] + flags, cwd=REPO,
                               env=dict(env, PYTHONPATH=REPO, **env_extra), capture_output=True, text=True,
                               timeout=300)
+
+    with ThreadPoolExecutor(2) as pool:  # side by side: each run reports the threads it set, not how fast they were
+        procs = list(pool.map(run, cases))
+    for (env_extra, flags, expected), proc in zip(cases, procs):
         assert proc.returncode == 0, proc.stderr
         assert stats_line(proc.stderr).endswith(expected), (env_extra, flags)
 
@@ -118,6 +125,25 @@ class Terminal:
         os.write(self.master, keys)
         rest = self.read_until(None, start)
         return self.proc.wait(timeout=self.timeout), rest
+
+    def wait_until_reading(self):
+        """Wait until the program is blocked waiting for a key (select/poll), not merely past drawing "> ": a
+        SIGINT that lands between readline drawing the prompt and its select() is only noticed at the next key."""
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            try:
+                with open(f"/proc/{self.proc.pid}/wchan") as f:
+                    wchan = f.read()
+            except OSError:  # no /proc (not Linux): a pause instead
+                time.sleep(0.5)
+                return
+            if "poll" in wchan or "select" in wchan:
+                return
+            if not wchan.strip("0\n"):  # the kernel hides wait channels here
+                time.sleep(0.5)
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"the program never waited for a key:\n{self.out!r}")
 
     def _read(self):
         try:
@@ -194,6 +220,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     term.read_until(r"aaaaa", start)  # streaming
     stopped = term.turn(b"\x03")
     assert re.search(r"\r\n\[\d+ tokens in [^\]]*; stopped \(Ctrl-C\); KV cache; 1 CPU thread\]\r\n> $", stopped)
+    term.wait_until_reading()  # Ctrl-C at "> ", as a person presses it: while sample.py waits for the line
     status, rest = term.finish(b"\x03")
     assert status == 130 and rest.strip().endswith("interrupted"), rest
 

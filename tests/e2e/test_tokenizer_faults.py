@@ -2,7 +2,6 @@
 one `error:` line and status 2, bounded memory, no process left behind."""
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -27,8 +26,19 @@ def sparse_zeros(path, size=2**31):
     return str(path)
 
 
-def children_maxrss_mb():
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+# Runs `python ARGS` as its child and writes that child's peak memory (its own workers included) to the file
+# $GPTLAB_TEST_RSS_FILE: the test process's own RUSAGE_CHILDREN is the peak of every child the session has run.
+_MEASURE = ("import os, resource, subprocess, sys; code = subprocess.run([sys.executable] + sys.argv[1:]).returncode; "
+            "open(os.environ['GPTLAB_TEST_RSS_FILE'], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN)"
+            ".ru_maxrss)); sys.exit(code if code >= 0 else 128 - code)")
+
+
+def run_measured(args, tmp_path, timeout):
+    """run_script(args) and the peak resident memory, in MB, of the process it ran."""
+    rss_file = tmp_path / "maxrss_kb"
+    proc = run_script(["-c", _MEASURE] + list(args), timeout=timeout,
+                      env_extra={"GPTLAB_TEST_RSS_FILE": str(rss_file)})
+    return proc, int(rss_file.read_text()) / 1024
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +54,11 @@ def test_samples_are_honoured_inside_an_endless_document(tmp_path):
     """2 GiB of NUL bytes, no separator, no line break: --samples characters are read and trained on at once."""
     zeros = sparse_zeros(tmp_path / "zeros.txt")
     t0 = time.time()
-    proc = run_script(["train_tokenizer.py", "--input", zeros, "--samples", "20000", "--vocabsize", "256",
-                       "--out", str(tmp_path / "out"), "--workers", "1"], timeout=120)
+    proc, maxrss_mb = run_measured(["train_tokenizer.py", "--input", zeros, "--samples", "20000", "--vocabsize",
+                                    "256", "--out", str(tmp_path / "out"), "--workers", "1"], tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "20,000 characters" in proc.stdout and time.time() - t0 < 60
-    assert children_maxrss_mb() < 1500
+    assert maxrss_mb < 1500
 
 
 @pytest.mark.parametrize("script", ["train_tokenizer.py", "download_fineweb.py"])
@@ -59,9 +69,9 @@ def test_an_endless_document_beyond_samples_is_one_error_in_bounded_memory(tmp_p
                 str(tmp_path / "out"), "--workers", "1"]
     else:
         args = [script, "--input", zeros, "--tokenizer", tokenizer_path, "--out", str(tmp_path / "out"), "--quiet"]
-    proc = run_script(args, timeout=300)
+    proc, maxrss_mb = run_measured(args, tmp_path, timeout=300)
     assert "no line break" in one_error(proc) and "zeros.txt" in proc.stderr
-    assert children_maxrss_mb() < 1500
+    assert maxrss_mb < 1500
 
 
 def test_a_character_device_is_refused(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, unreadable_file
+from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, run_scripts, unreadable_file
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
 from gptlab.train import checkpointing
 from gptlab.train import records
@@ -157,8 +157,8 @@ def test_one_and_two_ranks_and_micro_batches_give_the_same_loss_curve(tiny, tmp_
     would agree with each other). The first step's loss is known by hand: the zero-initialised head gives
     uniform logits over the 640 padded ids (513 rounded up to a multiple of 128), ln 640."""
     flags = dict(train_steps=12, val_loss_every=6)
-    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "one", device_batch_size=1024, **flags), check=True)
-    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "acc", **flags), check=True)
+    run_scripts([["train_gpt.py"] + tiny_args(tiny, tmp_path / "one", device_batch_size=1024, **flags),
+                 ["train_gpt.py"] + tiny_args(tiny, tmp_path / "acc", **flags)], check=True)
     run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
                + tiny_args(tiny, tmp_path / "two", **flags), check=True)
     dirs = {name: only_run_dir(tmp_path / name) for name in ("one", "acc", "two")}
@@ -187,9 +187,9 @@ def test_compiled_bfloat16_two_rank_run_follows_the_eager_float32_curve(tiny, tm
     """The GPU recipe's pieces that run on CPU: torch.compile of the whole model, bfloat16 autocast, and the
     gradient hooks firing after a compiled backward on 2 ranks (gloo). FlexAttention itself needs CUDA."""
     flags = dict(train_steps=6, val_loss_every=0)
-    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "eager", **flags), check=True)
-    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
-               + tiny_args(tiny, tmp_path / "compiled", compile=True, dtype="bfloat16", **flags), check=True)
+    run_scripts([["train_gpt.py"] + tiny_args(tiny, tmp_path / "eager", **flags),
+                 ["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+                 + tiny_args(tiny, tmp_path / "compiled", compile=True, dtype="bfloat16", **flags)], check=True)
     compiled = only_run_dir(tmp_path / "compiled")
     with open(os.path.join(compiled, records.CONFIG_FILE)) as f:
         config = json.load(f)
@@ -248,8 +248,13 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     straight = only_run_dir(tmp_path / "straight")
     ckpt = os.path.join(straight, records.CHECKPOINT_DIR, "step_000005.pt")
     assert os.path.isfile(ckpt) and os.path.isfile(os.path.join(straight, records.CHECKPOINT_DIR, "step_000010.pt"))
-    argv = tiny_args(tiny, tmp_path / "resumed", train_steps=10, val_loss_every=5, resume=ckpt)
-    run_script(["train_gpt.py"] + argv, check=True)
+    # three resumes of the same checkpoint, side by side: with the run's flags, --resume alone, and on 2 ranks
+    run_scripts([["train_gpt.py"] + tiny_args(tiny, tmp_path / "resumed", train_steps=10, val_loss_every=5,
+                                              resume=ckpt),
+                 ["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "bare")],
+                 ["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+                 + tiny_args(tiny, tmp_path / "resumed2", train_steps=10, val_loss_every=5, resume=ckpt)],
+                check=True)
     resumed = only_run_dir(tmp_path / "resumed")
     a, b = train_losses(straight), train_losses(resumed)
     assert sorted(b) == [6, 7, 8, 9, 10]
@@ -263,7 +268,6 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     from gptlab.compare import load_run
     assert any(n.startswith(f"resumed at step 5 from {ckpt}") for n in load_run(resumed).notes)
     # --resume alone: every other setting comes from the checkpoint
-    run_script(["train_gpt.py", "--resume", ckpt, "--experiments_dir", str(tmp_path / "bare")], check=True)
     bare = only_run_dir(tmp_path / "bare")
     d = train_losses(bare)
     assert sorted(d) == [6, 7, 8, 9, 10] and all(abs(a[k] - d[k]) <= 1e-6 * abs(a[k]) for k in d)
@@ -274,9 +278,6 @@ def test_resume_reproduces_the_uninterrupted_curve(tiny, tmp_path):
     with open(os.path.join(bare, records.LOG_FILE)) as f:
         assert f"resuming {ckpt} at step 5 with its settings: " in f.read()
     # the checkpoint holds the full optimizer state and a world-size-free data position: resume on 2 ranks too
-    argv = tiny_args(tiny, tmp_path / "resumed2", train_steps=10, val_loss_every=5, resume=ckpt)
-    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"] + argv,
-               check=True)
     c = train_losses(only_run_dir(tmp_path / "resumed2"))
     assert sorted(c) == [6, 7, 8, 9, 10]
     for step in c:

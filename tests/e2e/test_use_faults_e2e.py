@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, SHARED_DATA, _drop_root_file_access, run_script
+from conftest import REPO, SHARED_DATA, _drop_root_file_access, run_script, run_scripts
 from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
 from gptlab.train import checkpointing
@@ -66,10 +66,10 @@ def crafted(checkpoint, tmp_path_factory):
 def test_a_crafted_checkpoint_is_one_error_in_every_tool(crafted, tmp_path, name):
     path, phrase = crafted[name]
     out = tmp_path / "hf"
-    for command in (["sample.py", path, "--max_tokens", "3"], ["export_hf.py", path, str(out), "--no-check"],
-                    ["-m", "gptlab.evals.checkpoint", path, "--hellaswag_limit", "0"],
-                    ["train_gpt.py", "--resume", path, "--experiments_dir", str(tmp_path / "exps")]):
-        one_error(run_script(command), phrase, path)
+    for proc in run_scripts([["sample.py", path, "--max_tokens", "3"], ["export_hf.py", path, str(out), "--no-check"],
+                             ["-m", "gptlab.evals.checkpoint", path, "--hellaswag_limit", "0"],
+                             ["train_gpt.py", "--resume", path, "--experiments_dir", str(tmp_path / "exps")]]):
+        one_error(proc, phrase, path)
     assert not out.exists() and not (tmp_path / "exps").exists()
 
 
