@@ -11,6 +11,12 @@ import time
 
 import pytest
 
+# A test run started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and so would
+# every script it starts: the Ctrl-C tests would wait for exits that never come. A handler (unlike SIG_IGN) is
+# reset to the default in each child at exec, so the scripts get Python's own Ctrl-C handling again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ../shared/data beside the checkout; GPTLAB_SHARED_DATA points elsewhere (a device machine gets only the repo)
 SHARED_DATA = os.environ.get("GPTLAB_SHARED_DATA") or os.path.join(os.path.dirname(REPO), "shared", "data")
