@@ -161,45 +161,39 @@ def restore(ckpt, model, optimizers, ctx):
 
         reshard(model)
     params = dict(model.named_parameters())
+    names = {id(p): n for n, p in params.items()}
+    optim_state = {}  # (optimizer index, parameter name) → {state key: tensor as this run holds it}
     if "sharded_path" in ckpt:
         import torch.distributed.checkpoint as dcp
 
-        saved = _saved_tensors(ckpt["sharded_path"])
         targets = {"model": model.state_dict(), "optim": {}}
-        for key, (size, dtype) in saved.items():
+        for key, (size, dtype) in _saved_tensors(ckpt["sharded_path"]).items():
             if key.startswith("optim."):
                 i, rest = key[len("optim."):].split(".", 1)
-                name, state_key = rest.rsplit(".", 1)
+                name, state_key = rest.rsplit(".", 1)  # (state keys have no dots; parameter names do)
                 p = params.get(name)
                 if p is None:
                     raise ValueError(f"the optimizer state of {name} has no parameter of that name here")
                 like = torch.zeros_like(p, dtype=dtype) if size == tuple(p.shape) else torch.zeros(size, dtype=dtype)
                 targets["optim"][f"{i}.{name}.{state_key}"] = like
-        dcp.load(targets, checkpoint_id=ckpt["sharded_path"], no_dist=not ctx.is_distributed)
-        model_state, optim_state = targets["model"], targets["optim"]
+                optim_state.setdefault((int(i), name), {})[state_key] = like
+        dcp.load(targets, checkpoint_id=ckpt["sharded_path"], no_dist=not ctx.is_distributed)  # fills them in place
+        model_state = targets["model"]
         rng = ckpt["sharded"]["rng_per_rank"]
         ckpt["rng"] = rng[ctx.rank] if ctx.rank < len(rng) else ckpt["rng"]  # this rank's generators where it had one
     else:  # one file of whole tensors into a sharded run
         model_state = {name: _like(value, params.get(name)) for name, value in ckpt["model"].items()}
-        optim_state = {}
         for i, (opt, state) in enumerate(zip(optimizers, ckpt["optimizers"])):
             order = [p for group in opt.param_groups for p in group["params"]]
-            names = {id(p): n for n, p in params.items()}
             for index, values in state.get("state", {}).items():
                 p = order[index]
-                for key, value in values.items():
-                    if isinstance(value, torch.Tensor):
-                        optim_state[f"{i}.{names[id(p)]}.{key}"] = _like(value, p)
+                optim_state[i, names[id(p)]] = {key: _like(value, p) if isinstance(value, torch.Tensor) else value
+                                                for key, value in values.items()}
     model.load_state_dict(model_state)
     for i, (opt, saved) in enumerate(zip(optimizers, ckpt["optimizers"])):
         order = [p for group in opt.param_groups for p in group["params"]]
-        names = [n for p in order for n, q in params.items() if q is p]
-        state = {}
-        for index, name in enumerate(names):
-            prefix = f"{i}.{name}."
-            values = {key[len(prefix):]: value for key, value in optim_state.items() if key.startswith(prefix)}
-            if values:
-                state[index] = values
+        state = {index: optim_state[i, names[id(p)]] for index, p in enumerate(order)
+                 if (i, names[id(p)]) in optim_state}
         opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
 
 
