@@ -187,15 +187,25 @@ def orthogonalize(G, steps=5, compiled=None):
     return _compiled_newtonschulz()(G, steps)
 
 
+def nesterov_look_ahead(grad, buf, momentum):
+    """Muon's momentum (buf, updated in place) and the Nesterov look-ahead it steps with; elementwise, so the same
+    on a whole matrix or on a rank's row block of it."""
+    buf.lerp_(grad, 1 - momentum)
+    return grad.lerp(buf, momentum)
+
+
+def muon_lr_factor(shape):
+    """sqrt(max(1, rows/cols)) of a (..., rows, cols) matrix: the update RMS is then shape-independent."""
+    rows, cols = shape[-2:]
+    return max(1, rows / cols) ** 0.5
+
+
 def muon_update(grads, momenta, momentum, ns_steps):
     """Muon's step for same-shape matrices (Keller Jordan, modded-nanogpt Muon records, 2024-10): momentum
     (updated in place), Nesterov look-ahead, one batched Newton–Schulz over the stack. Returns (updates
-    (n, rows, cols), lr factor sqrt(max(1, rows/cols)): the update RMS is then shape-independent)."""
-    for buf, grad in zip(momenta, grads):
-        buf.lerp_(grad, 1 - momentum)
-    nesterov = torch.stack([grad.lerp(buf, momentum) for grad, buf in zip(grads, momenta)])
-    rows, cols = grads[0].shape[-2:]
-    return orthogonalize(nesterov, ns_steps), max(1, rows / cols) ** 0.5
+    (n, rows, cols), muon_lr_factor)."""
+    nesterov = torch.stack([nesterov_look_ahead(grad, buf, momentum) for grad, buf in zip(grads, momenta)])
+    return orthogonalize(nesterov, ns_steps), muon_lr_factor(grads[0].shape)
 
 
 class Muon(torch.optim.Optimizer):
@@ -236,14 +246,11 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 grad = fsdp.local(p.grad) if p.grad is not None else torch.zeros_like(fsdp.local(p))
-                buf = fsdp.local(self._momentum(p))
-                buf.lerp_(grad, 1 - group["momentum"])
-                nesterov[p] = grad.lerp(buf, group["momentum"])
+                nesterov[p] = nesterov_look_ahead(grad, fsdp.local(self._momentum(p)), group["momentum"])
         updates = self.whole.map_owned(nesterov, lambda whole, g: orthogonalize(whole, self.param_groups[g]["ns_steps"]))
         for group in self.param_groups:
             for p in group["params"]:
-                rows, cols = p.shape[-2:]
-                fsdp.local(p).add_(updates[p].to(p.dtype), alpha=-group["lr"] * max(1, rows / cols) ** 0.5)
+                fsdp.local(p).add_(updates[p].to(p.dtype), alpha=-group["lr"] * muon_lr_factor(p.shape))
 
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""

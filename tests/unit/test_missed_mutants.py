@@ -183,6 +183,20 @@ def test_a_muon_step_moves_a_matrix_by_lr_times_the_five_step_iteration():
     assert torch.allclose(torch.diagonal(p.detach()), torch.tensor(expected), atol=1e-5), p
 
 
+def test_muons_momentum_and_nesterov_look_ahead_by_hand():
+    # momentum 0.9, buffer 1, gradient 2: the buffer becomes 1 + 0.1 (2 - 1) = 1.1, and the step direction is the
+    # look-ahead 2 + 0.9 (1.1 - 2) = 1.19 (plain momentum would step along 1.1). A first step from a zero buffer
+    # only scales the gradient, which Newton–Schulz normalises away: this is what tells them apart.
+    buf = torch.tensor([1.0])
+    step = train_gpt.nesterov_look_ahead(torch.tensor([2.0]), buf, 0.9)
+    assert torch.allclose(buf, torch.tensor([1.1])) and torch.allclose(step, torch.tensor([1.19]))
+
+
+@pytest.mark.parametrize("shape, factor", [((8, 2), 2.0), ((2, 8), 1.0), ((5, 5), 1.0), ((3, 16, 4), 2.0)])
+def test_muons_lr_factor_is_the_square_root_of_rows_over_columns_for_tall_matrices(shape, factor):
+    assert train_gpt.muon_lr_factor(shape) == factor  # sqrt(max(1, rows / cols)), worked out by hand
+
+
 # ============================================================================ survivors of bench/mutants.py
 # Each test below was written for a one-line bug of bench/mutants.py that the suite did not catch.
 def test_a_long_holder_command_is_shown_in_200_characters_and_on_one_line():
