@@ -338,8 +338,8 @@ def build_optimizers(model, rank=0, world_size=1):
                    dict(params=scalar_params, lr=0.04, name="scalars")]
     cuda = model.lm_head.weight.is_cuda
     adam_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
-    sharded_params = fsdp.is_sharded(model.lm_head.weight)
-    adam = (ShardedAdam(adam_groups, rank, world_size, **adam_kwargs) if world_size > 1 and not sharded_params else
+    shard_adam = world_size > 1 and not fsdp.is_sharded_model(model)  # (FSDP's parameters are shards already)
+    adam = (ShardedAdam(adam_groups, rank, world_size, **adam_kwargs) if shard_adam else
             torch.optim.Adam(adam_groups, **adam_kwargs))
     muon = Muon(hidden_matrices, lr=0.05, momentum=0.95, rank=rank, world_size=world_size)
     optimizers = [adam, muon]

@@ -25,6 +25,11 @@ def is_sharded(tensor):
     return isinstance(tensor, DTensor)
 
 
+def is_sharded_model(model):
+    """True when `model`'s parameters are DTensors (shard_model ran on it)."""
+    return any(is_sharded(p) for p in model.parameters())
+
+
 def local(tensor):
     """This rank's block of a DTensor; a plain tensor as it is."""
     return tensor.to_local() if is_sharded(tensor) else tensor
@@ -56,7 +61,8 @@ def shard_model(model, ctx):
 
 def reshard(model):
     """Every FSDP unit back to its shards (the root keeps its whole parameters after a forward outside training):
-    the optimizers hold the shards, so named_parameters() must give those before a checkpoint or a copy."""
+    the optimizers hold the shards, so named_parameters() must give those before a checkpoint or a copy. A model
+    without FSDP units is left as it is."""
     from torch.distributed.fsdp import FSDPModule
 
     for module in model.modules():

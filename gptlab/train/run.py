@@ -131,7 +131,7 @@ def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None):
             raise ValueError(f"it holds {len(ckpt['optimizers'])} optimizer states for {len(optimizers)} optimizers")
         # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
         here = [[{k: g[k] for k in _IMPLEMENTATION_KEYS if k in g} for g in opt.param_groups] for opt in optimizers]
-        if "sharded_path" in ckpt or any(fsdp.is_sharded(p) for p in model.parameters()):
+        if "sharded_path" in ckpt or fsdp.is_sharded_model(model):
             sharded_checkpoint.restore(ckpt, model, optimizers, ctx)
         else:
             model.load_state_dict(ckpt["model"])
@@ -480,7 +480,7 @@ class Run:
         """checkpoints/step_NNNNNN.pt: weights, optimizer states, data position, random generators (rank 0 writes;
         optimizers that keep state on other ranks must have gathered it first). Under --shard_params the folder
         checkpoints/step_NNNNNN/ instead, every rank writing its blocks (gptlab.train.sharded_checkpoint)."""
-        sharded = any(fsdp.is_sharded(p) for p in model.parameters())
+        sharded = fsdp.is_sharded_model(model)
         if not self.ctx.is_main and not sharded:
             return
         bookkeeping = dict(

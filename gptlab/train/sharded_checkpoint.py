@@ -26,7 +26,7 @@ import torch
 from gptlab.core import distributed as dist_utils
 from gptlab.core.errors import UserError
 from gptlab.train import checkpointing
-from gptlab.train.fsdp import is_sharded
+from gptlab.train.fsdp import is_sharded, reshard
 
 META_FILE = "checkpoint.pt"
 HASH_CHUNK = 1 << 24
@@ -69,10 +69,7 @@ def save(path, ctx, model, optimizers, overwrite=False, **bookkeeping):
 def state_entries(model, optimizers):
     """{"model": {name: tensor}, "optim": {"<i>.<name>.<key>": tensor}}: the run's tensors by name, as this run
     holds them (DTensor blocks under --shard_params, whole tensors otherwise)."""
-    if any(is_sharded(p) for p in model.parameters()):
-        from gptlab.train.fsdp import reshard
-
-        reshard(model)
+    reshard(model)
     names = {id(p): n for n, p in model.named_parameters()}
     optim = {}
     for i, opt in enumerate(optimizers):
@@ -156,10 +153,7 @@ def restore(ckpt, model, optimizers, ctx):
     """Put a checkpoint's weights and optimizer states into this run's model and optimizers: a sharded folder
     (DCP reads what this rank holds: blocks or whole tensors) or a one-file checkpoint into a sharded run (each
     rank cuts its blocks out of the whole tensors). Collective for a folder."""
-    if any(is_sharded(p) for p in model.parameters()):
-        from gptlab.train.fsdp import reshard
-
-        reshard(model)
+    reshard(model)
     params = dict(model.named_parameters())
     names = {id(p): n for n, p in params.items()}
     optim_state = {}  # (optimizer index, parameter name) → {state key: tensor as this run holds it}
