@@ -12,6 +12,8 @@
   that no optimizer holds, or that two hold, so a parameter a researcher adds can never silently stay
   unsynchronised (or frozen) across ranks.
 """
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -19,6 +21,16 @@ import torch.distributed as dist
 # torch 2.11, preinstalled on the GPU machines, has only the old ones (names, looked up at each call)
 REDUCE_SCATTER = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
 ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+
+
+def same_shape_params(param_groups):
+    """{(shape, group index): its parameters in order}: the matrices a sharded Muon deals out together. The group
+    index, not the dict: load_state_dict replaces those."""
+    by_shape = {}
+    for g, group in enumerate(param_groups):
+        for p in group["params"]:
+            by_shape.setdefault((tuple(p.shape), g), []).append(p)
+    return by_shape
 
 
 class MatrixShards:
@@ -29,12 +41,9 @@ class MatrixShards:
 
     def __init__(self, param_groups, rank=0, world_size=1):
         self.rank, self.world_size = rank, world_size
-        by_shape = {}
-        for g, group in enumerate(param_groups):  # group index, not the dict: load_state_dict replaces those
-            for p in group["params"]:
-                by_shape.setdefault((tuple(p.shape), g), []).append((p, g))
         self.chunks, self.chunks_by_shape = [], []
-        for members in by_shape.values():
+        for (_, g), params in same_shape_params(param_groups).items():
+            members = [(p, g) for p in params]
             first = len(self.chunks)
             self.chunks += [members[i:i + world_size] for i in range(0, len(members), world_size)]
             self.chunks_by_shape.append(range(first, len(self.chunks)))
@@ -246,16 +255,14 @@ class WholeMatrices:
 
     def __init__(self, param_groups, rank=0, world_size=1):
         self.rank, self.world_size = rank, world_size
-        by_shape = {}
-        for g, group in enumerate(param_groups):
-            for p in group["params"]:
-                by_shape.setdefault((tuple(p.shape), g), []).append(p)
-        # per (shape, group): the params, and which of them each rank owns (param i: rank i % world_size)
-        self.groups = [(shape, g, params, [params[r::world_size] for r in range(world_size)])
-                       for (shape, g), params in by_shape.items()]
+        # per (shape, group): the params, which of them each rank owns (param i: rank i % world_size), each rank's
+        # rows of a matrix, and the elements in one row
+        self.groups = [(shape, g, params, [params[r::world_size] for r in range(world_size)],
+                        row_split(shape[0], world_size), math.prod(shape[1:]))
+                       for (shape, g), params in same_shape_params(param_groups).items()]
 
     def params(self):
-        return [p for _, _, params, _ in self.groups for p in params]
+        return [p for group in self.groups for p in group[2]]
 
     def map_owned(self, blocks, fn):
         """blocks: {param: this rank's row block of some per-matrix tensor (rows_r, cols)}, for every param.
@@ -263,64 +270,51 @@ class WholeMatrices:
         matrices this rank owns. Returns {param: this rank's row block of fn's result}. Collective."""
         if self.world_size == 1:
             out = {}
-            for shape, g, params, _ in self.groups:
+            for _, g, params, *_ in self.groups:
                 out.update(zip(params, fn(torch.stack([blocks[p] for p in params]), g)))
             return out
         started = [self._start_gather(group, blocks) for group in self.groups]
         returns = []
         for group, (received, handle) in zip(self.groups, started):
             handle.wait()
-            shape, g, params, owned = group
-            split = row_split(shape[0], self.world_size)
+            shape, g, params, owned, split, cols = group
             mine = owned[self.rank]
             if mine:  # received: from each rank s, its row blocks of my matrices, in order
-                pieces = received.split([len(mine) * r * _cols(shape) for r in split])
+                pieces = received.split([len(mine) * r * cols for r in split])
                 whole = torch.cat([piece.view(len(mine), r, *shape[1:]) for piece, r in zip(pieces, split)], dim=1)
                 result = fn(whole, g)
             else:
                 result = received.new_empty((0, *shape))
             returns.append(self._start_return(group, result))
         out = {}
-        for (shape, g, params, owned), (received, handle) in zip(self.groups, returns):
+        for (shape, _, _, owned, split, cols), (received, handle) in zip(self.groups, returns):
             handle.wait()
-            rows = row_split(shape[0], self.world_size)[self.rank]
+            rows = split[self.rank]
             offset = 0
             for j in range(self.world_size):  # from owner j: my row block of each of its matrices
                 for p in owned[j]:
-                    n = rows * _cols(shape)
-                    out[p] = received[offset:offset + n].view(rows, *shape[1:])
-                    offset += n
+                    out[p] = received[offset:offset + rows * cols].view(rows, *shape[1:])
+                    offset += rows * cols
         return out
 
     def _start_gather(self, group, blocks):
-        shape, _, params, owned = group
-        split = row_split(shape[0], self.world_size)
+        shape, _, params, owned, split, cols = group
         mine = len(owned[self.rank])
-        ref = blocks[params[0]]
+        # to each owner j: my row block of each of its matrices; from each rank s: its rows of each of mine
         send = torch.cat([blocks[p].reshape(-1) for j in range(self.world_size) for p in owned[j]])
-        received = ref.new_empty(mine * shape[0] * _cols(shape))
-        handle = dist.all_to_all_single(received, send, [mine * r * _cols(shape) for r in split],
-                                        [len(owned[j]) * split[self.rank] * _cols(shape)
-                                         for j in range(self.world_size)], async_op=True)
+        received = blocks[params[0]].new_empty(mine * shape[0] * cols)
+        handle = dist.all_to_all_single(received, send, [mine * r * cols for r in split],
+                                        [len(theirs) * split[self.rank] * cols for theirs in owned], async_op=True)
         return received, handle
 
     def _start_return(self, group, result):
-        shape, _, params, owned = group
-        split = row_split(shape[0], self.world_size)
-        # to each rank s: its row block of every result, matrix by matrix
+        shape, _, params, owned, split, cols = group
+        # to each rank s: its row block of every result, matrix by matrix; from each owner j: mine of each of its
         send = torch.cat([result[:, sum(split[:s]):sum(split[:s + 1])].reshape(-1) for s in range(self.world_size)])
-        received = result.new_empty(len(params) * split[self.rank] * _cols(shape))
-        handle = dist.all_to_all_single(received, send, [len(owned[j]) * split[self.rank] * _cols(shape)
-                                                         for j in range(self.world_size)],
-                                        [len(owned[self.rank]) * r * _cols(shape) for r in split], async_op=True)
+        received = result.new_empty(len(params) * split[self.rank] * cols)
+        handle = dist.all_to_all_single(received, send, [len(theirs) * split[self.rank] * cols for theirs in owned],
+                                        [len(owned[self.rank]) * r * cols for r in split], async_op=True)
         return received, handle
-
-
-def _cols(shape):
-    n = 1
-    for d in shape[1:]:
-        n *= d
-    return n
 
 
 def check_held_once(model, held):
