@@ -43,7 +43,9 @@ def evaluate_val(loss_fn, val_set, rows_per_batch, byte_lengths, ctx, lockstep=F
             totals[0] += loss_fn(x, y).double()
             totals[1] += y.numel()
             totals[2] += int(byte_lengths[torch.from_numpy(y_np)].sum())  # on the host: no GPU round trip
-            calls, first = calls + 1, first if first is not None else (x, y)
+            calls += 1
+            if lockstep and first is None:
+                first = (x, y)
         if lockstep:
             most_rows = -(-val_set.n_rows // ctx.world_size)
             for _ in range(-(-most_rows // rows_per_batch) - calls):
