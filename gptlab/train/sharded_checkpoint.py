@@ -32,12 +32,12 @@ META_FILE = "checkpoint.pt"
 HASH_CHUNK = 1 << 24
 
 
-def save(path, ctx, model, optimizers, overwrite=False, **bookkeeping):
+def save(path, ctx, model, optimizers, **bookkeeping):
     """Collective: write the sharded checkpoint folder `path`. bookkeeping: checkpointing.checkpoint_payload's
     arguments other than the model state and optimizer states (dataloader_state, rng_states, args, ...)."""
     import torch.distributed.checkpoint as dcp
 
-    if os.path.exists(path) and not overwrite:
+    if os.path.exists(path):
         raise UserError(f"{path} already exists; checkpoints are never overwritten")
     token = dist_utils.broadcast_object(ctx, uuid.uuid4().hex[:12])
     partial = f"{path}.partial-{token}"
@@ -61,7 +61,7 @@ def save(path, ctx, model, optimizers, overwrite=False, **bookkeeping):
                      "dataloader_per_rank": [r["dataloader"] for r in per_rank]},
             **bookkeeping)
         checkpointing.write_payload(os.path.join(partial, META_FILE), payload)
-        os.replace(partial, path) if overwrite else os.rename(partial, path)
+        os.rename(partial, path)
     dist_utils.barrier(ctx)
     return path
 
