@@ -28,23 +28,24 @@ above the estimate; the memory-bound pass counts are the least certain constants
 """
 import math
 
-from gptlab.train.environment import lookup_gpu
+from gptlab.train.environment import gpu_bf16_peak_tflops, lookup_gpu
 
 # Per GPU class (whole word of torch.cuda.get_device_name(); earlier keys win as in environment.lookup_gpu), from
-# NVIDIA's datasheets: dense tensor-core peaks in TFLOP/s (no sparsity), fp32 the non-tensor rate (train_gpt sets
+# NVIDIA's datasheets: the dense FP8 tensor-core peak in TFLOP/s (no sparsity; the bf16 one is
+# environment.GPU_BF16_PEAK_TFLOPS', which the measured MFU uses too), fp32 the non-tensor rate (train_gpt sets
 # no TF32), HBM bandwidth in bytes/s, NVLink bandwidth per direction in bytes/s (half the datasheet's bidirectional
 # figure), memory in GiB (for --estimate_only's micro-batch guess). None: no constants (no estimate).
 GPU_CLASSES = [
-    ("H100 PCIe", dict(bf16_tflops=756.0, fp8_tflops=1513.0, fp32_tflops=51.2, hbm_bytes_s=2.0e12,
+    ("H100 PCIe", dict(fp8_tflops=1513.0, fp32_tflops=51.2, hbm_bytes_s=2.0e12,
                        link_bytes_s=300e9, memory_gib=80)),  # NVLink bridge 600 GB/s bidirectional
-    ("H100 NVL", dict(bf16_tflops=835.0, fp8_tflops=1671.0, fp32_tflops=60.0, hbm_bytes_s=3.9e12,
+    ("H100 NVL", dict(fp8_tflops=1671.0, fp32_tflops=60.0, hbm_bytes_s=3.9e12,
                       link_bytes_s=300e9, memory_gib=94)),  # NVLink bridge 600 GB/s bidirectional
     ("H200 NVL", None),  # not H200 SXM's constants: none known here
-    ("H200", dict(bf16_tflops=989.4, fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=4.8e12,
+    ("H200", dict(fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=4.8e12,
                   link_bytes_s=450e9, memory_gib=141)),  # H200 SXM: H100 SXM's chip with 141 GB HBM3e
-    ("H100", dict(bf16_tflops=989.4, fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=3.35e12,
+    ("H100", dict(fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=3.35e12,
                   link_bytes_s=450e9, memory_gib=80)),  # H100 SXM ("H100 80GB HBM3"): NVLink 4, 900 GB/s bidir.
-    ("A100", dict(bf16_tflops=312.0, fp8_tflops=None, fp32_tflops=19.5, hbm_bytes_s=2.039e12,
+    ("A100", dict(fp8_tflops=None, fp32_tflops=19.5, hbm_bytes_s=2.039e12,
                   link_bytes_s=300e9, memory_gib=80)),  # A100 SXM4 80GB: NVLink 3, 600 GB/s bidirectional
 ]
 
@@ -113,7 +114,8 @@ def hardware_constants(gpu_name, peak_tflops=None):
     row = lookup_gpu(GPU_CLASSES, gpu_name) if gpu_name else None
     if row is None:
         return None
-    hw = dict(row, **EFFICIENCY)
+    # the bf16 peak is the one the measured MFU divides by (environment's table): one figure for both MFUs
+    hw = dict(row, bf16_tflops=gpu_bf16_peak_tflops(gpu_name), **EFFICIENCY)
     if peak_tflops:
         if hw["fp8_tflops"]:
             hw["fp8_tflops"] *= peak_tflops / hw["bf16_tflops"]
