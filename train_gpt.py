@@ -470,6 +470,16 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
     return tokens
 
 
+def build_model(module, model_config, cfg, device):
+    """module.GPT(model_config) on device as training holds it: embeddings stored in bf16 under bf16 training, the
+    FP8 head where asked (bench/bench_train.py builds its model here too)."""
+    built = module.GPT(module.GPTConfig(**model_config)).to(device)
+    if cfg.dtype == "bfloat16" and hasattr(built, "store_embeddings_in"):  # (an older model.py keeps its own)
+        built.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
+    built.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source
+    return built
+
+
 def main(argv=None):
     environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
@@ -523,16 +533,9 @@ def train(args, ctx, ckpt=None):
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
     # ---- model and optimizers
-    def build_model():
-        built = module.GPT(module.GPTConfig(**model_config)).to(device)
-        if cfg.dtype == "bfloat16" and hasattr(built, "store_embeddings_in"):  # (an older model.py keeps its own)
-            built.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
-        built.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source
-        return built
-
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model = build_model()
+    model = build_model(module, model_config, cfg, device)
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
         fsdp.shard_model(model, ctx)
@@ -566,7 +569,8 @@ def train(args, ctx, ckpt=None):
     def whole_model():
         """The model for evaluations whose work differs between ranks (HellaSwag, samples): under --shard_params
         a plain copy with the whole weights (collective), else the model itself."""
-        return fsdp.evaluation_copy(model, build_model) if cfg.shard_params else contextlib.nullcontext(model)
+        return (fsdp.evaluation_copy(model, functools.partial(build_model, module, model_config, cfg, device))
+                if cfg.shard_params else contextlib.nullcontext(model))
 
     # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,

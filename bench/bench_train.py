@@ -148,15 +148,9 @@ def build_model(cfg, device, rank, world_size, ctx=None, shard=False):
     import train_gpt  # torch
     from gptlab.train.config import model_config_of  # torch
 
-    config = arch.GPTConfig(**model_config_of(cfg, arch.GPTConfig))
-    if str(device) == "meta":  # --estimate_only: shapes without memory or initialisation work
-        with torch.device("meta"):
-            model = arch.GPT(config)
-    else:  # initialised on the CPU, as train_gpt.py does
-        model = arch.GPT(config).to(device)
-    if cfg.dtype == "bfloat16":
-        model.store_embeddings_in(torch.bfloat16)  # as train_gpt.py does
-    model.fp8_head = cfg.fp8_head
+    # --estimate_only builds on the meta device: shapes without memory or initialisation work
+    with torch.device("meta") if str(device) == "meta" else contextlib.nullcontext():
+        model = train_gpt.build_model(arch, model_config_of(cfg, arch.GPTConfig), cfg, device)
     if shard:
         from gptlab.train import fsdp  # torch
 
