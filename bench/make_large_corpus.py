@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # gptlab, run from anywhere
 TEXT_EXTENSIONS = {".py", ".pyi", ".md", ".rst", ".txt", ".c", ".h", ".cc", ".cpp", ".hpp", ".cu", ".cuh", ".json",
                    ".yaml", ".yml", ".toml", ".cfg", ".ini", ".html", ".htm", ".css", ".js", ".ts", ".tex", ".sh",
                    ".java", ".go", ".rs", ".jsonl", ".csv", ".xml", ".ipynb"}
@@ -56,8 +57,10 @@ def main(argv=None):
     digest = hashlib.sha256()
     tmp = args.out + ".tmp"
     try:
-        from tqdm import tqdm  # optional: no bar without it
-        bar = tqdm(total=target, unit="B", unit_scale=True, desc="corpus", file=sys.stderr)
+        import tqdm  # noqa: F401 (optional: no bar without it)
+        from gptlab.core.progress import progress_bar  # a tqdm bar on a terminal, plain lines in a log
+
+        bar = progress_bar(total=target, unit="B", unit_scale=True, desc="corpus", file=sys.stderr)
     except ImportError:
         bar = None
     with open(tmp, "w", encoding="utf-8") as out:

@@ -1,6 +1,8 @@
 """The benchmark scripts keep working on CPU (their figures are in the README; timings are not asserted)."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +55,11 @@ def test_make_large_corpus_collects_text_files_once_and_never_overwrites(tmp_pat
     again = run_script(["bench/make_large_corpus.py", "--mb", "1", "--out", str(out), "--roots", str(src)])
     assert again.returncode != 0 and "exists" in again.stderr
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    # into a pipe its progress is whole lines (text mode above would have turned a bar's \r into newlines)
+    raw = subprocess.run([sys.executable, "bench/make_large_corpus.py", "--mb", "1", "--out",
+                          str(tmp_path / "again.jsonl"), "--roots", str(src)], cwd=REPO, capture_output=True,
+                         env=dict(os.environ, PYTHONPATH=""), check=True)
+    assert b"corpus: " in raw.stderr and b"\r" not in raw.stderr and b"\x1b" not in raw.stderr, raw.stderr
 
 
 def test_bench_shards_runs_ours_against_raw_tiktoken(tmp_path):
@@ -244,6 +251,8 @@ def test_bench_anchor_prepare_only_writes_both_shard_layouts_a_valid_tokenizer_a
 
 ANCHOR_LOG = """\
 import os
+import subprocess
+import sys
     print0(f"step:{step+1}/{train_steps} train_time:{approx_training_time_ms:.0f}ms step_avg:{...:.2f}ms")
 ====================================================================================================
 step:0/1750 val_loss:10.8258 train_time:0ms step_avg:0.03ms
