@@ -73,8 +73,9 @@ def test_every_short_string_of_class_representatives(pattern_name):
 
 LONG_RUNS = {
     "letters": "a" * 300_000, "astral letters": "\U00020000" * 70_000, "spaces": " " * 100_000,
-    "spaces, letter": " " * 100_000 + "a", "spaces, digit": " " * 100_000 + "1", "spaces, punctuation": " " * 100_000 + "!",
-    "ideographic spaces, letter": "\u3000" * 100_000 + "x", "digits": "7" * 100_001, "Arabic-Indic digits": "\u0663" * 100_000,
+    "spaces, letter": " " * 100_000 + "a", "spaces, digit": " " * 100_000 + "1",
+    "spaces, punctuation": " " * 100_000 + "!", "ideographic spaces, letter": "\u3000" * 100_000 + "x",
+    "digits": "7" * 100_001, "Arabic-Indic digits": "\u0663" * 100_000,
     "line breaks, spaces, letter": "\r\n" * 50_000 + "   a", "space-newline pairs": " \n" * 50_000 + " x",
     "punctuation, line breaks": "!" * 100_000 + "\n" * 1000 + "x", "apostrophes": "'" * 100_000 + "s",
     "contractions": "'s" * 50_000, "ZWJ": "\U0001f468\u200d" * 50_000, "marks": "\u0301" * 100_000 + "a",
