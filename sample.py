@@ -20,6 +20,8 @@ from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, float
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
 
+MAX_THREADS = 1024  # above any machine's cores (more only slows a token at a time); 100000 crashed torch's pool
+
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -36,8 +38,8 @@ def build_parser():
     p.add_argument("--seed", type=int_in(0, 2**63 - 1, "must be between 0 and 2**63 - 1, got {value}"), default=0,
                    help="seed of the sampler")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--threads", type=threads_flag, default="auto", help="CPU threads torch uses (auto: "
-                   "$OMP_NUM_THREADS when set, else 1, fastest for a token at a time)")
+    p.add_argument("--threads", type=threads_flag, default="auto", help="CPU threads torch uses, 1 to "
+                   f"{MAX_THREADS} (auto: $OMP_NUM_THREADS when set, else 1, fastest for a token at a time)")
     p.add_argument("--no_cache", action="store_true", help="a full forward pass per token, no KV cache")
     p.add_argument("--trust_model_code", action="store_true", help="run the model code of a checkpoint trained on "
                    "another machine (it differs from model.py; read it first)")
@@ -47,6 +49,9 @@ def build_parser():
 def threads_flag(text):
     if text == "auto":
         return text
+    if text.isascii() and text.isdigit() and int(text) > MAX_THREADS:
+        raise FlagValueError(f"must be at most {MAX_THREADS} (more threads than cores only slow generation), got "
+                             f"{text!r}")
     if text.isascii() and text.isdigit() and int(text) > 0:
         return int(text)
     raise FlagValueError(f"must be auto or a positive integer, got {text!r}")

@@ -446,8 +446,19 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     # open the stream before creating anything: an unreachable Hub or an empty input fails with nothing written
     first = next(docs, None)
     if first is None and not previous:
-        raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
-                        "pass files that hold text")
+        # local: stats counted every document read, the other ranks' too; the Hub: this rank's only
+        if world_size == 1 or (args.input is not None and not stats.docs):
+            raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
+                            "pass files that hold text")
+        # more ranks than documents: this rank's share is empty. Its part says so (complete, no shard), so the
+        # folder is complete once the other ranks finish, instead of this rank failing the whole job
+        os.makedirs(out_dir, exist_ok=True)
+        manifest["complete"], manifest["exhausted"] = True, True
+        manifest["stats"] = {"docs_read": 0, "text_bytes": 0, "replaced_utf8_docs": 0}
+        save_manifest(out_dir, manifest)
+        print(f"rank {rank}: note: no document falls to this rank ({stats.docs} document(s) read for "
+              f"{world_size} ranks); it wrote no shard", file=sys.stderr, flush=True)
+        return manifest, out_dir
     docs = itertools.chain([first] if first is not None else [], docs)
     if args.input is None:
         manifest["hub_files"] = list(stats.files)  # this rank's own files of the stream (not compared on resume)

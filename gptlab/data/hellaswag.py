@@ -255,12 +255,11 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
 
 def _hub_files_cached(repo_id, revision):
     """Offline: local paths of the validation parquet in the HF cache; HubCopyUnusable when it is not there."""
-    from huggingface_hub import constants, snapshot_download  # only for the Hub copy
+    from huggingface_hub import constants  # only for the Hub copy
 
-    try:
-        folder = snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True)
-    except Exception:  # not cached (LocalEntryNotFoundError and its kin across versions)
-        folder = None
+    from gptlab.data.sources import cached_snapshot
+
+    folder = cached_snapshot(repo_id, revision)
     paths = []
     for root, _, names in os.walk(folder) if folder else ():
         paths += [os.path.relpath(os.path.join(root, n), folder).replace(os.sep, "/") for n in names]

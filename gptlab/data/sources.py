@@ -340,6 +340,55 @@ def check_hub_reachable(repo_id, timeout_s=5.0):
         raise UserError(f"{problem}. Offline? {INPUT_HINT}; {proxy_hint([constants.ENDPOINT])}")
 
 
+def cached_snapshot(repo_id, revision="main", repo_type="dataset"):
+    """The HF cache's folder of `repo_id` at `revision` (a branch, tag or commit), or None; no network. Read from
+    the cache layout (HF_HUB_CACHE/datasets--ORG--NAME/refs/REV → snapshots/COMMIT) rather than with
+    snapshot_download(local_files_only=True), which refuses a snapshot holding only some of the repo's files
+    (`hf download REPO --include PATTERN`, or what hf_hub_download fetched) once it has listed the repo."""
+    from huggingface_hub import constants  # only for the Hub (it reads HF_HOME / HF_HUB_CACHE when imported)
+    from huggingface_hub.file_download import repo_folder_name
+
+    if ".." in revision.split("/"):  # a revision names a ref or a commit, never a way out of the cache
+        return None
+    repo_folder = os.path.join(constants.HF_HUB_CACHE, repo_folder_name(repo_id=repo_id, repo_type=repo_type))
+    ref = os.path.join(repo_folder, "refs", revision)
+    try:
+        with open(ref) as f:
+            commit = f.read().strip()
+    except OSError:  # no such ref: a commit hash names its snapshot itself
+        commit = revision
+    folder = os.path.join(repo_folder, "snapshots", commit)
+    return folder if commit and os.path.isdir(folder) else None
+
+
+def config_pattern(folder, config):
+    """The train files' pattern of a dataset config (FineWeb's sample-10BT: sample/10BT/*): from the dataset card
+    in the cached snapshot `folder` when it is there, else FineWeb's naming of its samples; None if unknown."""
+    card = os.path.join(folder, "README.md") if folder else None
+    if card and os.path.isfile(card):
+        from huggingface_hub.repocard import metadata_load  # only for the Hub, as above
+
+        try:
+            configs = (metadata_load(card) or {}).get("configs") or []
+        except Exception:  # a damaged card: fall back to the naming below
+            configs = []
+        for entry in configs:
+            if isinstance(entry, dict) and entry.get("config_name") == config:
+                for files in entry.get("data_files") or []:
+                    if isinstance(files, dict) and files.get("split") == "train" and isinstance(files.get("path"), str):
+                        return files["path"]
+    match = re.fullmatch(r"sample-(\d+BT)", config)
+    return f"sample/{match.group(1)}/*" if match else None
+
+
+def cached_config_files(repo_id, config):
+    """Offline: (the HF cache's files of `config`, sorted as datasets lists them, or [], its pattern)."""
+    folder = cached_snapshot(repo_id)
+    pattern = config_pattern(folder, config) or f"{config}/*"
+    files = sorted(glob.glob(os.path.join(glob.escape(folder), pattern))) if folder else []
+    return [f for f in files if f.endswith(".parquet") and os.path.isfile(f)], pattern
+
+
 @dataclass(frozen=True)
 class HubShare:
     """Which part of a Hub stream of `num_files` files one rank reads: files [first_file, first_file +
@@ -380,14 +429,21 @@ def hub_share(num_files, rank, world_size):
     raise ValueError(f"rank {rank} is not below world size {world_size}")
 
 
-def open_hub_stream(repo_id, config):
-    """(datasets IterableDataset of the config's 'text' column, its data files in stream order).
+def open_hub_stream(repo_id, config, local_files=None):
+    """(datasets IterableDataset of the config's 'text' column, its data files in stream order). local_files: the
+    config's parquet files in the HF cache (offline), read by the same pipeline, so the same files in the same
+    order give the documents in the same order.
 
     Only the text column is read, with its type given, so no file is opened just to infer a schema: in W ranks
     that would download the first file W more times."""
     from datasets import Features, Value, load_dataset_builder  # heavy (~0.7 s): only for the Hub
 
-    builder = load_dataset_builder(repo_id, name=config, columns=["text"], features=Features({"text": Value("string")}))
+    features = Features({"text": Value("string")})
+    if local_files:
+        builder = load_dataset_builder("parquet", data_files={"train": list(local_files)}, columns=["text"],
+                                       features=features)
+    else:
+        builder = load_dataset_builder(repo_id, name=config, columns=["text"], features=features)
     files = [str(f) for f in builder.config.data_files["train"]]
     return builder.as_streaming_dataset(split="train"), files
 
@@ -406,17 +462,27 @@ def iter_hub_documents(repo_id, config, seed, rank=0, world_size=1, shuffle_buff
     divides by W; otherwise every rank streams everything and keeps one document in W: 8x the download for 8
     ranks over FineWeb-Edu's 14 sample-10BT files.)"""
     stats = stats if stats is not None else ReadStats()
-    if hub_offline():
-        set_vars = ", ".join(f"{name}={os.environ[name]}" for name in OFFLINE_VARIABLES if os.environ.get(name))
-        raise UserError(f"offline mode is on ({set_vars or 'HF_HUB_OFFLINE'}), so {repo_id} cannot be streamed "
-                        f"from the HuggingFace Hub. {INPUT_HINT}, or unset those variables")
+    if hub_offline():  # what `hf download` put in the HF cache is read instead, in the same order as streamed
+        local_files, pattern = cached_config_files(repo_id, config)
+        if not local_files:
+            from huggingface_hub import constants  # imported by hub_offline already
+
+            set_vars = ", ".join(f"{name}={os.environ[name]}" for name in OFFLINE_VARIABLES if os.environ.get(name))
+            raise UserError(f"offline mode is on ({set_vars or 'HF_HUB_OFFLINE'}), so {repo_id} cannot be streamed "
+                            f"from the HuggingFace Hub, and the HF cache ({constants.HF_HUB_CACHE}) holds no file of "
+                            f"{config} ({pattern}). {INPUT_HINT}; or fill the cache once online: hf download {repo_id} "
+                            f"--repo-type dataset --include '{pattern}'; or unset those variables")
+        if rank == 0:
+            print(f"note: offline: reading the {len(local_files)} file(s) of {repo_id} ({config}) in the HF cache",
+                  file=sys.stderr, flush=True)
+        return _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats, local_files)
     check_hub_reachable(repo_id)
     return _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats)
 
 
-def _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats):
+def _hub_documents(repo_id, config, seed, rank, world_size, shuffle_buffer, stats, local_files=None):
     try:
-        stream, files = open_hub_stream(repo_id, config)
+        stream, files = open_hub_stream(repo_id, config, local_files)
         share = hub_share(len(files), rank, world_size)
         if rank == 0 and world_size > len(files):
             print(f"note: {repo_id} ({config}) has {len(files)} files for {world_size} ranks: groups of ranks share "

@@ -50,7 +50,7 @@ class PromptReader:
         line = sys.stdin.readline()
         if not line:
             raise EOFError
-        return line.rstrip("\n")
+        return line.removesuffix("\n").removesuffix("\r")  # a CRLF file's line end too: a \r would be echoed
 
 
 def _enable_readline():
