@@ -127,3 +127,146 @@ def test_each_ranks_validation_rows_are_the_tokens_at_its_listed_locations(tmp_p
             rows = [np.r_[x_row, y_row[-1]] for x, y in vs.batches(4) for x_row, y_row in zip(x, y)]
             expected = [np.fromfile(p, dtype="<u2", offset=1024)[s:s + seq_len + 1] for p, s in vs.my_rows()]
             assert len(rows) == len(expected) and all((a == b).all() for a, b in zip(rows, expected))
+
+
+# ---------------------------------------------------------------------------------------------- model
+def test_logits_read_the_rms_normalised_output_of_the_last_block():
+    # model.py: x = norm(x) after the blocks, then the soft-capped head. Recomputed here from the last block's output
+    # (a forward hook) with torch's F.rms_norm and the formula 30 sigmoid(z / (7.5 sqrt(d))), on random weights (at
+    # init the zero-init projections leave the stream normalised, which would hide a missing norm)
+    import torch
+    import torch.nn.functional as F
+
+    import model as arch
+
+    torch.manual_seed(0)
+    gpt = arch.GPT(arch.GPTConfig(vocab_size=64, num_layers=2, num_heads=2, model_dim=32, window_size=128))
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.normal_(0, 0.5)
+    seen = {}
+    gpt.blocks[-1].register_forward_hook(lambda module, inputs, out: seen.update(h=out))
+    idx = torch.randint(0, 64, (1, 128))
+    logits = gpt(idx, gpt.attention_masks(idx, 0, gpt.final_windows()))
+    h = seen["h"].float()
+    assert h.pow(2).mean(-1).sqrt().sub(1).abs().max() > 0.1  # the stream is not already unit-RMS
+    z = F.linear(F.rms_norm(h, (32,)), gpt.lm_head.weight.float())
+    torch.testing.assert_close(logits, 30 * torch.sigmoid(z / (7.5 * 32 ** 0.5)), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint hash
+def test_payload_hash_covers_every_key_and_nested_sha256_but_not_dict_order():
+    # checkpointing.payload_sha256: every value under its key, in a fixed order, only the top-level "sha256" (the
+    # checksum itself) left out; a model_source's own "sha256" is content like any other
+    import torch
+
+    from gptlab.train.checkpointing import payload_sha256
+
+    payload = {"step": 3, "model": {"w": torch.arange(4.0)}, "model_source": {"file": "model.py", "sha256": "aa"}}
+    reordered = {"model_source": {"sha256": "aa", "file": "model.py"}, "model": {"w": torch.arange(4.0)}, "step": 3}
+    assert payload_sha256(payload) == payload_sha256(reordered)
+    assert payload_sha256(payload) == payload_sha256({**payload, "sha256": "anything"})
+    renamed = {"step": 3, "model": {"v": torch.arange(4.0)}, "model_source": payload["model_source"]}
+    assert payload_sha256(renamed) != payload_sha256(payload)
+    other_source = {**payload, "model_source": {"file": "model.py", "sha256": "bb"}}
+    assert payload_sha256(other_source) != payload_sha256(payload)
+
+
+# ---------------------------------------------------------------------------------------------- scaling
+def test_compute_optimal_spends_c_as_6nd_at_the_minimum_of_the_law():
+    # Hoffmann et al.'s allocation: C = 6 N D, and N minimises L(N, C / 6N). Checked against the paper's fitted
+    # law (E 1.69, A 406.4, alpha 0.34, B 410.7, beta 0.28; scales 1) with scipy's bounded scalar minimiser
+    from types import SimpleNamespace
+
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    from gptlab.compare.scaling import compute_optimal
+
+    theta = np.array([1.69, 406.4, 0.34, 410.7, 0.28])
+    flops = 5.76e23
+    n_of, d_of, loss_of = compute_optimal(SimpleNamespace(scales=(1.0, 1.0)), flops)
+    n, d = float(n_of(theta)), float(d_of(theta))
+    assert 6 * n * d == pytest.approx(flops, rel=1e-9)
+
+    def law(log_n):
+        n_ = np.exp(log_n)
+        return 1.69 + 406.4 / n_ ** 0.34 + 410.7 / (flops / 6 / n_) ** 0.28
+
+    best = minimize_scalar(law, bounds=(np.log(1e6), np.log(1e15)), method="bounded", options={"xatol": 1e-10})
+    assert n == pytest.approx(np.exp(best.x), rel=1e-4)
+    assert float(loss_of(theta)) == pytest.approx(best.fun, rel=1e-9)
+
+
+def test_a_dollar_budget_is_dollars_over_price_gpu_hours_at_the_runs_flops_per_gpu_hour():
+    # $120 at $3/GPU-hour = 40 GPU-hours; the runs did 1e15, 2e15 and 3e15 FLOPs per GPU-hour: median 2e15
+    from types import SimpleNamespace
+
+    from gptlab.compare.scaling import budget_in_flops
+
+    points = [SimpleNamespace(flops=r * 10.0, gpu_hours=10.0, usd_per_gpu_hour=None) for r in (1e15, 2e15, 3e15)]
+    flops, how = budget_in_flops("usd", 120.0, points, usd_per_gpu_hour=3.0)
+    assert flops == pytest.approx(40 * 2e15) and "40 GPU-hours" in how
+    assert budget_in_flops("gpu_hours", 40.0, points)[0] == pytest.approx(40 * 2e15)
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+def test_hellaswag_counts_round_an_accuracy_back_to_its_whole_count():
+    # 29 of 100 right is recorded as 0.29, and 0.29 * 100 is 28.999999999999996 in binary floating point
+    from types import SimpleNamespace
+
+    from gptlab.compare.stats import hellaswag_counts
+
+    assert 0.29 * 100 < 29
+    assert hellaswag_counts(SimpleNamespace(hs_acc_norm=0.29, hs_n=100)) == (29, 100)
+    assert hellaswag_counts(SimpleNamespace(hs_acc_norm=2913 / 10042, hs_n=10042)) == (2913, 10042)
+
+
+# ---------------------------------------------------------------------------------------------- sharded Adam
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_flat_shards_slices_of_all_ranks_hold_every_element_once(world_size):
+    # 3 + 2 + 4 = 9 elements cut into world_size equal slices (ceil(9 / W) each, zero padding at the end): laid
+    # end to end, the ranks' slices are the parameters flattened in order, whatever W divides
+    import torch
+
+    from gptlab.train.comm import FlatShards
+
+    params = [torch.nn.Parameter(torch.arange(n, dtype=torch.float32) + 10 * k) for k, n in enumerate((3, 2, 4))]
+    groups = [{"params": params}]
+    slices = [FlatShards(groups, rank, world_size).my_part(0, [p.detach() for p in params])
+              for rank in range(world_size)]
+    flat = torch.cat(slices)
+    assert all(len(s) == -(-9 // world_size) for s in slices)
+    assert flat[:9].tolist() == [0, 1, 2, 10, 11, 20, 21, 22, 23] and not flat[9:].any()
+
+
+# ---------------------------------------------------------------------------------------------- gradient sync
+def test_gradient_sync_gives_each_small_tensor_back_its_own_summed_gradient():
+    # a one-process gloo group: the all-reduce is the identity, so after finish() every gradient must be what
+    # backward alone gives (autograd, computed again here); the small tensors travel in one flat bucket and must
+    # each come back from their own place in it
+    import torch
+    import torch.distributed as dist
+
+    from gptlab.train.comm import GradientSync
+
+    torch.manual_seed(0)
+    params = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(n)) for n in (3, 5, 2)])
+    model = torch.nn.Module()
+    model.params = params
+
+    def loss():
+        return sum((k + 1) * (p ** 2).sum() for k, p in enumerate(params)) + (params[0].sum() * params[2].sum())
+
+    expected = torch.autograd.grad(loss(), list(params))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sync = GradientSync(model, [torch.optim.Adam(params)], world_size=2)  # 2: the hooks and buckets are used
+        assert len(sync.buckets) == 1 and len(sync.buckets[0]) == 3
+        sync.armed = True
+        loss().backward()
+        sync.finish()
+    finally:
+        dist.destroy_process_group()
+    for p, g in zip(params, expected):
+        torch.testing.assert_close(p.grad, g)
