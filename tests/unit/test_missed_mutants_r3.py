@@ -30,13 +30,15 @@ def test_regex_pretokenize_on_workers_sums_every_workers_table(workers):
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer format
-def test_ranks_sha256_tells_apart_two_vocabularies_that_give_the_same_bytes_other_ids():
+def test_ranks_sha256_tells_apart_vocabularies_that_give_the_same_bytes_other_ids():
     from gptlab.tokenizer.format import ranks_sha256
 
     base = {bytes([i]): i for i in range(256)}
     a = {**base, b"ab": 256, b"cd": 257}
     swapped = {**base, b"ab": 257, b"cd": 256}  # the same tokens, other ids: other token ids in every shard
     assert ranks_sha256(a) != ranks_sha256(swapped)
+    # one token, other id (ids may have gaps: tokenizers load with them): the same bytes in the same order
+    assert ranks_sha256({**base, b"ab": 256}) != ranks_sha256({**base, b"ab": 300})
     assert ranks_sha256(a) == ranks_sha256(dict(reversed(list(a.items()))))  # insertion order is no content
 
 
