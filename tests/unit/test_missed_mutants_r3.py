@@ -272,3 +272,18 @@ def test_gradient_sync_gives_each_small_tensor_back_its_own_summed_gradient():
         dist.destroy_process_group()
     for p, g in zip(params, expected):
         torch.testing.assert_close(p.grad, g)
+
+
+# ---------------------------------------------------------------------------------------------- export
+def test_tiktoken_merges_are_ranked_by_the_merged_tokens_id_whatever_the_dicts_order():
+    # tiktoken's rule: the pair whose concatenation has the lowest id merges first; a token reachable by two cuts
+    # lists both, lower (left id, right id) first. The vocabulary here is given in reverse id order (a file's dict
+    # need not be sorted). By hand: 256 = a+b, 257 = c+d, 258 = ab+c (a+bc is no pair: bc is no token),
+    # 259 = ab+cd or abc+d: (256, 257) before (258, 100)
+    from gptlab.export.hf import tiktoken_merges
+
+    ranks = {bytes([i]): i for i in range(256)}
+    ranks.update({b"ab": 256, b"cd": 257, b"abc": 258, b"abcd": 259})
+    reverse = dict(reversed(list(ranks.items())))
+    expected = [(b"a", b"b"), (b"c", b"d"), (b"ab", b"c"), (b"ab", b"cd"), (b"abc", b"d")]
+    assert tiktoken_merges(reverse) == expected
