@@ -43,6 +43,7 @@ U = "tests/unit/"
 E = "tests/e2e/"
 GUARDS = U + "test_missed_mutants.py"
 GUARDS3 = U + "test_missed_mutants_r3.py"
+GUARDS3_E2E = E + "test_missed_mutants_r3_e2e.py"
 
 MUTANTS = [
     # ---- --shard_params (FSDP2) and sharded checkpoints (issue 29)
@@ -462,7 +463,7 @@ MUTANTS = [
            (E + "test_hf_export.py", "-k", "generate")),
     Mutant("hf-labels-not-shifted", "gptlab/export/modeling_gptlab.py",
            "labels[:, 1:].flatten(), ignore_index=-100)", "labels[:, :-1].flatten(), ignore_index=-100)",
-           (E + "test_hf_export.py", "-k", "lm_eval or labels")),
+           (GUARDS3_E2E,)),
 ]
 
 
