@@ -451,7 +451,7 @@ MUTANTS = [
            (U + "test_sample.py", "-k", "distribution")),
     Mutant("cached-logits-of-the-first-new-token", "gptlab/export/generate.py",
            "[0, -1, :n_vocab]", "[0, 0, :n_vocab]",
-           (U + "test_sample.py", "-k", "cached")),
+           (GUARDS3, "-k", "cached_next", U + "test_sample.py", "-k", "cached")),
     Mutant("bytes-to-unicode-off-by-one", "gptlab/export/hf.py",
            "mapping[b] = chr(256 + extra)", "mapping[b] = chr(255 + extra)",
            (E + "test_hf_export.py", "-k", "bytes_to_unicode")),

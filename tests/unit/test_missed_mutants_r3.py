@@ -287,3 +287,31 @@ def test_tiktoken_merges_are_ranked_by_the_merged_tokens_id_whatever_the_dicts_o
     reverse = dict(reversed(list(ranks.items())))
     expected = [(b"a", b"b"), (b"c", b"d"), (b"ab", b"c"), (b"ab", b"cd"), (b"abc", b"d")]
     assert tiktoken_merges(reverse) == expected
+
+
+def test_cached_next_logits_are_the_full_forwards_logits_at_the_last_token():
+    # generate() samples the token after everything fed so far: after a prompt (many new tokens at once) and after
+    # each sampled token, the cached path must give the full forward's logits at the LAST position (model.predict
+    # over the whole row, cut to the tokenizer's ids), on random weights that make every position's logits differ
+    import torch
+
+    import model as arch
+    from gptlab.export.generate import cached_next_logits
+
+    torch.manual_seed(0)
+    gpt = arch.GPT(arch.GPTConfig(vocab_size=100, num_layers=2, num_heads=2, model_dim=32, window_size=256)).eval()
+    with torch.no_grad():
+        for p in gpt.parameters():
+            p.normal_(0, 0.5)
+    eot, n_vocab = 99, 90
+    prompt = [eot] + torch.randint(0, 90, (40,)).tolist()
+    next_logits = cached_next_logits(arch.KVCache(gpt, eot), n_vocab=n_vocab)
+    fed = list(prompt)
+    got = next_logits(prompt)
+    for token in (5, 17):
+        torch.testing.assert_close(got, gpt.predict(torch.tensor([fed]), eot)[0, -1, :n_vocab], rtol=1e-4, atol=1e-4)
+        fed.append(token)
+        got = next_logits([token])
+    full = gpt.predict(torch.tensor([fed]), eot)[0, :, :n_vocab]
+    torch.testing.assert_close(got, full[-1], rtol=1e-4, atol=1e-4)
+    assert (full[0] - full[-1]).abs().max() > 1e-2  # positions differ: the test can tell them apart
