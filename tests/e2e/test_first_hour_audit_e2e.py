@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -115,12 +116,16 @@ def test_fineweb_offline_reads_the_cache_in_the_streamed_order(hub, tmp_path, to
     fill_cache(hub, tmp_path / "hf", "HuggingFaceFW/fineweb-edu", "sample/10BT/*")
     common = ["download_fineweb.py", "--tokenizer", tokenizer_path, "--num_shards", 4, "--shard_size", 20_000,
               "--val_tokens", 5_000, "--workers", 1, "--world_size", 2, "--quiet"]
-    for rank in (0, 1):
-        online = run(common + ["--rank", rank, "--out", tmp_path / "online"], hub_env(hub, tmp_path / "hf"))
-        assert online.returncode == 0, online.stderr
-        offline = run(common + ["--rank", rank, "--out", tmp_path / "offline"],
-                      hub_env(hub, tmp_path / "hf", HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9"))
-        assert offline.returncode == 0, offline.stderr
+    offline_env = hub_env(hub, tmp_path / "hf", HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+    jobs = [(common + ["--rank", rank, "--out", tmp_path / "online"], hub_env(hub, tmp_path / "hf"))
+            for rank in (0, 1)]
+    jobs += [(common + ["--rank", rank, "--out", tmp_path / "offline"], offline_env) for rank in (0, 1)]
+    jobs.append((common + ["--rank", 0, "--out", tmp_path / "none"],
+                 hub_env(hub, tmp_path / "empty-hf", HF_HUB_OFFLINE="1")))
+    with ThreadPoolExecutor(2) as pool:  # independent processes, two at a time (2 cores)
+        *done, empty = pool.map(lambda job: run(*job), jobs)
+    for proc in done:
+        assert proc.returncode == 0, proc.stderr
     online_dir = tmp_path / "online" / "fineweb10Bedu_audittok_v296_n20"
     offline_dir = tmp_path / "offline" / "fineweb10Bedu_audittok_v296_n20"
     names = sorted(p.name for p in online_dir.glob("*.bin"))
@@ -129,8 +134,6 @@ def test_fineweb_offline_reads_the_cache_in_the_streamed_order(hub, tmp_path, to
         assert (offline_dir / name).read_bytes() == (online_dir / name).read_bytes(), name
     assert shards.load_manifest(str(offline_dir))["complete"]
 
-    empty = run(common + ["--rank", 0, "--out", tmp_path / "none"],
-                hub_env(hub, tmp_path / "empty-hf", HF_HUB_OFFLINE="1"))
     assert empty.returncode == 2
     last = empty.stderr.strip().splitlines()[-1]
     assert last.startswith("error: offline mode is on") and str(tmp_path / "empty-hf") in last
