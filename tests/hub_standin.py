@@ -25,6 +25,7 @@ X-Error-Code: EntryNotFound), `GET /api/datasets/{org}/{name}[/revision/{rev}]` 
 Every request is logged (method, path, status, body bytes sent, Range, User-Agent), so tests can count the bytes
 each file and each client (`HF_HUB_USER_AGENT_ORIGIN` tags a process's User-Agent) received.
 """
+import contextlib
 import email.utils
 import hashlib
 import http.server
@@ -405,6 +406,18 @@ def standin_for_tests(shared_docs, hellaswag_bytes=None):
         repos[HELLASWAG_REPO] = hellaswag_repo(hellaswag_bytes)
     raw = {HELLASWAG_PATH: hellaswag_bytes} if hellaswag_bytes is not None else {}
     return HubStandin(repos, raw).start()
+
+
+@contextlib.contextmanager
+def running_standin(shared_docs, hellaswag_path):
+    """standin_for_tests(shared_docs, the bytes at hellaswag_path), stopped on leaving the block (a fixture's
+    `with running_standin(...) as server: yield server`)."""
+    with open(hellaswag_path, "rb") as f:
+        server = standin_for_tests(shared_docs, f.read())
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def hub_env(standin, hf_home, **extra):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO
 from helpers.tiny_data import save_tiny_tokenizer
-from hub_standin import hub_env, standin_for_tests
+from hub_standin import hub_env, running_standin
 
 from gptlab.data import shards
 from gptlab.tokenizer.format import load_tokenizer
@@ -48,10 +48,8 @@ def tokenizer_path(tmp_path_factory, docs):
 
 @pytest.fixture(scope="module")
 def hub(docs):
-    with open(HELLASWAG_VAL, "rb") as f:
-        server = standin_for_tests(docs, f.read())
-    yield server
-    server.stop()
+    with running_standin(docs, HELLASWAG_VAL) as server:
+        yield server
 
 
 def decode(paths, tokenizer_path):

@@ -25,7 +25,7 @@ from helpers import faults
 from helpers.tiny_data import save_tiny_tokenizer
 from helpers.hellaswag_file import PUBLISHED_BYTES, PUBLISHED_SHA256
 from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, HubStandin, hellaswag_repo, hub_env,
-                         split_evenly, standin_for_tests)
+                         running_standin, split_evenly)
 
 from gptlab.data import shards
 from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
@@ -50,10 +50,8 @@ def docs():
 
 @pytest.fixture(scope="module")
 def hub_server(docs):
-    with open(HELLASWAG_VAL, "rb") as f:
-        server = standin_for_tests(docs, f.read())
-    yield server
-    server.stop()
+    with running_standin(docs, HELLASWAG_VAL) as server:
+        yield server
 
 
 @pytest.fixture
