@@ -49,11 +49,12 @@ def build_parser():
 def threads_flag(text):
     if text == "auto":
         return text
-    if text.isascii() and text.isdigit() and int(text) > MAX_THREADS:
+    count = int(text) if text.isascii() and text.isdigit() else 0
+    if count > MAX_THREADS:
         raise FlagValueError(f"must be at most {MAX_THREADS} (more threads than cores only slow generation), got "
                              f"{text!r}")
-    if text.isascii() and text.isdigit() and int(text) > 0:
-        return int(text)
+    if count > 0:
+        return count
     raise FlagValueError(f"must be auto or a positive integer, got {text!r}")
 
 
