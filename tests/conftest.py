@@ -69,16 +69,29 @@ def unreadable_file(path, text="some text " * 100):
     return path
 
 
-def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
-    """Run `python <args>` (or a torchrun line when args[0] == 'torchrun') and return the CompletedProcess.
-    As root, the child runs without root's read-any-file capabilities, so permission errors are real."""
+def script_env(env_extra=None):
+    """The environment of a script run by a test: this one, unbuffered, one thread, the repository importable;
+    env_extra's values set (str() of each), its None values unset."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", PYTHONPATH=REPO)
     env.pop("COLUMNS", None)  # the caller's terminal width does not change what a script prints into a pipe
-    env.update(env_extra or {})
+    for name, value in (env_extra or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+    return env
+
+
+def run_script(args, cwd=REPO, timeout=600, check=False, env_extra=None):
+    """Run `python <args>` (or a torchrun line when args[0] == 'torchrun'; str() of each) and return the
+    CompletedProcess; env_extra as script_env takes it. As root, the child runs without root's read-any-file
+    capabilities, so permission errors are real."""
+    env = script_env(env_extra)
+    args = [str(a) for a in args]
     if args[0] == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run"] + list(args[1:])
+        cmd = [sys.executable, "-m", "torch.distributed.run"] + args[1:]
     else:
-        cmd = [sys.executable] + list(args)
+        cmd = [sys.executable] + args
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
                           preexec_fn=_drop_root_file_access if os.geteuid() == 0 else None)
     if check and proc.returncode != 0:

@@ -5,15 +5,13 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import FINEWEB_150, HELLASWAG_VAL, REPO
-from helpers.tiny_data import save_tiny_tokenizer
+from conftest import FINEWEB_150, HELLASWAG_VAL, run_script
+from helpers.tiny_data import read_docs, save_tiny_tokenizer
 from hub_standin import hub_env, running_standin
 
 from gptlab.data import shards
@@ -24,21 +22,9 @@ from gptlab.tokenizer.format import load_tokenizer
 UPSTREAM_SHA256 = "0aa3b88843990f3f10a97b9575c94d7b71fb2205240ba04ae4884d9e9c992588"
 
 
-def run(args, env_changes=None, timeout=300):
-    env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    for name, value in (env_changes or {}).items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return subprocess.run([sys.executable] + [str(a) for a in args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def docs():
-    with open(FINEWEB_150, encoding="utf-8") as f:
-        return [json.loads(line)["text"] for line in f]
+    return read_docs(FINEWEB_150)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +58,9 @@ def test_a_rank_with_no_document_finishes_and_the_folder_is_complete(tmp_path, t
     inp = tmp_path / "tiny.jsonl"
     inp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     for rank in reversed(range(world_size)):  # the empty rank first: it must not wait for, or need, the others
-        proc = run(["download_fineweb.py", "--input", inp, "--tokenizer", tokenizer_path, "--out", tmp_path / "o",
-                    "--num_shards", world_size, "--shard_size", 1000, "--val_tokens", 0, "--shuffle_buffer", 0,
-                    "--world_size", world_size, "--rank", rank, "--quiet"])
+        proc = run_script(["download_fineweb.py", "--input", inp, "--tokenizer", tokenizer_path, "--out",
+                           tmp_path / "o", "--num_shards", world_size, "--shard_size", 1000, "--val_tokens", 0,
+                           "--shuffle_buffer", 0, "--world_size", world_size, "--rank", rank, "--quiet"])
         assert proc.returncode == 0, proc.stderr
         assert "error" not in proc.stderr
     out_dir = glob.glob(str(tmp_path / "o" / "local_tiny_*"))[0]
@@ -92,7 +78,7 @@ def fill_cache(hub, hf_home, repo_id, pattern):
     the partial snapshot later)."""
     code = ("from huggingface_hub import snapshot_download; "
             f"snapshot_download({repo_id!r}, repo_type='dataset', allow_patterns=[{pattern!r}])")
-    proc = run(["-c", code], hub_env(hub, hf_home))
+    proc = run_script(["-c", code], env_extra=hub_env(hub, hf_home))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -101,8 +87,8 @@ def test_hellaswag_offline_reads_a_partial_cache(hub, tmp_path):
     --include 'data/validation*'` does) writes the verified file; it used to say the copy was not in the cache."""
     fill_cache(hub, tmp_path / "hf", "Rowan/hellaswag", "data/validation*")
     out = tmp_path / "hs" / "hellaswag_val.jsonl"
-    proc = run(["download_hellaswag.py", "--out", out, "--quiet"],
-               hub_env(hub, tmp_path / "hf", HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9"))
+    proc = run_script(["download_hellaswag.py", "--out", out, "--quiet"],
+                      env_extra=hub_env(hub, tmp_path / "hf", HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9"))
     assert proc.returncode == 0, proc.stderr
     assert hashlib.sha256(out.read_bytes()).hexdigest() == UPSTREAM_SHA256
 
@@ -121,7 +107,7 @@ def test_fineweb_offline_reads_the_cache_in_the_streamed_order(hub, tmp_path, to
     jobs.append((common + ["--rank", 0, "--out", tmp_path / "none"],
                  hub_env(hub, tmp_path / "empty-hf", HF_HUB_OFFLINE="1")))
     with ThreadPoolExecutor(2) as pool:  # independent processes, two at a time (2 cores)
-        *done, empty = pool.map(lambda job: run(*job), jobs)
+        *done, empty = pool.map(lambda job: run_script(job[0], env_extra=job[1]), jobs)
     for proc in done:
         assert proc.returncode == 0, proc.stderr
     online_dir = tmp_path / "online" / "fineweb10Bedu_audittok_v296_n20"

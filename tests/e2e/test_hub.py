@@ -20,9 +20,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, free_port, run_script
+from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, free_port, run_script, script_env
 from helpers import faults
-from helpers.tiny_data import save_tiny_tokenizer
+from helpers.tiny_data import read_docs, save_tiny_tokenizer
 from helpers.hellaswag_file import PUBLISHED_BYTES, PUBLISHED_SHA256
 from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, HubStandin, hellaswag_repo, hub_env,
                          running_standin, split_evenly)
@@ -44,8 +44,7 @@ RANK_FILES = {2: [range(0, 7), range(7, 14)],
 
 @pytest.fixture(scope="module")
 def docs():
-    with open(FINEWEB_150, encoding="utf-8") as f:
-        return [json.loads(line)["text"] for line in f]
+    return read_docs(FINEWEB_150)
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +77,7 @@ def local_reference_merges(tmp_path_factory):
 
 def start(hub, hf_home, args, torchrun=None, **env_changes):
     """Popen of `python tests/helpers/hub_run.py SCRIPT ARGS` (or a torchrun launch of it) wired to the stand-in."""
-    env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", USE_TORCH="0")
-    for name, value in hub_env(hub, hf_home, **env_changes).items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
+    env = script_env(dict(hub_env(hub, hf_home, **env_changes), USE_TORCH="0"))
     head = [sys.executable] + (["-m", "torch.distributed.run"] + torchrun if torchrun else [])
     return subprocess.Popen(head + [HUB_RUN] + [str(a) for a in args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

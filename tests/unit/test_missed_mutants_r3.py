@@ -1,20 +1,14 @@
 """Tests written for the one-line mutants of bench/mutants.py (round 3 of issue 27) that the suite let through:
 each expectation comes from a hand computation, a published value or an independent reference implementation."""
-import json
 from collections import Counter
 
 import pytest
 import regex
 
 from conftest import FINEWEB_150
+from helpers.tiny_data import read_docs
 from gptlab.tokenizer.format import PATTERNS
 from gptlab.tokenizer.pretokenize import pretokenize
-
-
-def _fineweb_texts(n=None):
-    with open(FINEWEB_150) as f:
-        texts = [json.loads(line)["text"] for line in f]
-    return texts[:n] if n else texts
 
 
 # ---------------------------------------------------------------------------------------------- BPE engines
@@ -22,7 +16,7 @@ def _fineweb_texts(n=None):
 def test_regex_pretokenize_on_workers_sums_every_workers_table(workers):
     # the regex path merges the workers' Counters itself (the native one adds packed tables in C): every chunk of
     # every worker must count. Reference: regex.findall over each document, counted here.
-    texts = _fineweb_texts(60)
+    texts = read_docs(FINEWEB_150, 60)
     expected = Counter(piece.encode() for text in texts for piece in regex.findall(PATTERNS["gpt2"], text))
     table, chars, docs = pretokenize(iter(texts), PATTERNS["gpt2"], workers=workers, chunk_chars=1,
                                      pretokenizer="regex")
