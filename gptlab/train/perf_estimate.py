@@ -28,6 +28,7 @@ above the estimate; the memory-bound pass counts are the least certain constants
 """
 import math
 
+from gptlab.train.comm import same_shape_params
 from gptlab.train.environment import gpu_bf16_peak_tflops, lookup_gpu
 
 # Per GPU class (whole word of torch.cuda.get_device_name(); earlier keys win as in environment.lookup_gpu), from
@@ -165,16 +166,16 @@ def memory_bound_bytes(model, tokens, micro_batches, activation_bytes, compiled,
 
 
 def _muon_groups(optimizers):
-    """(Newton-Schulz optimizers' same-shape parameter lists with their ns_steps, every other parameter)."""
-    shapes, others = {}, []
+    """(Newton-Schulz optimizers' same-shape parameter lists with their ns_steps, every other parameter): the
+    matrices MatrixShards deals out together, found the way it finds them."""
+    shapes, others = [], []
     for opt in optimizers:
-        for g, group in enumerate(opt.param_groups):
-            for q in group["params"]:
-                if "ns_steps" in group:
-                    shapes.setdefault((id(opt), g, tuple(q.shape)), (group["ns_steps"], []))[1].append(q)
-                else:
-                    others.append(q)
-    return list(shapes.values()), others
+        for (_, g), params in same_shape_params(opt.param_groups).items():
+            if "ns_steps" in opt.param_groups[g]:
+                shapes.append((opt.param_groups[g]["ns_steps"], params))
+            else:
+                others += params
+    return shapes, others
 
 
 def optimizer_work(optimizers, world_size):

@@ -50,15 +50,13 @@ def save(path, ctx, model, optimizers, **bookkeeping):
     manifest = {}
     for part in dist_utils.all_gather_objects(ctx, mine):
         manifest.update(part)
-    # every rank's generators and data position (the position is global, the same on every rank by design)
-    per_rank = dist_utils.all_gather_objects(ctx, {"rng": bookkeeping.get("rng_states") or {},
-                                                   "dataloader": bookkeeping.get("dataloader_state")})
+    # every rank's generators (the data position is global, the same on every rank by design: rank 0's is saved)
+    rng_per_rank = dist_utils.all_gather_objects(ctx, bookkeeping.get("rng_states") or {})
     if ctx.is_main:
         groups = [{"param_groups": _param_groups(opt)} for opt in optimizers]  # settings; the state is in DCP
         payload = checkpointing.checkpoint_payload(
             model_state={}, optimizer_states=groups,
-            sharded={"files": manifest, "world_size": ctx.world_size, "rng_per_rank": [r["rng"] for r in per_rank],
-                     "dataloader_per_rank": [r["dataloader"] for r in per_rank]},
+            sharded={"files": manifest, "world_size": ctx.world_size, "rng_per_rank": rng_per_rank},
             **bookkeeping)
         checkpointing.write_payload(os.path.join(partial, META_FILE), payload)
         os.rename(partial, path)
