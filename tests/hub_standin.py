@@ -151,7 +151,8 @@ def fineweb_repo(docs, edu, num_files=SAMPLE_10BT_FILES):
 class HubStandin:
     """The server: `start()` it (port 0, a daemon thread), read `.endpoint`, `.log`; `stop()` at the end."""
 
-    def __init__(self, repos, raw_files=None):
+    def __init__(self, repos, raw_files=None, prefix=""):
+        self.prefix = prefix.rstrip("/")  # a mirror under a path ("/mirror"): every request must start with it
         self.repos = {repo_id: dict(files) for repo_id, files in repos.items()}  # "org/name" → {path: bytes}
         self.shas = {repo_id: hashlib.sha1(json.dumps(sorted((p, git_blob_sha1(b)) for p, b in files.items()))
                                            .encode()).hexdigest() for repo_id, files in self.repos.items()}
@@ -178,7 +179,7 @@ class HubStandin:
 
     @property
     def endpoint(self):
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}{self.prefix}"
 
     # ---- log queries
     def record(self, entry):
@@ -221,7 +222,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _target(self):
         """(path, query dict) of the request; a proxy-form target `http://host/path` is reduced to its path."""
         url = urllib.parse.urlsplit(self.path)
-        return urllib.parse.unquote(url.path), urllib.parse.parse_qs(url.query)
+        path = urllib.parse.unquote(url.path)
+        if self.hub.prefix:  # outside the prefix nothing matches a route: an unknown request
+            path = path[len(self.hub.prefix):] if path.startswith(self.hub.prefix + "/") else "/outside-the-prefix"
+        return path, urllib.parse.parse_qs(url.query)
 
     def _send(self, status, body=b"", headers=None, content_type="application/json", entry=None, total=None):
         head_only = self.command == "HEAD"
@@ -397,15 +401,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._json(out, entry={"repo": repo_id, "api": "paths-info"})
 
 
-def standin_for_tests(shared_docs, hellaswag_bytes=None):
+def standin_for_tests(shared_docs, hellaswag_bytes=None, prefix=""):
     """A started stand-in serving both FineWeb repos (the same real documents) and, if given, HellaSwag (its Hub
-    copy and the GitHub file)."""
+    copy and the GitHub file), at the server's root or under `prefix`."""
     repos = {"HuggingFaceFW/fineweb-edu": fineweb_repo(shared_docs, edu=True),
              "HuggingFaceFW/fineweb": fineweb_repo(shared_docs, edu=False)}
     if hellaswag_bytes is not None:
         repos[HELLASWAG_REPO] = hellaswag_repo(hellaswag_bytes)
     raw = {HELLASWAG_PATH: hellaswag_bytes} if hellaswag_bytes is not None else {}
-    return HubStandin(repos, raw).start()
+    return HubStandin(repos, raw, prefix).start()
 
 
 @contextlib.contextmanager

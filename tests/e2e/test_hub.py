@@ -25,7 +25,7 @@ from helpers import faults
 from helpers.tiny_data import read_docs, save_tiny_tokenizer
 from helpers.hellaswag_file import PUBLISHED_BYTES, PUBLISHED_SHA256
 from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, HubStandin, hellaswag_repo, hub_env,
-                         running_standin, split_evenly)
+                         running_standin, split_evenly, standin_for_tests)
 
 from gptlab.data import shards
 from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
@@ -358,6 +358,35 @@ def test_download_hellaswag_from_the_hub_copy_then_offline_from_its_cache(tmp_pa
     out = tmp_path / "b" / "hellaswag_val.jsonl"
     proc = run(server, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out], HF_HUB_OFFLINE="1")
     assert sha256_file(out) == PUBLISHED_SHA256 and "(the HF cache; offline)" in proc.stdout
+
+
+def test_a_hub_mirror_under_a_path_is_reached_through_hf_endpoint(tmp_path, docs, tokenizer_path):
+    # HF_ENDPOINT=http://host:port/hub-mirror (a mirror behind a path; the second time with a trailing slash):
+    # every request of datasets and huggingface_hub keeps the path (the stand-in answers nothing outside it), and
+    # both downloads give what they give from the Hub's root
+    with open(HELLASWAG_VAL, "rb") as f:
+        server = standin_for_tests(docs, f.read(), prefix="/hub-mirror")
+    try:
+        assert server.endpoint.endswith("/hub-mirror")
+        run(server, tmp_path / "hf", ["download_fineweb.py", "--quiet", "--version", "10B", "--tokenizer",
+                                      tokenizer_path, "--num_shards", 100, "--shard_size", 30_000, "--val_tokens",
+                                      5_000, "--shuffle_buffer", 0, "--workers", 1, "--out", tmp_path / "fw"])
+        out_dir = glob.glob(os.path.join(str(tmp_path / "fw"), "fineweb10B_*"))[0]
+        assert decode_documents(shard_paths(out_dir), tokenizer_path) == docs
+        assert served(server) == sample_sizes(server, FW)
+        assert server.unknown() == [], "a request of download_fineweb.py left the mirror's path"
+        server.clear_log()
+        out = tmp_path / "hs" / "hellaswag_val.jsonl"
+        proc = run(server, tmp_path / "hf2", ["download_hellaswag.py", "--quiet", "--out", out],
+                   HF_ENDPOINT=server.endpoint + "/")
+        asked = paths_asked(server)
+        unknown = server.unknown()
+    finally:
+        server.stop()
+    assert unknown == [], "a request of download_hellaswag.py left the mirror's path"
+    assert sha256_file(out) == PUBLISHED_SHA256
+    assert ("GET", "/hub-mirror" + HS_PARQUET) in asked
+    assert f"via {server.endpoint}" in proc.stdout
 
 
 def test_download_hellaswag_offline_with_an_empty_cache_asks_nothing_and_names_the_way_out(hub, tmp_path):
