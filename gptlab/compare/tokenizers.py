@@ -20,9 +20,9 @@ from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
 from gptlab.core.progress import progress_bar
 from gptlab.data.selection import default_shard_folder
-from gptlab.data.shards import read_shard
+from gptlab.data.shards import MANIFEST_GLOB, check_manifest, read_shard
 from gptlab.data.sources import iter_local_documents
-from gptlab.tokenizer.format import encoding_from_dict, read_tokenizer_file, token_bytes_by_id
+from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNDLED_SAMPLE = os.path.join(REPO_ROOT, "data", "sample", "fineweb_edu_150docs.jsonl")
@@ -40,6 +40,10 @@ class ReportTokenizer:
     mergeable_ranks: dict  # bytes -> id
     merges: list = None  # [(left bytes, right bytes), ...] in training order, when the file lists them
     recovered: list = field(default_factory=list)  # else the first merges, recovered from the ranks on demand
+    label: str = None  # as the report shows it: the name, or "name (path)" when two files share a name
+
+    def __post_init__(self):
+        self.label = self.label or self.name
 
     @property
     def n_mergeable(self):
@@ -63,9 +67,28 @@ def load_report_tokenizer(path):
     name = os.path.splitext(os.path.basename(data["path"]))[0]
     merges = None
     if data.get("merges"):
-        vocab = token_bytes_by_id(data["merges"])
-        merges = [(vocab[a], vocab[b]) for a, b in data["merges"]]
+        merges = merge_pairs_of_file(data)
     return ReportTokenizer(name, data["path"], encoding_from_dict(data), data["mergeable_ranks"], merges)
+
+
+def merge_pairs_of_file(data):
+    """The file's merge list as byte pairs, checked against its ranks (merge k makes the token of id 256 + k, as
+    train_tokenizer.py writes them): a list that disagrees would make the overlap figures wrong."""
+    ranks, listed = data["mergeable_ranks"], data["merges"]
+    damaged = UserError(f"{data['path']} is damaged: its merge list does not match its mergeable_ranks (merge k must "
+                        "make the token of id 256 + k); retrain it with train_tokenizer.py")
+    if not isinstance(listed, (list, tuple)) or len(listed) != len(ranks) - 256:
+        raise damaged
+    vocab = [bytes([i]) for i in range(256)]
+    for k, pair in enumerate(listed):
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                or not all(isinstance(i, int) and 0 <= i < 256 + k for i in pair)):
+            raise damaged
+        token = vocab[pair[0]] + vocab[pair[1]]
+        if ranks.get(token) != 256 + k:
+            raise damaged
+        vocab.append(token)
+    return [(vocab[a], vocab[b]) for a, b in listed]
 
 
 def recover_merges(mergeable_ranks, limit=None):
@@ -96,6 +119,10 @@ def shard_documents(encoding, paths):
     docs = []
     for path in paths:
         tokens = np.asarray(read_shard(path))
+        if tokens.size and int(tokens.max()) >= encoding.n_vocab:  # decode would raise on it
+            raise UserError(f"shard {path} holds token id {int(tokens.max())} but the tokenizer has only "
+                            f"{encoding.n_vocab} ids: it was made with a different tokenizer; pass --text FILE, or "
+                            "re-tokenize with download_fineweb.py")
         starts = np.flatnonzero(tokens == eot)
         bounds = list(starts) + [tokens.size]
         if bounds[0] != 0 and tokens.size:
@@ -118,8 +145,12 @@ def validation_shards(tokenizer_name, data_dir="data"):
 
 def read_domains(text_paths):
     """{domain (file stem): [documents]} of --text files (.txt, .jsonl, .parquet)."""
-    domains = {}
+    domains, seen = {}, {}
     for path in text_paths:
+        real = os.path.realpath(path)
+        if real in seen:  # it would be counted twice in "all bytes/token"
+            raise UserError(f"--text {path} is named twice (also as {seen[real]}); name each file once")
+        seen[real] = path
         stem = os.path.splitext(os.path.basename(path))[0]
         name = stem if stem not in domains else f"{stem} ({path})"
         docs = [d for d in iter_local_documents([path]) if d]
@@ -133,7 +164,19 @@ def default_domains(tokenizer, data_dir="data"):
     """(domains, description) for a tokenizer measured without --text: its validation shards, else the sample."""
     paths = validation_shards(tokenizer.name, data_dir)
     if paths:
-        return {"validation": shard_documents(tokenizer.encoding, paths)}, f"{os.path.dirname(paths[0])}/val_*.bin"
+        where = f"{os.path.dirname(paths[0])}/val_*.bin"
+        if EOT not in tokenizer.encoding.special_tokens_set:
+            raise UserError(f"{tokenizer.path} has no {EOT} token, so the documents of {where} cannot be told apart; "
+                            "pass --text FILE")
+        # a folder of the same name made with another tokenizer (retrained under that name) would decode to garbage
+        folder = os.path.dirname(paths[0])
+        if glob.glob(os.path.join(folder, MANIFEST_GLOB)):
+            check_manifest(folder, ranks_sha256(tokenizer.mergeable_ranks), verify_files=False)
+        docs = shard_documents(tokenizer.encoding, paths)
+        if not docs:
+            raise UserError(f"{where} holds no documents (empty shards); pass --text FILE, or rewrite the shards "
+                            "with download_fineweb.py")
+        return {"validation": docs}, where
     if not os.path.exists(BUNDLED_SAMPLE):
         raise UserError(f"{tokenizer.name} has no shard folder and the bundled sample {BUNDLED_SAMPLE} is missing; "
                         "pass --text FILE")
@@ -233,7 +276,7 @@ def merge_overlap(a, b):
     prefix = next((i for i, (x, y) in enumerate(zip(pairs_a, pairs_b)) if x != y), smaller)
     shares = [(k, len(set(pairs_a[:k]) & set(pairs_b[:k])) / k)
               for k in sorted({k for k in OVERLAP_AT if k < smaller} | {smaller}) if k > 0]
-    return MergeOverlap(a.name, b.name, prefix, shares)
+    return MergeOverlap(a.label, b.label, prefix, shares)
 
 
 @dataclass
@@ -247,6 +290,15 @@ def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
     if not paths:
         raise UserError("name at least one tokenizer .pkl (a path or a name in tokenizers/)")
     tokenizers = [load_report_tokenizer(p) for p in paths]
+    seen = {}
+    for t in tokenizers:
+        real = os.path.realpath(t.path)
+        if real in seen:
+            raise UserError(f"tokenizer {t.path} is named twice (also as {seen[real]}); name each tokenizer once")
+        seen[real] = t.path
+    for t in tokenizers:  # same file name in two folders: tell the rows apart by path
+        if sum(u.name == t.name for u in tokenizers) > 1:
+            t.label = f"{t.name} ({t.path})"
     shared = read_domains(text_paths) if text_paths else None
     results = []
     for tokenizer in tokenizers:
@@ -280,7 +332,7 @@ def render_report(report):
         ["all bytes/token"] if len(domain_names) > 1 else []) + ["Vocab used", "Encode MB/s"]
     rows = []
     for r in report.results:
-        cells = [r.tokenizer.name, f"{r.tokenizer.n_mergeable:,}"]
+        cells = [r.tokenizer.label, f"{r.tokenizer.n_mergeable:,}"]
         cells += [f"{r.domains[d].bytes_per_token:.3f}" if d in r.domains and r.domains[d].tokens else "—"
                   for d in domain_names]
         if len(domain_names) > 1:
@@ -293,18 +345,18 @@ def render_report(report):
     for r in report.results:
         sizes = ", ".join(f"{name}: {d.documents:,} document{'' if d.documents == 1 else 's'}, {d.bytes:,} bytes"
                           for name, d in r.domains.items())
-        out.append(f"{r.tokenizer.name}: text {r.text_source} ({sizes})")
+        out.append(f"{r.tokenizer.label}: text {r.text_source} ({sizes})")
     if not report.same_text:
         out.append("note: the tokenizers were measured on different texts (each on its own validation shards); pass "
                    "--text FILE to compare them on the same text")
     out += ["", "Longest tokens:"]
     for r in report.results:
-        out.append(f"  {r.tokenizer.name}: " + ", ".join(f"{_show_token(t)} ({len(t)} B)" for t, _ in r.longest))
+        out.append(f"  {r.tokenizer.label}: " + ", ".join(f"{_show_token(t)} ({len(t)} B)" for t, _ in r.longest))
     if report.overlaps:
         out += ["", "Merges in common (as byte pairs; first k merges of each):"]
         for o in report.overlaps:
             shares = ", ".join(f"first {k:,}: {100 * s:.1f}%" for k, s in o.shares)
-            out.append(f"  {o.a} vs {o.b}: identical first {o.common_prefix:,} merges; {shares}")
+            out.append(f"  {o.a} vs {o.b}: identical first {o.common_prefix:,} merges" + (f"; {shares}" if shares else ""))
     return "\n".join(out) + "\n"
 
 
@@ -322,7 +374,7 @@ def plot_report(report, path, overwrite=False):
     for i, r in enumerate(report.results):
         xs = [j + (i - (len(report.results) - 1) / 2) * width for j in range(len(domain_names))]
         ys = [r.domains[d].bytes_per_token if d in r.domains else 0.0 for d in domain_names]
-        bars = ax.bar(xs, ys, width, label=r.tokenizer.name)
+        bars = ax.bar(xs, ys, width, label=r.tokenizer.label)
         ax.bar_label(bars, fmt="%.2f", fontsize="x-small")
     ax.set_xticks(range(len(domain_names)), domain_names)
     ax.set_ylabel("bytes per token (higher = more compression)")
