@@ -30,7 +30,8 @@ from gptlab.core.distributed import check_device_flag, default_workers, resolve_
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable, exclusive_lock, write_fix
 from gptlab.core.progress import is_terminal, progress_bar
-from gptlab.data.sources import HUB_DATASETS, ReadStats, iter_hub_documents, iter_local_documents, take_every
+from gptlab.data.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_hub_documents, iter_local_documents,
+                                 take_every)
 from gptlab.tokenizer import native
 from gptlab.tokenizer.demo import render
 from gptlab.tokenizer.format import EOT, MAX_VOCAB, ranks_sha256, resolve_pattern, save_tokenizer
@@ -65,7 +66,7 @@ def check_settings(samples, vocabsize, workers, pattern):
                         "vocabulary; use --vocabsize 256 or more")
     if vocabsize > MAX_VOCAB:
         raise UserError(f"--vocabsize {vocabsize} is too large (at most {MAX_VOCAB})")
-    if vocabsize - 256 > samples:
+    if vocabsize - 256 >= MAX_UTF8_BYTES * samples:  # <= 4 bytes a character: at most 4 * samples - 1 merges
         raise UserError(f"--vocabsize {vocabsize} needs {vocabsize - 256} merges but --samples "
                         f"{samples} characters cannot make that many; raise --samples or lower --vocabsize")
     if workers is not None and workers < 1:
