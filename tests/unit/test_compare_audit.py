@@ -1,0 +1,58 @@
+"""Audit of gptlab.compare: the --alpha of the seed-group lines, a --baseline that has not finished, and HellaSwag
+answers pooled over seed groups scored on other examples. Expectations worked out by hand (closed-form t p-values)."""
+import math
+
+from gptlab import compare as cmp
+from gptlab.compare.tables import comparison_lines
+from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
+
+
+def _group(root, name, seed_values, hellaswag_n=10042, **changes):
+    for i, (seed, bpb) in enumerate(seed_values):
+        config = variant(model_name=name, seed=seed, **changes)
+        results = finished_results(config, bpb, 0.3)
+        results["hellaswag"]["n"] = hellaswag_n
+        make_run(root, f"2026010{i + 1}_0{len(name)}0000_{name}", config, metrics_rows(10, bpb, 0.3), results)
+
+
+def test_the_seed_group_lines_follow_alpha(tmp_path):
+    """Base [1.300, 1.310, 1.305] vs Idea [1.285, 1.295, 1.290]: both variances 2.5e-5, so Welch's df = 4 and
+    t = 0.015 / sqrt(2 x 2.5e-5 / 3) = 3.674, p = 0.021 (closed form): "(higher)" at --alpha 0.05, "(not
+    distinguishable)" at --alpha 0.01, as the table's cells say."""
+    root = str(tmp_path)
+    _group(root, "Base", list(zip((0, 1, 2), [1.300, 1.310, 1.305])))
+    _group(root, "Idea", list(zip((0, 1, 2), [1.285, 1.295, 1.290])), model_dim=192)
+    p = t_p(0.015 / math.sqrt(2 * 2.5e-5 / 3), 4)
+    assert 0.01 < p < 0.05
+    for alpha, word in ((0.05, "higher"), (0.01, "not distinguishable")):
+        board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, alpha=alpha)["board"]
+        (line,) = comparison_lines(board)
+        assert line.startswith("Base (1.3050 ± 0.0050, n=3) vs Idea (1.2900 ± 0.0050, n=3): val bpb +0.0150")
+        assert f"p = {p:.2g} ({word})" in line, (alpha, line)
+
+
+def test_a_baseline_that_has_not_finished_gets_no_verdict(tmp_path):
+    """--baseline a crashed run (no results.json, files 2 h old; its last val bpb 1.5): the finished runs are
+    1.300 - 1.5 = -0.2000 from it, but that is not its final figure, so no 'better, p = ...' and no cost per bpb."""
+    root = str(tmp_path)
+    _group(root, "Base", list(zip((0, 1, 2), [1.300, 1.310, 1.305])))
+    make_run(root, "20260104_080000_Crashy", variant(model_name="Crashy", num_layers=6),
+             metrics_rows(10, 1.5, 0.3), age_s=7200)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, baseline="Crashy")["board"]
+    assert board.reference.status == "crashed"
+    row = cells_by_run(board)["20260101_040000_Base"]
+    assert row["bpb vs baseline"] == "-0.2000 (reference not final)"
+    assert row["HellaSwag vs baseline"] == "+0.0000 (reference not final)"
+    assert row["Cost per 0.01 bpb vs baseline"] == cmp.MISSING
+
+
+def test_seed_groups_scored_on_other_hellaswag_examples_are_not_pooled_against_each_other(tmp_path):
+    """Base scored on the first 1000 examples, Idea on all 10042: 3,000 answers against 30,126 are answers to other
+    questions, so the seed-group line gives no HellaSwag test (the per-run cells already say 'not compared')."""
+    root = str(tmp_path)
+    _group(root, "Base", list(zip((0, 1, 2), [1.300, 1.310, 1.305])), hellaswag_n=1000)
+    _group(root, "Idea", list(zip((0, 1, 2), [1.285, 1.295, 1.290])), model_dim=192)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
+    (comparison,) = board.comparisons
+    assert comparison.hellaswag is None and comparison.hs_answers is None
+    assert "HellaSwag" not in comparison_lines(board)[0]
