@@ -56,3 +56,31 @@ def test_seed_groups_scored_on_other_hellaswag_examples_are_not_pooled_against_e
     (comparison,) = board.comparisons
     assert comparison.hellaswag is None and comparison.hs_answers is None
     assert "HellaSwag" not in comparison_lines(board)[0]
+
+
+def test_a_sweep_over_a_switch_gives_commands_train_gpt_accepts(tmp_path, capsys):
+    """--grid fp8_head=true,false: --fp8_head takes no value (argparse's BooleanOptionalAction), so each run's
+    command must say --fp8_head / --no-fp8_head; train_gpt.py's own parser is the judge. A switch without an off form
+    (--save_model) or a value other than true/false is one clear error."""
+    import shlex
+    import sys
+
+    import pytest
+
+    from conftest import REPO
+    from gptlab.core.errors import UserError
+    sys.path.insert(0, REPO)
+    import sweep as sweep_cli
+    from train_gpt import build_parser
+
+    sweep_cli.main(["--name", "F", "--grid", "fp8_head=true,false", "--grid", "lr_scale=2",
+                    "--experiments_dir", str(tmp_path / "e"), "--dry_run", "--", "--preset", "quickstart"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    parsed = [build_parser().parse_args(shlex.split(line)[line.split().index("--preset"):]) for line in lines]
+    assert [(a.fp8_head, a.lr_scale, a.model_name) for a in parsed] == [
+        (True, 2.0, "F_fp8_headtrue_lr_scale2"), (False, 2.0, "F_fp8_headfalse_lr_scale2")]
+    for grid, message in (("save_model=true,false", "--save_model is a switch with no off form"),
+                          ("compile=on,off", "its values are true and false")):
+        with pytest.raises(UserError, match=message):
+            sweep_cli.main(["--experiments_dir", str(tmp_path), "--dry_run", "--grid", grid])
