@@ -84,3 +84,19 @@ def test_a_sweep_over_a_switch_gives_commands_train_gpt_accepts(tmp_path, capsys
                           ("compile=on,off", "its values are true and false")):
         with pytest.raises(UserError, match=message):
             sweep_cli.main(["--experiments_dir", str(tmp_path), "--dry_run", "--grid", grid])
+
+
+def test_too_few_different_flops_for_a_scaling_fit_says_how_many(tmp_path):
+    """Five finished runs at two training FLOPs (1e15 x 3 seeds, 2e15 x 2): five usable runs, but a fit needs four
+    different FLOPs; the error counts both, so it does not read 'needs 4, 5 here'."""
+    import pytest
+
+    from gptlab.core.errors import UserError
+    root = str(tmp_path)
+    for i, (flops, seed) in enumerate([(1e15, 0), (1e15, 1), (1e15, 2), (2e15, 0), (2e15, 1)]):
+        config = variant(model_name=f"S{flops:.0e}", seed=seed, num_layers=int(flops / 1e15))
+        make_run(root, f"2026010{i + 1}_000000_S", config, metrics_rows(10, 1.3 - 0.01 * i, 0.3),
+                 finished_results(config, 1.3 - 0.01 * i, 0.3, train_flops=flops))
+    with pytest.raises(UserError, match=r"needs at least 4 finished runs with different training FLOPs; 5 usable "
+                                        r"run\(s\) here, at 2 different FLOPs"):
+        cmp.compare([], experiments_dir=root, no_plot=True, scaling=True)
