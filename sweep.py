@@ -49,10 +49,15 @@ def main(argv=None):
     from gptlab.compare import compare  # heavy (~0.1 s: numpy, tabulate), only for the closing leaderboard
     from train_gpt import build_parser  # heavy (~1.5 s: torch), for train_gpt.py's flag names
 
-    known = {a.dest for a in build_parser()._actions if a.option_strings}
+    flags = [a for a in build_parser()._actions if a.option_strings]
+    known = {a.dest for a in flags}
+    # flags that take no value (--compile / --no-compile): True where they have an off form
+    switches = {a.dest: isinstance(a, argparse.BooleanOptionalAction) for a in flags if a.nargs == 0}
     if not args.grid and len(args.seeds) < 2:
         raise UserError("nothing to sweep: give --grid FLAG=V1,V2,... and/or several --seeds")
-    sweep = plan_sweep(args.name, parse_grid(args.grid, known), args.seeds, args.train_flags, args.nproc_per_node)
+    grid = parse_grid(args.grid, known, switches)
+    sweep = plan_sweep(args.name, grid, args.seeds, args.train_flags, args.nproc_per_node,
+                       [key for key, _ in grid if key in switches])
     run_sweep(sweep, TRAIN_SCRIPT, args.experiments_dir, overwrite=args.overwrite, dry_run=args.dry_run)
     if args.dry_run:
         return sweep

@@ -264,9 +264,12 @@ class ScalingReport:
 
 def scaling_report(runs, budget=None, usd_per_gpu_hour=None):
     points, notes = scaling_points(runs)
-    if len({p.flops for p in points}) < MIN_RUNS_COMPUTE:
+    distinct = len({p.flops for p in points})
+    if distinct < MIN_RUNS_COMPUTE:
         raise UserError(f"a scaling fit needs at least {MIN_RUNS_COMPUTE} finished runs with different training "
-                        f"FLOPs; {len(points)} usable run(s) here" + (f" ({'; '.join(notes[:3])})" if notes else "")
+                        f"FLOPs; {len(points)} usable run(s) here"
+                        + (f", at {distinct} different FLOPs" if distinct < len(points) else "")
+                        + (f" ({'; '.join(notes[:3])})" if notes else "")
                         + ". Train the same recipe at a few sizes or step counts, e.g. with sweep.py")
     report = ScalingReport(points, notes, _fitted(fit_compute_law, [p.flops for p in points],
                                                   [p.bpb for p in points]))

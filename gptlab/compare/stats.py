@@ -237,6 +237,8 @@ def _unjudged(run, reference, attr):
         return MISSING
     if not run.final:
         return f"{value - ref_value:+.4f} (not final)"
+    if not reference.final:  # a --baseline still running (or crashed): its figures are not its final ones
+        return f"{value - ref_value:+.4f} (reference not final)"
     return None
 
 
@@ -304,7 +306,8 @@ def compare_groups(group, reference):
     result = GroupComparison(group, reference, welch_t_test(group.values("val_bpb"), reference.values("val_bpb")),
                              bpb, ref_bpb)
     counts = [[hellaswag_counts(r) for r in g.counted_runs("hs_acc_norm")] for g in (group, reference)]
-    if all(c and None not in c for c in counts):
+    # pooled only over one set of examples: answers on the first 1000 do not compare with answers on all 10042
+    if all(c and None not in c for c in counts) and len({n for c in counts for _, n in c}) == 1:
         (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
         result.hellaswag = two_proportion_test(k_a, n_a, k_b, n_b)
         result.hs_answers = (n_a, n_b)

@@ -97,7 +97,7 @@ def cost_per_bpb(run, reference, same_config=False):
     unknown) of `run` divided by its gain in units of 0.01 bpb."""
     if run is reference:
         return "reference"
-    if not run.final or run.val_bpb is None or reference.val_bpb is None:
+    if not (run.final and reference.final) or run.val_bpb is None or reference.val_bpb is None:
         return MISSING
     if same_config:
         return "same config"
@@ -204,6 +204,7 @@ class Leaderboard:
     notes: list
     comparisons: list = ()  # stats.GroupComparison of each other seed group against the reference's
     runs_needed: str = None  # the line saying how many runs a comparison of this noise needs
+    alpha: float = SIGNIFICANCE_LEVEL  # the p below which a difference is a verdict (--alpha)
 
 
 def _compare_groups_with_reference(reference, groups):
@@ -290,7 +291,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
     notes.extend(folder_notes)
     return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
-                       _compare_groups_with_reference(reference, groups), runs_needed_line(noise, detect_bpb))
+                       _compare_groups_with_reference(reference, groups), runs_needed_line(noise, detect_bpb), alpha)
 
 
 def noise_rows(groups):
@@ -316,7 +317,7 @@ def comparison_lines(board):
     for c in board.comparisons:
         name, ref_name = c.group.runs[0].model_name, c.reference.runs[0].model_name
         (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
-        verdict = ("lower" if c.bpb.diff < 0 else "higher") if c.bpb.p < SIGNIFICANCE_LEVEL else "not distinguishable"
+        verdict = ("lower" if c.bpb.diff < 0 else "higher") if c.bpb.p < board.alpha else "not distinguishable"
         line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {ref_name} ({ref_mean:.4f} ± {ref_std:.4f}, "
                 f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
                 f"{format_p(c.bpb.p)} ({verdict})")

@@ -42,9 +42,11 @@ def sweep_record_path(experiments_dir, name):
 
 
 # ------------------------------------------------------------------------------------------------ the plan
-def parse_grid(specs, known_flags):
-    """['lr_scale=0.5,1,2', ...] → [('lr_scale', ['0.5', '1', '2']), ...]; each key a flag of train_gpt.py."""
-    grid, seen = [], set()
+def parse_grid(specs, known_flags, switches=None):
+    """['lr_scale=0.5,1,2', ...] → [('lr_scale', ['0.5', '1', '2']), ...]; each key a flag of train_gpt.py.
+    switches: {flag: True when it has a --no- form} for train_gpt.py's flags that take no value; their grid values
+    are true / false."""
+    grid, seen, switches = [], set(), switches or {}
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
@@ -61,6 +63,14 @@ def parse_grid(specs, known_flags):
                                "; python train_gpt.py --help lists its flags"))
         if key in seen:
             raise UserError(f"--grid {key} is given twice; list all its values in one --grid {key}=V1,V2,...")
+        if key in switches:  # --compile / --no-compile: no value on the command line
+            if not switches[key]:
+                raise UserError(f"--grid {key}: train_gpt.py's --{key} is a switch with no off form; pass it after "
+                                "-- to give it to every run")
+            values = [v.lower() for v in values]
+            if not set(values) <= {"true", "false"}:
+                raise UserError(f"--grid {spec!r}: --{key} is a switch; its values are true and false, e.g. "
+                                f"--grid {key}=true,false")
         if len(set(values)) != len(values):
             raise UserError(f"--grid {spec!r} repeats a value; list each value once")
         seen.add(key)
@@ -127,9 +137,10 @@ class Sweep:
     train_flags: list
     nproc_per_node: int = 1
     points: list = field(default_factory=list)
+    switches: tuple = ()  # grid flags that take no value: true → --flag, false → --no-flag
 
 
-def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1):
+def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1, switches=()):
     """Every combination of the grid for each seed, seed-major: one run of every setting before the next seed
     (name: a sweep_name, seeds: parse_seeds's list, nproc_per_node >= 1, as sweep.py's flags give them)."""
     clash = sorted(flags_given(train_flags) & (set(SWEEP_SET_FLAGS) | {k for k, _ in grid}))
@@ -145,7 +156,7 @@ def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1):
             raise UserError(f"--grid values {a} and {b} give the same run name {point_name(name, combo)!r} (only "
                             "letters, digits and . + - are kept in names); give values that differ in those")
     points = [Point(list(combo), seed, point_name(name, combo)) for seed in seeds for combo in combos]
-    return Sweep(name, grid, seeds, list(train_flags), nproc_per_node, points)
+    return Sweep(name, grid, seeds, list(train_flags), nproc_per_node, points, tuple(switches))
 
 
 # ------------------------------------------------------------------------------------------------ the record
@@ -255,7 +266,8 @@ def command_of(sweep, point, script, experiments_dir):
     launcher = [sys.executable]
     if sweep.nproc_per_node > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={sweep.nproc_per_node}"]
-    flags = [arg for key, value in point.settings for arg in (f"--{key}", value)]
+    flags = [arg for key, value in point.settings for arg in
+             ((f"--{key}" if value == "true" else f"--no-{key}",) if key in sweep.switches else (f"--{key}", value))]
     return launcher + [script] + sweep.train_flags + flags + [
         "--seed", str(point.seed), "--model_name", point.model_name, "--experiments_dir", experiments_dir]
 
