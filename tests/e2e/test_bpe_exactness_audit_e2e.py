@@ -1,18 +1,11 @@
-"""train_tokenizer.py on 1 and 2 ranks (gloo) against the naive reference of tests/unit/test_bpe_exactness_audit.py,
+"""train_tokenizer.py on 1 and 2 ranks (gloo) against the textbook BPE of tests/helpers/bpe_reference.py,
 on adversarial text whose --samples cut falls inside a document."""
-import importlib.util
-import os
 
 from conftest import free_port, run_script
+from helpers.bpe_reference import pretoken_table, reference_bpe, txt_documents
 
 from gptlab.tokenizer.format import EOT, PATTERNS, read_tokenizer_file
 
-# the reference lives in the unit test (tests/unit is not on sys.path): loaded by path, under its own name
-_spec = importlib.util.spec_from_file_location(
-    "bpe_audit_reference", os.path.join(os.path.dirname(__file__), "..", "unit", "test_bpe_exactness_audit.py"))
-_reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_reference)
-naive_bpe, pretoken_table, txt_documents = _reference.naive_bpe, _reference.pretoken_table, _reference.txt_documents
 
 RAW = EOT.join(["aaaaaaa abababa bbbbbbbb", "", "日本語のテキスト 👨\u200d👩\u200d👧\u200d👦👨\u200d👩\u200d👧\u200d👦 e\u0301e\u0301",
                 "text <|endoftext| more ab ab", "aaaa aaaaa ab ba", "Ωμέγα ΩΩΩ 한국어 한국어"])
@@ -25,7 +18,7 @@ def test_one_and_two_ranks_equal_the_reference_on_adversarial_text(tmp_path):
     corpus.write_bytes(RAW)
     docs = txt_documents(RAW, SAMPLES)
     assert sum(map(len, docs)) == SAMPLES and len(docs) == 6 and docs[-1] == "Ωμέγα ΩΩΩ "
-    ref_merges, ref_counts = naive_bpe(pretoken_table(docs, PATTERNS["gpt4"]))
+    ref_merges, ref_counts, _ = reference_bpe(pretoken_table(docs, PATTERNS["gpt4"]))
     vocab = 256 + len(ref_merges)
     common = ["train_tokenizer.py", "--name", "t", "--vocabsize", str(vocab), "--samples", str(SAMPLES),
               "--workers", "1", "--device", "cpu", "--input", corpus]

@@ -14,6 +14,7 @@ from gptlab.core.errors import UserError
 from gptlab.tokenizer.format import EOT, PATTERNS
 
 from conftest import FINEWEB_150
+from helpers.bpe_reference import reference_bpe
 
 
 # Every engine the trainer has, the C loop included: the README promises it wherever a C compiler is (see
@@ -35,35 +36,6 @@ def reference_word_counts(texts, pattern):
         for piece in regex.findall(pattern, clean_document(text)):
             counts[piece.encode("utf-8")] += 1
     return counts
-
-
-def reference_bpe(word_counts, num_merges):
-    """Recount every pair from scratch each step; pick by (count, bytes(left), bytes(right), -left, -right)."""
-    vocab = [bytes([i]) for i in range(256)]
-    words = [(list(w), c) for w, c in word_counts.items()]
-    merges, counts = [], []
-    for k in range(num_merges):
-        pair_counts = Counter()
-        for seq, c in words:
-            for i in range(len(seq) - 1):
-                pair_counts[(seq[i], seq[i + 1])] += c
-        if not pair_counts:
-            raise UserError(f"only {k} merges possible")
-        a, b = max(pair_counts, key=lambda p: (pair_counts[p], vocab[p[0]], vocab[p[1]], -p[0], -p[1]))
-        new_id = 256 + k
-        for seq, _ in words:  # left to right, non-overlapping
-            i = 0
-            while i < len(seq) - 1:
-                if seq[i] == a and seq[i + 1] == b:
-                    seq[i:i + 2] = [new_id]
-                i += 1
-        merges.append((a, b))
-        counts.append(pair_counts[(a, b)])
-        vocab.append(vocab[a] + vocab[b])
-    ranks = {}
-    for i, token in enumerate(vocab):
-        ranks.setdefault(token, i)  # earliest id wins for duplicate byte strings
-    return merges, counts, ranks
 
 
 # ---------------------------------------------------------------------------------------------- corpora

@@ -2,7 +2,6 @@
 reference written here (recount every pair from scratch after each merge, the textbook algorithm), on corpora
 built to break trainers; and the saved tiktoken encoder against replaying the merges in rank order."""
 import random
-from collections import Counter
 
 import pytest
 import regex
@@ -12,38 +11,16 @@ from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer
 from gptlab.tokenizer.job import train_tokenizer
 from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
 from gptlab.tokenizer.native import train_merges_native
+from helpers.bpe_reference import pretoken_table, reference_bpe, txt_documents
 
 ENGINES = {"python": train_merges_python, "native": train_merges_native,
            "torch": lambda table, n: train_merges_torch(table, n, "cpu")}
 
 
 # ---------------------------------------------------------------------------------------------- the reference
-def naive_bpe(word_counts, limit=10**9):
-    """All merges (at most `limit`) of {word bytes: count}: count every adjacent pair (weighted) from scratch, take
-    the most frequent, ties to the greatest (bytes(left), bytes(right)) (docs/tokenizer.md), replace left to right
-    without overlap. Returns (merges, counts); fewer than `limit` when no pair is left."""
-    vocab = [bytes([i]) for i in range(256)]
-    words = [(list(w), c) for w, c in word_counts.items()]
-    merges, counts = [], []
-    while len(merges) < limit:
-        pairs = Counter()
-        for seq, c in words:
-            for x, y in zip(seq, seq[1:]):
-                pairs[(x, y)] += c
-        if not pairs:
-            break
-        a, b = max(pairs, key=lambda p: (pairs[p], vocab[p[0]], vocab[p[1]]))
-        new = len(vocab)
-        for seq, _ in words:
-            i = 0
-            while i < len(seq) - 1:
-                if seq[i] == a and seq[i + 1] == b:
-                    seq[i:i + 2] = [new]
-                i += 1
-        merges.append((a, b))
-        counts.append(pairs[(a, b)])
-        vocab.append(vocab[a] + vocab[b])
-    return merges, counts
+def naive_bpe(word_counts, limit=None):
+    """(merges, counts) of tests/helpers/bpe_reference.py's textbook BPE (ranks not needed here)."""
+    return reference_bpe(word_counts, limit)[:2]
 
 
 def apply_merges(piece, merges):
@@ -56,30 +33,6 @@ def apply_merges(piece, merges):
                 seq[i:i + 2] = [256 + k]
             i += 1
     return seq
-
-
-def txt_documents(raw, samples):
-    """What training on the first `samples` characters of a .txt file means, per docs/tokenizer.md: documents
-    split on <|endoftext|>, invalid UTF-8 replaced with U+FFFD, the character stream cut after `samples`."""
-    docs, left = [], samples
-    parts = raw.split(EOT.encode())
-    if parts and parts[-1] == b"":
-        parts.pop()
-    for part in parts:
-        if left <= 0:
-            break
-        doc = part.decode("utf-8", "replace")[:left]
-        left -= len(doc)
-        docs.append(doc)
-    return docs
-
-
-def pretoken_table(docs, pattern):
-    table = Counter()
-    for doc in docs:
-        for piece in regex.findall(pattern, doc):
-            table[piece.encode("utf-8")] += 1
-    return dict(table)
 
 
 def test_the_reference_is_the_textbook_algorithm():
