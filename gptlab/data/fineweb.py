@@ -6,8 +6,8 @@ fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` fo
 
 Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
-order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in sorted
-order go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
+order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in the order
+given (a glob's matches sorted; a file named twice read once) go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
 
 Token layout: every document is <|endoftext|> followed by its `encode_ordinary` tokens. The validation shard
 (rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
