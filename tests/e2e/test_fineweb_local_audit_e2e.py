@@ -96,3 +96,18 @@ def test_one_file_named_three_ways_is_read_once(tmp_path, tokenizer_path):
                  str(tmp_path / "data" / "*.jsonl")]  # the glob matches both names again
     folder = shard_run(tmp_path, tokenizer_path, spellings, "--val_tokens", 0)
     assert folder_tokens(folder) == reference_tokens(tokenizer_path, docs)
+
+
+@pytest.mark.parametrize("new_text, message", [("", "the input has no documents"),
+                                               ("{not json\n", "is not valid JSON")])
+def test_overwrite_with_an_input_that_fails_at_once_keeps_the_old_folder(tmp_path, tokenizer_path, new_text, message):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"text": "the old corpus"}\n{"text": "two documents"}\n')
+    folder = shard_run(tmp_path, tokenizer_path, [path], "--val_tokens", 0)
+    before = {p: open(p, "rb").read() for p in glob.glob(os.path.join(folder, "*"))}
+    assert len(before) >= 2  # a manifest and shards
+    path.write_text(new_text)  # the same file name, now empty or broken: the same folder
+    proc = run_script([os.path.join(REPO, "download_fineweb.py"), "--quiet", "--tokenizer", tokenizer_path, "--out",
+                       tmp_path / "out", "--shuffle_buffer", 0, "--val_tokens", 0, "--input", path, "--overwrite"])
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert {p: open(p, "rb").read() for p in glob.glob(os.path.join(folder, "*"))} == before
