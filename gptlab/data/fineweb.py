@@ -6,8 +6,8 @@ fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` fo
 
 Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
-order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in sorted
-order go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
+order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in the order
+given (a glob's matches sorted; a file named twice read once) go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
 
 Token layout: every document is <|endoftext|> followed by its `encode_ordinary` tokens. The validation shard
 (rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
@@ -452,6 +452,8 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
                             "pass files that hold text")
         # more ranks than documents: this rank's share is empty. Its part says so (complete, no shard), so the
         # folder is complete once the other ranks finish, instead of this rank failing the whole job
+        if args.overwrite:
+            remove_owned_files(out_dir, rank, world_size)
         os.makedirs(out_dir, exist_ok=True)
         manifest["complete"], manifest["exhausted"] = True, True
         manifest["stats"] = {"docs_read": 0, "text_bytes": 0, "replaced_utf8_docs": 0}
@@ -462,6 +464,8 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     docs = itertools.chain([first] if first is not None else [], docs)
     if args.input is None:
         manifest["hub_files"] = list(stats.files)  # this rank's own files of the stream (not compared on resume)
+    if args.overwrite:  # only now: an input that fails at once (empty, unreadable, offline) destroys nothing
+        remove_owned_files(out_dir, rank, world_size)
     os.makedirs(out_dir, exist_ok=True)
 
     target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)
@@ -515,7 +519,8 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
 
 def resume_state(out_dir, planned, rank, world_size, overwrite):
     """(this rank's intact finished shards, its earlier manifest part) from an earlier run with the same settings
-    ([], {} for a fresh start). Another run's shards in the folder are refused, or removed with --overwrite."""
+    ([], {} for a fresh start). Another run's shards in the folder are refused; with --overwrite, ([], {}) and
+    the caller removes them (remove_owned_files) only once the input is known to hold text."""
     parts = shard_format.read_manifest_parts(out_dir)
     conflicts = {name: shard_format.settings_difference(part, planned) for name, part in parts.items()}
     conflicts = {name: diff for name, diff in conflicts.items() if diff}
@@ -532,10 +537,8 @@ def resume_state(out_dir, planned, rank, world_size, overwrite):
                                 f"{shard_format.comparable_setting(planned, key)!r}" for key in diff)
             raise UserError(f"{out_dir} holds shards made with other settings ({name}: {details}); pass "
                             "--overwrite to replace them, or choose another --out")
-        remove_owned_files(out_dir, rank, world_size)
-        return [], {}
+        return [], {}  # --overwrite: the caller removes them once the input has yielded a document
     if overwrite:
-        remove_owned_files(out_dir, rank, world_size)
         return [], {}
     older = {name: shard_format.misnamed_shards(part) for name, part in parts.items()}
     older = {name: names for name, names in older.items() if names}

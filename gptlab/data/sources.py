@@ -27,6 +27,7 @@ MAX_DOC_BYTES = 64 * 2**20  # a .txt "document" longer than this is yielded in p
 # line longer than this, or a .txt stretch this long with no line break, is refused (bounded memory)
 TXT_MAX_DOC_CHARS = MAX_DOC_BYTES  # the former name
 TXT_CHUNK_BYTES = 8 * 2**20
+UTF8_BOM = b"\xef\xbb\xbf"  # skipped at the start of a .jsonl file (as pyarrow's JSON reader does)
 MAX_UTF8_BYTES = 4  # bytes of one character at most (also of one U+FFFD replacement of invalid bytes)
 STRING_TYPES = ("string", "large_string", "string_view", "null")  # parquet 'text' column types read as str
 HUB_DATASETS = {"fineweb": "HuggingFaceFW/fineweb", "fineweb-edu": "HuggingFaceFW/fineweb-edu"}
@@ -42,10 +43,11 @@ class ReadStats:
 
 
 def expand_inputs(patterns):
-    """Paths and globs → sorted, de-duplicated existing files; anything missing or unsupported is a UserError."""
+    """Paths and globs → existing files in the order given (a glob's matches sorted), each file once even when
+    named twice (another spelling, a symlink); anything missing or unsupported is a UserError."""
     if not patterns:
         raise UserError("no --input given")
-    paths = []
+    paths, seen = [], set()
     for pattern in patterns:
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
@@ -64,7 +66,9 @@ def expand_inputs(patterns):
                                 "or .parquet (column 'text')")
             if not os.access(path, os.R_OK):
                 raise UserError(f"--input {path!r} is not readable; check its permissions")
-            if path not in paths:
+            identity = (os.stat(path).st_dev, os.stat(path).st_ino)  # one file under two names (./a, a symlink)
+            if identity not in seen:
+                seen.add(identity)
                 paths.append(path)
     return paths
 
@@ -157,6 +161,8 @@ def _read_jsonl(path, stats, max_chars=None):
                 raise UserError(f"{path}:{lineno} is longer than {MAX_DOC_BYTES // 2**20} MiB (not JSON Lines text, "
                                 "or one huge document); each line must be one {\"text\": ...} object")
             stats.bytes_read += len(raw)
+            if lineno == 1 and raw.startswith(UTF8_BOM):  # a byte order mark, not text (RFC 8259: may be ignored)
+                raw = raw[len(UTF8_BOM):]
             if not raw.strip():
                 continue
             line = _decode(raw, stats, f"{path}:{lineno}")
