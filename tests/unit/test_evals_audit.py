@@ -272,3 +272,27 @@ def test_loader_resume_at_every_step_continues_exactly(tmp_path):
         (x, y), = resumed.next_batch()
         (want_x, want_y), = batches[k]
         assert np.array_equal(x, want_x) and np.array_equal(y, want_y), k
+
+
+
+def test_loader_resume_keeps_the_recorded_shard_order_whatever_seed_the_new_run_has(tmp_path):
+    """The position (epoch, shard k of that epoch's order, offset) only means something in the order it was taken
+    in: a run resumed with another --seed must still finish the epoch over the shards it had not read yet."""
+    rng = np.random.default_rng(13)
+    seq_len = 16
+    paths = []
+    for i in range(6):
+        paths.append(str(tmp_path / f"train_{i:06d}.bin"))
+        write_shard(paths[-1], np.array(docs_shard(rng, 60)))
+    straight = BOSAlignedLoader(paths, seq_len, 2 * seq_len, BOS, seed=3)
+    batches = [straight.next_batch()[0] for _ in range(60)]
+    first = BOSAlignedLoader(paths, seq_len, 2 * seq_len, BOS, seed=3)
+    steps = 0
+    while not (first.epoch == 1 and first.order_pos == 2):  # mid-way through the first shuffled pass
+        first.next_batch()
+        steps += 1
+    resumed = BOSAlignedLoader(paths, seq_len, 2 * seq_len, BOS, seed=4)
+    resumed.load_state_dict(first.state_dict())
+    for want_x, want_y in batches[steps:]:
+        (x, y), = resumed.next_batch()
+        assert np.array_equal(x, want_x) and np.array_equal(y, want_y)
