@@ -79,6 +79,8 @@ class BOSAlignedLoader:
             raise UserError("the checkpoint was trained on different --train_files (shard names differ); "
                             "resume with the same training shards")
         self.epoch, self.order_pos, self.pos = state["epoch"], state["order_pos"], state["pos"]
+        # the position indexes that seed's shard orders: a resume given another --seed keeps the run's data order
+        self.seed = state.get("seed", self.seed)
 
     # --- reading ------------------------------------------------------------------------------------------
     def _order(self, epoch):
