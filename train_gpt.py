@@ -101,7 +101,9 @@ def build_parser():
     add_model_flags(p, arch.GPTConfig)  # --vocab_size, --num_layers, ...: one per field of model.py's GPTConfig
     g = p.add_argument_group("optimization")
     g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
-    g.add_argument("--batch_size", type=positive_int, default=65536, help="GLOBAL tokens per optimizer step")
+    # at most 2**40 (~1.1e12, ~300,000x GPT-3's batch): beyond that only a typo, and splitting it would take minutes
+    g.add_argument("--batch_size", type=int_in(1, 2**40, "must be a positive number of tokens up to 2**40, got {value}"),
+                   default=65536, help="GLOBAL tokens per optimizer step (at most 2**40)")
     g.add_argument("--device_batch_size", type=or_auto(positive_int), default="auto", help="tokens per rank per forward "
                    "pass, or auto: on CUDA the largest that fits the GPU (probed before the first step), on CPU "
                    "about 4096 (ignored when --grad_acc_steps is given)")

@@ -41,8 +41,9 @@ def local_ranks():
 
 def check_device_flag(requested):
     """A --device value is auto, cpu, cuda or cuda:N (checked without importing torch)."""
-    if requested not in ("auto", "cpu", "cuda") and not requested.startswith("cuda:"):
-        raise UserError(f"--device {requested!r} is not one of auto, cpu, cuda")
+    index = requested[len("cuda:"):] if requested.startswith("cuda:") else None
+    if requested not in ("auto", "cpu", "cuda") and not (index and index.isascii() and index.isdigit()):
+        raise UserError(f"--device {requested!r} is not one of auto, cpu, cuda, cuda:N (N a GPU's index)")
 
 
 def resolve_device(requested="auto", local_rank=None, local_world_size=None):
@@ -62,7 +63,11 @@ def resolve_device(requested="auto", local_rank=None, local_world_size=None):
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UserError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+            raise UserError(f"--device {requested} was asked for but no CUDA GPU is visible; use --device cpu or auto")
+        count = torch.cuda.device_count()
+        if requested != "cuda" and int(requested[len("cuda:"):]) >= count:
+            raise UserError(f"--device {requested}: this machine shows {count} CUDA GPU(s), numbered 0 to {count - 1}; "
+                            "use --device cuda or one of those")
         if requested == "cuda":
             requested = f"cuda:{local_rank % torch.cuda.device_count()}"
     return torch.device(requested)

@@ -35,7 +35,9 @@ def micro_batch_candidates(per_rank_tokens, seq_len):
     """Micro-batch sizes (tokens) that cut a rank's share of the global batch into whole micro-batches of whole
     rows, largest first."""
     rows = per_rank_tokens // seq_len
-    return [rows // k * seq_len for k in range(1, rows + 1) if rows % k == 0]
+    # divisor pairs up to sqrt(rows): a huge --batch_size must not loop once per row
+    divisors = {d for k in range(1, int(rows ** 0.5) + 2) if k <= rows and rows % k == 0 for d in (k, rows // k)}
+    return sorted((d * seq_len for d in divisors), reverse=True)
 
 
 def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra_bytes=0, headroom=0.1,

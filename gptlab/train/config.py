@@ -62,12 +62,30 @@ def parameter_count(model_module, model_config):
 def check_model_fits(model_module, model_config, device):
     """Refuse a model whose weights, gradients and optimizer state (~16 bytes a parameter) exceed the device's
     memory, before anything is allocated."""
-    n_params = parameter_count(model_module, model_config)
-    need, have = 16 * n_params, device_memory_bytes(device)
+    have = device_memory_bytes(device)
+    try:
+        layers = model_config.get("num_layers")
+        if isinstance(layers, int) and layers > 2 * _FEW_LAYERS:
+            # building 10**6 blocks, even on the meta device, takes hours: extrapolate from 64 and 128 first
+            few, twice = (parameter_count(model_module, dict(model_config, num_layers=n, num_val_emb=min(
+                model_config.get("num_val_emb", 0), n))) for n in (_FEW_LAYERS, 2 * _FEW_LAYERS))
+            _refuse_if_too_big(few + (twice - few) * (layers - _FEW_LAYERS) // _FEW_LAYERS, have, device, "~")
+        n_params = parameter_count(model_module, model_config)
+    except (TypeError, OverflowError, RuntimeError) as err:  # a size beyond torch's int64 (--mlp_ratio 1e300)
+        raise UserError(f"the model's sizes are too large to build ({str(err).splitlines()[0][:120]}); lower "
+                        "--mlp_ratio, --model_dim, --num_layers or --vocab_size") from None
+    _refuse_if_too_big(n_params, have, device)
+
+
+_FEW_LAYERS = 64
+
+
+def _refuse_if_too_big(n_params, have, device, about=""):
+    need = 16 * n_params
     if need > have:
-        raise UserError(f"the model has {n_params:,} parameters: with gradients and optimizer state ~{need / 2**30:,.0f}"
-                        f" GiB, more than the {have / 2**30:,.0f} GiB of {device}; lower --vocab_size, --model_dim "
-                        "or --num_layers")
+        raise UserError(f"the model has {about}{n_params:,} parameters: with gradients and optimizer state "
+                        f"~{need / 2**30:,.0f} GiB, more than the {have / 2**30:,.0f} GiB of {device}; lower "
+                        "--vocab_size, --model_dim or --num_layers")
 
 
 def resolve_config(args, world_size, device, model_module):
@@ -93,6 +111,11 @@ def resolve_config(args, world_size, device, model_module):
             cfg.device_batch_size = max(t for t in micro_batch_candidates(cfg.batch_size // world_size,
                                                                           cfg.train_seq_len)
                                         if t <= max(4096, cfg.train_seq_len))
+    dbs, seq_len = cfg.device_batch_size, cfg.train_seq_len
+    if (dbs != "auto" and cfg.grad_acc_steps is None and dbs % seq_len and dbs < cfg.batch_size // world_size
+            and cfg.batch_size % seq_len == 0):  # (a batch that is not whole rows has its own error below)
+        raise UserError(f"--device_batch_size {dbs} is not a multiple of --train_seq_len {seq_len} (a micro-batch "
+                        f"holds whole rows); use {max(1, dbs // seq_len) * seq_len}")
     if cfg.device_batch_size != "auto" or cfg.grad_acc_steps is not None:  # else train() probes the GPU first
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
                                                                 cfg.device_batch_size, cfg.grad_acc_steps)

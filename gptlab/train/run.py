@@ -85,6 +85,10 @@ _FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per
                     "trust_model_code")
 
 
+# flags a --resume run cannot change: the checkpoint's state was made with them and the record would misname it
+_RUN_IDENTITY_FLAGS = ("seed",)
+
+
 def explicit_flags(build_parser, argv):
     """Names of the flags given on the command line (not left at their defaults)."""
     probe = build_parser()
@@ -109,6 +113,11 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     # a sharded checkpoint's weights are read by each rank's share later (restore_training_state)
     ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False)
     given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
+    for key in _RUN_IDENTITY_FLAGS:  # the checkpoint's weights and data order already follow its value
+        if key in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
+            raise UserError(f"--{key} {getattr(args, key)} differs from the --resume checkpoint's {ckpt['args'][key]}: "
+                            f"a resumed run continues its run (initialisation, data order, seed group); drop --{key}, "
+                            "or start a new run without --resume")
     fresh = set(fresh_on_resume) | set(_FRESH_RUN_FLAGS)
     for action in parser._actions:
         key = action.dest

@@ -534,19 +534,19 @@ def test_the_final_checkpoint_is_written_before_the_final_hellaswag(tiny, tmp_pa
 
 def test_resume_takes_the_checkpoint_settings_but_any_flag_given_again_wins(tiny, tmp_path, monkeypatch):
     """Only the flags on the command line override the checkpoint's, even when given at their default value
-    (--seed 0 below) or as --flag=value."""
+    (--cooldown_frac 0.4 below) or as --flag=value. (--seed is the exception: test_train_cli_audit.py.)"""
     saved = vars(train_gpt.build_parser().parse_args(tiny_args(tiny, tmp_path / "exps", seed=3, lr_scale=0.5,
-                                                                train_steps=10, model_dim=64)))
+                                                                train_steps=10, model_dim=64, cooldown_frac=0.2)))
     ckpt = checkpointing.save_checkpoint(str(tmp_path / "step_000005.pt"), model_state={}, model_config={}, step=5,
                                args=saved)
     seen = {}
     monkeypatch.setattr(train_gpt, "train", lambda args, ctx, ckpt=None: seen.setdefault("args", args))
-    train_gpt.main(["--resume", ckpt, "--seed", "0", "--train_steps=12"])
+    train_gpt.main(["--resume", ckpt, "--cooldown_frac", "0.4", "--train_steps=12"])
     args = seen["args"]
-    assert (args.seed, args.train_steps) == (0, 12)  # given again: these win, 0 being the default too
-    assert (args.lr_scale, args.model_dim, args.tokenizer) == (0.5, 64, tiny["tokenizer"])  # from the checkpoint
-    assert {"lr_scale", "model_dim", "tokenizer", "train_files"} <= set(args.from_checkpoint)
-    assert not {"seed", "train_steps"} & set(args.from_checkpoint)
+    assert (args.cooldown_frac, args.train_steps) == (0.4, 12)  # given again: these win, 0.4 being the default too
+    assert (args.lr_scale, args.model_dim, args.tokenizer, args.seed) == (0.5, 64, tiny["tokenizer"], 3)
+    assert {"lr_scale", "model_dim", "tokenizer", "train_files", "seed"} <= set(args.from_checkpoint)
+    assert not {"cooldown_frac", "train_steps"} & set(args.from_checkpoint)
 
 
 def test_hellaswag_defaults_to_all_10042_validation_rows(tiny, monkeypatch):
