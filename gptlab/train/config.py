@@ -69,7 +69,9 @@ def check_model_fits(model_module, model_config, device):
             # building 10**6 blocks, even on the meta device, takes hours: extrapolate from 64 and 128 first
             few, twice = (parameter_count(model_module, dict(model_config, num_layers=n, num_val_emb=min(
                 model_config.get("num_val_emb", 0), n))) for n in (_FEW_LAYERS, 2 * _FEW_LAYERS))
-            _refuse_if_too_big(few + (twice - few) * (layers - _FEW_LAYERS) // _FEW_LAYERS, have, device, "~")
+            estimate = few + (twice - few) * (layers - _FEW_LAYERS) // _FEW_LAYERS
+            if 16 * estimate > 2 * have:  # far beyond: near the limit the exact count below decides
+                _refuse_if_too_big(estimate, have, device, "~")
         n_params = parameter_count(model_module, model_config)
     except (TypeError, OverflowError, RuntimeError) as err:  # a size beyond torch's int64 (--mlp_ratio 1e300)
         raise UserError(f"the model's sizes are too large to build ({str(err).splitlines()[0][:120]}); lower "
