@@ -544,7 +544,7 @@ def train(args, ctx, ckpt=None):
     optimizers = build_optimizers(model, ctx.rank, ctx.world_size)
     adam, muon = optimizers
     if ckpt is not None:
-        restore_training_state(ckpt, model, optimizers, train_loader, ctx)
+        restore_training_state(ckpt, model, optimizers, train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
                  GradientSync(model, optimizers, ctx.world_size))
     use_flex = cfg.attention == "flex"

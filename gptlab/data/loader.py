@@ -70,17 +70,23 @@ class BOSAlignedLoader:
         return {"epoch": self.epoch, "order_pos": self.order_pos, "pos": self.pos, "paths": list(self.paths),
                 "seq_len": self.seq_len, "rows_per_step": self.rows_per_step, "seed": self.seed}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, new_data=False):
+        """Continue at the checkpoint's position. new_data (--allow_new_data): shards with other names than the
+        checkpoint's have no position in them, so the run starts at their beginning (returns a note saying so)."""
         for key in ("seq_len", "rows_per_step"):
             if state[key] != getattr(self, key):
                 raise UserError(f"the checkpoint's data position was recorded with {key}={state[key]} but this run "
                                 f"uses {getattr(self, key)}; resume with the same --train_seq_len/--batch_size")
         if [os.path.basename(p) for p in state["paths"]] != [os.path.basename(p) for p in self.paths]:
+            if new_data:
+                return (f"note: --allow_new_data: the training shards' names differ from the checkpoint's "
+                        f"({len(state['paths'])} then, {len(self.paths)} now), so the data starts at their beginning")
             raise UserError("the checkpoint was trained on different --train_files (shard names differ); "
-                            "resume with the same training shards")
+                            "resume with the same training shards, or pass --allow_new_data to start on these")
         self.epoch, self.order_pos, self.pos = state["epoch"], state["order_pos"], state["pos"]
         # the position indexes that seed's shard orders: a resume given another --seed keeps the run's data order
         self.seed = state.get("seed", self.seed)
+        return None
 
     # --- reading ------------------------------------------------------------------------------------------
     def _order(self, epoch):

@@ -131,7 +131,7 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
 _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
 
 
-def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None):
+def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None, allow_new_data=False):
     """Put a --resume checkpoint's weights, optimizer states, data position and random generators back; a
     checkpoint that lacks a part or does not fit the model is one UserError. A sharded checkpoint (a folder) or a
     sharded model (--shard_params) goes through gptlab.train.sharded_checkpoint (collective then: pass ctx)."""
@@ -149,7 +149,9 @@ def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None):
         for opt, keys_of_groups in zip(optimizers, here):
             for group, keys in zip(opt.param_groups, keys_of_groups):
                 group.update(keys)
-        train_loader.load_state_dict(ckpt["dataloader"])
+        note = train_loader.load_state_dict(ckpt["dataloader"], new_data=allow_new_data)
+        if note and (ctx is None or ctx.is_main):
+            print(note, flush=True)
         checkpointing.set_rng_states(ckpt["rng"])
     except KeyError as err:
         raise UserError(f"--resume checkpoint has no {err} entry (an incomplete checkpoint); resume from another "

@@ -528,6 +528,25 @@ def test_resume_on_rebuilt_shards_is_refused_unless_asked_for(tiny, tmp_path):
     run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "b", allow_new_data=True, **flags), check=True)
 
 
+def test_resume_on_more_shards_goes_on_from_their_beginning_with_allow_new_data(tiny, tmp_path):
+    """Shards of other names (three where the run had two): refused by default; --allow_new_data trains on them
+    from their beginning, saying so, to the end of the run."""
+    from helpers.tiny_data import make_dataset
+
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", train_steps=2, val_loss_every=0, save_model=True),
+               check=True)
+    ckpt = os.path.join(only_run_dir(tmp_path / "a"), records.CHECKPOINT_DIR, "step_000002.pt")
+    more = make_dataset(str(tmp_path / "three"), train_shards=3)
+    assert len(glob.glob(more["train"])) == 3 != len(glob.glob(tiny["train"]))
+    flags = dict(train_steps=4, val_loss_every=0, resume=ckpt, train_files=more["train"])
+    run_main_expecting(tiny, tmp_path, ["--allow_new_data"], **flags)
+    proc = run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "b", allow_new_data=True, **flags), check=True)
+    assert "(2 then, 3 now), so the data starts at their beginning" in proc.stdout
+    with open(os.path.join(only_run_dir(tmp_path / "b"), records.RESULTS_FILE)) as f:
+        results = json.load(f)
+    assert results["status"] == "finished" and results["steps"] == 4
+
+
 def test_resume_alone_works_from_another_folder(tiny, tmp_path):
     """A run started with relative paths, resumed by `--resume PATH` alone from elsewhere: the checkpoint keeps
     its paths absolute."""

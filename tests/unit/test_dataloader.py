@@ -206,3 +206,25 @@ def test_no_shard_folder_for_the_tokenizer_says_how_to_make_one(tmp_path):
     assert f"no shard folder {tmp_path}/*_qs_v300/ exists; create one with download_fineweb.py --tokenizer " \
            "qs_v300" in str(err.value)
     assert "ambiguous" not in str(err.value)
+
+
+def test_allow_new_data_on_shards_of_other_names_starts_at_their_beginning(tmp_path):
+    # --allow_new_data with a third shard added: the old position (shard 1 of 2, mid-pass) has no meaning in the
+    # new list, so the loader starts at its beginning: the rows a fresh loader on those shards gives first
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = make_docs_shards(tmp_path / "old", n_shards=2)
+    loader = BOSAlignedLoader(old, 64, 256, EOT)
+    all_rows(loader, steps=30)
+    state = loader.state_dict()
+    assert state["order_pos"] == 1  # mid-pass, in the second shard (120 documents of ~47 tokens fill ~22 steps)
+    new = make_docs_shards(tmp_path / "new", n_shards=3, seed=1)
+    with pytest.raises(UserError, match="--allow_new_data"):
+        BOSAlignedLoader(new, 64, 256, EOT).load_state_dict(state)
+    resumed = BOSAlignedLoader(new, 64, 256, EOT)
+    note = resumed.load_state_dict(state, new_data=True)
+    assert "starts at their beginning" in note
+    assert all_rows(resumed, steps=3) == all_rows(BOSAlignedLoader(new, 64, 256, EOT), steps=3)
+    # the same names keep the position (a folder rebuilt in place): no note
+    same = BOSAlignedLoader(old, 64, 256, EOT)
+    assert same.load_state_dict(state, new_data=True) is None and same.order_pos == 1
