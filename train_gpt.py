@@ -628,7 +628,7 @@ def train(args, ctx, ckpt=None):
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last and (cfg.save_model or cfg.checkpoint_every):
                 save(step)  # before the final HellaSwag: the weights are safe whatever happens there
-            if last or (due(cfg.hellaswag_every, step) and step > run.start_step):
+            if last or (due(cfg.hellaswag_every, step) and step > 0):  # a resume redoes its start step's, as val
                 with run.evaluating(model), whole_model() as plain:
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
                     logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)

@@ -547,6 +547,26 @@ def test_resume_on_more_shards_goes_on_from_their_beginning_with_allow_new_data(
     assert results["status"] == "finished" and results["steps"] == 4
 
 
+def test_a_run_resumed_at_a_hellaswag_step_scores_it(tiny, tmp_path):
+    """A checkpoint at step 2 is written before step 2's evaluations (a run stopped there never scores them): the
+    run resumed from it evaluates val and HellaSwag at 2, as the straight run did, with the same figures."""
+    flags = dict(train_steps=4, val_loss_every=2, checkpoint_every=2, hellaswag_limit=4, hellaswag_every=2,
+                 hellaswag_path=HELLASWAG_VAL)
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "a", **flags), check=True)
+    straight = only_run_dir(tmp_path / "a")
+    ckpt = os.path.join(straight, records.CHECKPOINT_DIR, "step_000002.pt")
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "b", resume=ckpt, **flags), check=True)
+
+    def evaluations(run_dir):
+        return {(r["step"], name): r[name] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
+                for name in ("val_loss", "hellaswag_acc_norm") if r[name] is not None}
+
+    a, b = evaluations(straight), evaluations(only_run_dir(tmp_path / "b"))
+    assert sorted(a) == [(0, "val_loss"), (2, "hellaswag_acc_norm"), (2, "val_loss"), (4, "hellaswag_acc_norm"),
+                         (4, "val_loss")]
+    assert sorted(b) == sorted(a)[1:] and all(b[k] == a[k] for k in b)  # from its start step on, the same
+
+
 def test_resume_alone_works_from_another_folder(tiny, tmp_path):
     """A run started with relative paths, resumed by `--resume PATH` alone from elsewhere: the checkpoint keeps
     its paths absolute."""
