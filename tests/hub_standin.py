@@ -426,8 +426,11 @@ def running_standin(shared_docs, hellaswag_path):
 
 def hub_env(standin, hf_home, **extra):
     """Environment changes for a product process that must reach the stand-in and nothing else (None: unset)."""
+    # the libraries' 10 s metadata and download timeouts raised: under a loaded CI machine (two test workers beside
+    # several ranks) a stand-in thread can wait its turn longer; a dead endpoint is still refused at once
     env = {"HF_ENDPOINT": standin.endpoint, "HF_HOME": str(hf_home), "HF_UPDATE_DOWNLOAD_COUNTS": "0",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_ETAG_TIMEOUT": "60",
+           "HF_HUB_DOWNLOAD_TIMEOUT": "60"}
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HTTP_PROXY",
                  "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         env[name] = None  # unset: the machine's own settings must not leak into a test
