@@ -143,14 +143,21 @@ def validation_shards(tokenizer_name, data_dir="data"):
     return sorted(glob.glob(os.path.join(folder, "val_*.bin")))
 
 
+def refuse_named_twice(paths, flag, what):
+    """One UserError for a file named twice (the same path after resolving links and '..')."""
+    seen = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UserError(f"{flag} {path} is named twice (also as {seen[real]}); name each {what} once")
+        seen[real] = path
+
+
 def read_domains(text_paths):
     """{domain (file stem): [documents]} of --text files (.txt, .jsonl, .parquet)."""
-    domains, seen = {}, {}
+    refuse_named_twice(text_paths, "--text", "file")  # it would be counted twice in "all bytes/token"
+    domains = {}
     for path in text_paths:
-        real = os.path.realpath(path)
-        if real in seen:  # it would be counted twice in "all bytes/token"
-            raise UserError(f"--text {path} is named twice (also as {seen[real]}); name each file once")
-        seen[real] = path
         stem = os.path.splitext(os.path.basename(path))[0]
         name = stem if stem not in domains else f"{stem} ({path})"
         docs = [d for d in iter_local_documents([path]) if d]
@@ -290,12 +297,7 @@ def tokenizer_report(paths, text_paths=(), data_dir="data", progress=True):
     if not paths:
         raise UserError("name at least one tokenizer .pkl (a path or a name in tokenizers/)")
     tokenizers = [load_report_tokenizer(p) for p in paths]
-    seen = {}
-    for t in tokenizers:
-        real = os.path.realpath(t.path)
-        if real in seen:
-            raise UserError(f"tokenizer {t.path} is named twice (also as {seen[real]}); name each tokenizer once")
-        seen[real] = t.path
+    refuse_named_twice([t.path for t in tokenizers], "tokenizer", "tokenizer")
     for t in tokenizers:  # same file name in two folders: tell the rows apart by path
         if sum(u.name == t.name for u in tokenizers) > 1:
             t.label = f"{t.name} ({t.path})"
