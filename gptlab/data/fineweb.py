@@ -7,7 +7,8 @@ fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` fo
 Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
 order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in the order
-given (a glob's matches sorted; a file named twice read once) go through the same idea here (`buffered_shuffle`), then rank r takes every world_size-th document.
+given (a glob's matches sorted; a file named twice read once) go through the same idea here (`buffered_shuffle`),
+then rank r takes every world_size-th document.
 
 Token layout: every document is <|endoftext|> followed by its `encode_ordinary` tokens. The validation shard
 (rank 0 only, skipped with --val_tokens 0) takes whole documents from the start of rank 0's stream until it
@@ -445,16 +446,17 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     docs = itertools.islice(docs, start[0], None)  # resume: re-read, but do not re-tokenize, what is done
     # open the stream before creating anything: an unreachable Hub or an empty input fails with nothing written
     first = next(docs, None)
-    if first is None and not previous:
-        # local: stats counted every document read, the other ranks' too; the Hub: this rank's only
-        if world_size == 1 or (args.input is not None and not stats.docs):
-            raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
-                            "pass files that hold text")
+    empty_share = first is None and not previous
+    # local: stats counted every document read, the other ranks' too; the Hub: this rank's only
+    if empty_share and (world_size == 1 or (args.input is not None and not stats.docs)):
+        raise UserError(f"the input has no documents ({', '.join(stats.files) or 'empty stream'}); "
+                        "pass files that hold text")
+    if args.overwrite:  # only now: an input that fails at once (empty, unreadable, offline) destroys nothing
+        remove_owned_files(out_dir, rank, world_size)
+    os.makedirs(out_dir, exist_ok=True)
+    if empty_share:
         # more ranks than documents: this rank's share is empty. Its part says so (complete, no shard), so the
         # folder is complete once the other ranks finish, instead of this rank failing the whole job
-        if args.overwrite:
-            remove_owned_files(out_dir, rank, world_size)
-        os.makedirs(out_dir, exist_ok=True)
         manifest["complete"], manifest["exhausted"] = True, True
         manifest["stats"] = {"docs_read": 0, "text_bytes": 0, "replaced_utf8_docs": 0}
         save_manifest(out_dir, manifest)
@@ -464,9 +466,6 @@ def _write_shards(args, tokenizer, enc, eot, dataset, source, stats, tokenizer_s
     docs = itertools.chain([first] if first is not None else [], docs)
     if args.input is None:
         manifest["hub_files"] = list(stats.files)  # this rank's own files of the stream (not compared on resume)
-    if args.overwrite:  # only now: an input that fails at once (empty, unreadable, offline) destroys nothing
-        remove_owned_files(out_dir, rank, world_size)
-    os.makedirs(out_dir, exist_ok=True)
 
     target = sum(args.val_tokens if split == "val" else args.shard_size for split, _ in plan)
     progress = None
@@ -530,15 +529,13 @@ def resume_state(out_dir, planned, rank, world_size, overwrite):
     if not parts and unlisted and not overwrite:
         raise UserError(f"{out_dir} holds shards ({', '.join(sorted(unlisted)[:3])}...) but no manifest, so they "
                         "cannot be checked or resumed; pass --overwrite to rewrite them, or choose another --out")
-    if conflicts:
-        if not overwrite:
-            name, diff = next(iter(conflicts.items()))
-            details = ", ".join(f"{key}: {shard_format.comparable_setting(parts[name], key)!r} → "
-                                f"{shard_format.comparable_setting(planned, key)!r}" for key in diff)
-            raise UserError(f"{out_dir} holds shards made with other settings ({name}: {details}); pass "
-                            "--overwrite to replace them, or choose another --out")
-        return [], {}  # --overwrite: the caller removes them once the input has yielded a document
-    if overwrite:
+    if conflicts and not overwrite:
+        name, diff = next(iter(conflicts.items()))
+        details = ", ".join(f"{key}: {shard_format.comparable_setting(parts[name], key)!r} → "
+                            f"{shard_format.comparable_setting(planned, key)!r}" for key in diff)
+        raise UserError(f"{out_dir} holds shards made with other settings ({name}: {details}); pass "
+                        "--overwrite to replace them, or choose another --out")
+    if overwrite:  # the caller removes this rank's files once the input has yielded a document
         return [], {}
     older = {name: shard_format.misnamed_shards(part) for name, part in parts.items()}
     older = {name: names for name, names in older.items() if names}

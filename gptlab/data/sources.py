@@ -66,7 +66,8 @@ def expand_inputs(patterns):
                                 "or .parquet (column 'text')")
             if not os.access(path, os.R_OK):
                 raise UserError(f"--input {path!r} is not readable; check its permissions")
-            identity = (os.stat(path).st_dev, os.stat(path).st_ino)  # one file under two names (./a, a symlink)
+            info = os.stat(path)
+            identity = (info.st_dev, info.st_ino)  # one file under two names (./a, a symlink)
             if identity not in seen:
                 seen.add(identity)
                 paths.append(path)
