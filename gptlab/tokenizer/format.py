@@ -36,6 +36,11 @@ PATTERNS = {
 }
 
 MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
+MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
+# the least one merge adds to the pickle (protocol 4): its token in mergeable_ranks (SHORT_BINBYTES 1 + length 1 +
+# 2 bytes, MEMOIZE 1, its id as BININT1 2 at least), its pair in merges (EMPTY_LIST, MEMOIZE, MARK, two BININT1 2
+# each, APPENDS: 8) and its count in metadata["merge_counts"] (BININT1 2)
+MIN_BYTES_PER_MERGE = 17
 
 
 def split_pattern_problem(pat):
@@ -119,6 +124,7 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "metadata": dict(metadata),
         "script_content": script_content,
     }
+    check_tokenizer_size(payload)
     merges_path = merges_txt_path(path)
     with atomic_write(merges_path, "w", overwrite=True) as merges_file:
         merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
@@ -126,6 +132,47 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         with atomic_write(path, "wb", overwrite=overwrite) as f:
             pickle.dump(payload, f, protocol=4)
     return path
+
+
+class _ByteCount:
+    """A file that only counts what is written to it."""
+
+    def __init__(self):
+        self.size = 0
+
+    def write(self, data):
+        self.size += memoryview(data).nbytes
+        return memoryview(data).nbytes
+
+
+def check_tokenizer_size(payload):
+    """Refuse (UserError) a tokenizer whose pickle would exceed MAX_TOKENIZER_BYTES, the most the loader reads:
+    every file the trainer writes loads. Counted without building the pickle in memory, before anything is
+    written."""
+    counter = _ByteCount()
+    pickle.Pickler(counter, protocol=4).dump(payload)
+    if counter.size <= MAX_TOKENIZER_BYTES:
+        return
+    merges = len(payload["merges"])
+    fixed = counter.size - _merges_bytes(payload)
+    fits = 256 + int(merges * max(MAX_TOKENIZER_BYTES - fixed, 0) / max(counter.size - fixed, 1))
+    raise UserError(f"the tokenizer would be {counter.size / 2**20:,.1f} MiB, over the {MAX_TOKENIZER_BYTES / 2**20:g} "
+                    f"MiB that loading a tokenizer reads (its {merges:,} merges make long tokens); nothing was "
+                    f"written; train again with a smaller --vocabsize (at most about {fits:,})")
+
+
+def _merges_bytes(payload):
+    """The pickled size of what grows with the merges (ranks, merges, their counts), counted as in the file."""
+    counter = _ByteCount()
+    pickle.Pickler(counter, protocol=4).dump([payload["mergeable_ranks"], payload["merges"],
+                                              payload["metadata"].get("merge_counts") or []])
+    return counter.size
+
+
+def max_trainable_vocab():
+    """The largest --vocabsize whose tokenizer file can fit MAX_TOKENIZER_BYTES: each merge takes at least
+    MIN_BYTES_PER_MERGE bytes in the pickle, however short its token."""
+    return 256 + MAX_TOKENIZER_BYTES // MIN_BYTES_PER_MERGE
 
 
 def merges_txt_path(pkl_path):
@@ -151,7 +198,6 @@ def token_bytes_by_id(merges):
 
 
 # ---------------------------------------------------------------------------------------------- safe loading
-MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
 
 
 class _RefusedGlobal(pickle.UnpicklingError):

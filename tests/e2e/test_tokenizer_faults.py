@@ -219,3 +219,12 @@ def test_an_odd_input_line_is_one_error_naming_file_and_line(tmp_path, tokenizer
     path.write_text('{"text": "fine text"}\n{"text": "more", ' + odd + "}\n")
     line = one_error(run_script(reading(script, path, tokenizer_path, tmp_path), timeout=120))
     assert f"{path}:2 " in line
+
+
+# ---------------------------------------------------------------- issue 37 item 9: a file the loader refuses
+def test_a_vocabsize_whose_file_the_loader_would_refuse_is_one_error_before_training(tmp_path):
+    t0 = time.time()
+    proc = run_script(["train_tokenizer.py", "--input", FINEWEB_150, "--samples", "10000000", "--vocabsize",
+                       "20000000", "--out", str(tmp_path / "out")], timeout=300)
+    assert "the largest --vocabsize is 15,790,576" in one_error(proc)  # 256 + 256 MiB // 17 bytes a merge
+    assert time.time() - t0 < 30 and not os.path.exists(tmp_path / "out")
