@@ -161,7 +161,7 @@ def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- item 10: catastrophic backtracking
-def test_a_backtracking_pattern_is_refused_by_the_probe():
+def test_a_backtracking_pattern_is_refused_by_the_check():
     with pytest.raises(UserError, match="backtracks catastrophically"):
         resolve_pattern(SLOW_PATTERN)
     for name in PATTERNS:
@@ -179,7 +179,7 @@ def test_a_stored_backtracking_pattern_is_refused_at_load(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pretokenize_times_out_on_a_pattern_the_probe_missed(monkeypatch, workers):
-    """The per-document limit, the mechanism behind the probe: a document that takes too long is a UserError
+    """The per-document limit behind the static check: a document that takes too long is a UserError
     naming the pattern (in the parent, also from a worker), never a hang."""
     monkeypatch.setattr(pretok, "SPLIT_TIMEOUT_S", 0.2)
     monkeypatch.setattr(pretok, "SPLIT_S_PER_CHAR", 0.0)
