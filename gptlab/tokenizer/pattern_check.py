@@ -67,7 +67,8 @@ def check_pattern(pattern):
     tree, core = _parse(pattern)
     cost = _Analysis(core).cost(tree, True)
     if cost.nullable:
-        raise PatternRefused("empty", "an alternative can match without consuming a character")
+        raise PatternRefused("empty", "at some position: an alternative can match without consuming a "
+                                        "character, as a lookaround or an anchor alone does")
     if cost.time > MAX_DEGREE:
         raise PatternRefused("slow", "two variable-length repetitions in a row can both be backtracked into "
                                      "(such as \\d*\\d*x): O(n²) work from each position")

@@ -4,6 +4,7 @@ import pytest
 
 from gptlab.core.errors import UserError
 from gptlab.tokenizer.format import PATTERNS, encoding_from_dict, read_tokenizer_file, resolve_pattern, save_tokenizer
+from gptlab.tokenizer.pattern_check import check_pattern
 
 BYTE_RANKS = {bytes([i]): i for i in range(256)}
 
@@ -39,6 +40,7 @@ CYRILLIC_ONLY = r"(?:ж|жж)+(?=!)|\s|."
 @pytest.mark.parametrize("name", list(STANDARD))
 def test_standard_patterns_are_accepted(name):
     assert resolve_pattern(STANDARD[name]) == ("custom", STANDARD[name])
+    assert check_pattern(STANDARD[name]) is None  # also the built-in ones, which loading does not parse
 
 
 @pytest.mark.parametrize("pattern", CATASTROPHIC + [CYRILLIC_ONLY])
@@ -87,3 +89,24 @@ def test_every_encoder_failure_of_tiktoken_is_one_user_error(call):
         method = getattr(enc, call)
         method([text]) if call.endswith("batch") else method(text)
     assert enc.encode_ordinary("hi \ud800") == list(b"hi \xef\xbf\xbd")  # its own UnicodeEncodeError retry still works
+
+
+@pytest.mark.parametrize("pattern", [r"\((?:[^()]++|(?R))*\)|.", r"(a)?(?(1)b|c)|.", r"(?:abc){e<=1}|."])
+def test_constructs_the_check_cannot_reason_about_are_refused(pattern):
+    """Recursion, conditionals, fuzzy matching: outside the class, so refused rather than trusted."""
+    with pytest.raises(UserError, match="cannot be checked for catastrophic backtracking"):
+        resolve_pattern(pattern)
+
+
+def test_a_regex_whose_parser_changed_refuses_custom_patterns(monkeypatch):
+    """The check reads regex's internal parse tree: if a new regex breaks that, patterns are refused, never let
+    through unchecked; the built-in ones still load."""
+    from gptlab.tokenizer import pattern_check
+
+    def broken(pattern):
+        raise AttributeError("'Sequence' object has no attribute 'items'")
+
+    monkeypatch.setattr(pattern_check, "check_pattern", broken)
+    with pytest.raises(UserError, match="cannot be checked"):
+        resolve_pattern(r"\w+|\s+|.")
+    assert resolve_pattern("gpt4") == ("gpt4", PATTERNS["gpt4"])
