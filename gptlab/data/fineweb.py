@@ -304,7 +304,7 @@ def read_part(path):
     try:
         with open(path) as f:
             part = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
         return {}
     return part if isinstance(part, dict) else {}
 

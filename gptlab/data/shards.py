@@ -184,7 +184,7 @@ def read_manifest_parts(directory):
         try:
             with open(path) as f:
                 part = json.load(f)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nested too deeply
             raise UserError(f"{path} is not a readable shard manifest ({err}); re-run download_fineweb.py with "
                             "--overwrite to rewrite the folder") from None
         if not isinstance(part, dict) or part.get("format") != MANIFEST_FORMAT:

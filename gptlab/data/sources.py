@@ -19,7 +19,7 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 
 DOC_SEPARATOR = "<|endoftext|>"  # separates documents inside a .txt file
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
@@ -172,6 +172,12 @@ def _read_jsonl(path, stats, max_chars=None):
             except json.JSONDecodeError as err:
                 raise UserError(f"{path}:{lineno} is not valid JSON ({err}); each line must be an object "
                                 "with a 'text' field") from None
+            except RecursionError:  # arrays or objects nested deeper than Python's stack
+                raise UserError(f"{path}:{lineno} nests JSON arrays or objects too deeply to read (thousands of "
+                                "levels); each line must be a flat object with a 'text' field") from None
+            except ValueError as err:  # e.g. an integer of over 4300 digits (sys.int_info.default_max_str_digits)
+                raise UserError(f"{path}:{lineno} holds a JSON value Python refuses to read ({one_line(err)[:200]});"
+                                " remove that field or write it as a string") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise UserError(f"{path}:{lineno} has no string field 'text'; each line must look like "
                                 '{"text": "..."}')
@@ -209,7 +215,15 @@ def _read_parquet(path, stats, max_chars=None):
     if str(value_type) not in STRING_TYPES:
         raise UserError(f"{path}: column 'text' holds {column_type} values, not strings; the text column must be "
                         "of type string")
-    for batch in pf.iter_batches(columns=["text"], batch_size=1024):
+    batches = pf.iter_batches(columns=["text"], batch_size=1024)
+    for index in itertools.count():
+        try:  # a damaged page or row group shows only when it is read
+            batch = next(batches, None)
+        except (pa.ArrowException, ValueError, OSError, RecursionError) as err:
+            raise UserError(f"{path}: rows {index * 1024:,} on cannot be read ({type(err).__name__}: "
+                            f"{one_line(err)[:200]}); the parquet file is damaged, rewrite it") from None
+        if batch is None:
+            return
         for text in batch.column(0).to_pylist():
             if text is not None:
                 stats.bytes_read += len(text.encode("utf-8", "surrogatepass"))

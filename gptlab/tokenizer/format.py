@@ -36,52 +36,46 @@ PATTERNS = {
 }
 
 MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
-
-
-# Text a pattern with nested repetition backtracks catastrophically on: a long run of one kind of character and an
-# end that makes the match fail. Splitting all of it takes a few ms with a sane pattern.
-PROBE_RUNS = ("a", "0", " ", "\n", "!", "é", "ab", "a ", "a0", "a!", " \n", "'", "\t")
-PROBE_ENDS = ("", "!", "\x00", " ", "a", "0", "\n")
-PROBE_CHARS = 200  # length of each run
-PROBE_TIMEOUT_S = 0.5  # for all probes together (regex checks its clock coarsely: up to ~3x this)
-
-
-def backtracking_probe(compiled):
-    """None, or the probe text (shortened) on which `compiled` took over PROBE_TIMEOUT_S: it backtracks
-    catastrophically and would hang on real text."""
-    import time
-
-    deadline = time.monotonic() + PROBE_TIMEOUT_S
-    for run in PROBE_RUNS:
-        for end in PROBE_ENDS:
-            text = run * (PROBE_CHARS // len(run)) + end
-            try:
-                compiled.findall(text, timeout=max(deadline - time.monotonic(), 1e-3))
-            except TimeoutError:
-                return f"{run * 3}…{end}"
-    return None
+MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
+# the least one merge adds to the pickle (protocol 4): its token in mergeable_ranks (SHORT_BINBYTES 1 + length 1 +
+# 2 bytes, MEMOIZE 1, its id as BININT1 2 at least), its pair in merges (EMPTY_LIST, MEMOIZE, MARK, two BININT1 2
+# each, APPENDS: 8) and its count in metadata["merge_counts"] (BININT1 2)
+MIN_BYTES_PER_MERGE = 17
 
 
 def split_pattern_problem(pat):
-    """None when `pat` can split text (compiles with `regex`, never matches the empty string, splits the probe
-    texts in time), else ("invalid", error), ("empty", None) or ("slow", probe text)."""
+    """None when `pat` can split text (compiles with `regex`, never matches the empty string and is in the class
+    pattern_check accepts: no catastrophic backtracking whatever the text), else ("invalid", error),
+    ("empty", why), ("slow", why) or ("unsupported", why)."""
     import regex  # ~10 ms: see the module docstring
+
+    from gptlab.tokenizer.pattern_check import PatternRefused, check_pattern
 
     try:
         compiled = regex.compile(pat)
     except regex.error as err:
         return "invalid", err
-    if compiled.fullmatch("") is not None:
-        return "empty", None
-    if pat in PATTERNS.values():  # the built-in patterns are known to be linear
+    if compiled.fullmatch("") is not None:  # the plain case, worded as before
+        return "empty", "it matches an empty text"
+    if pat in PATTERNS.values():  # checked once by the tests; skips the parse on every load
         return None
-    probe = backtracking_probe(compiled)
-    return ("slow", probe) if probe is not None else None
+    try:
+        check_pattern(pat)
+    except PatternRefused as refused:
+        return refused.args[0], refused.args[1]
+    except Exception as err:  # regex's parser is internal API: a version that changed it refuses, never passes
+        return "unsupported", f"regex {regex.__version__} parsed it in a way the check does not know ({err!r})"
+    return None
 
 
-def _slow_pattern(probe):
-    return (f"backtracks catastrophically: splitting {PROBE_CHARS} characters like {probe!r} took over "
-            f"{PROBE_TIMEOUT_S} s (nested repetition such as (a+)+ or (\\w|\\w\\w)+)")
+def _pattern_problem_text(problem):
+    """The words for a split_pattern_problem other than "invalid", after the pattern."""
+    kind, why = problem
+    if kind == "empty":
+        return f"matches the empty string ({why}), so it cannot split text"
+    if kind == "slow":
+        return f"backtracks catastrophically: {why}"
+    return f"cannot be checked for catastrophic backtracking: {why}"
 
 
 def resolve_pattern(pattern):
@@ -90,11 +84,11 @@ def resolve_pattern(pattern):
     problem = split_pattern_problem(pat)
     if problem and problem[0] == "invalid":
         raise UserError(f"--pattern {pattern!r} is neither gpt4, gpt2 nor a valid regex ({problem[1]})")
-    if problem and problem[0] == "slow":
-        raise UserError(f"--pattern {pattern!r} {_slow_pattern(problem[1])}; rewrite it with possessive "
-                        "quantifiers (++, *+) or atomic groups, or use gpt4 / gpt2")
+    if problem and problem[0] == "empty":
+        raise UserError(f"--pattern {pattern!r} {_pattern_problem_text(problem)}; fix the regex")
     if problem:
-        raise UserError(f"--pattern {pattern!r} matches the empty string, so it cannot split text; fix the regex")
+        raise UserError(f"--pattern {pattern!r} {_pattern_problem_text(problem)}; rewrite it with possessive "
+                        "quantifiers (++, *+) or atomic groups, or use gpt4 / gpt2")
     import tiktoken  # ~15 ms: see the module docstring
 
     try:  # the saved tokenizer (and the --demo) encode with tiktoken, whose regex engine knows less syntax
@@ -136,6 +130,7 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "metadata": dict(metadata),
         "script_content": script_content,
     }
+    check_tokenizer_size(payload)
     merges_path = merges_txt_path(path)
     with atomic_write(merges_path, "w", overwrite=True) as merges_file:
         merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
@@ -143,6 +138,47 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         with atomic_write(path, "wb", overwrite=overwrite) as f:
             pickle.dump(payload, f, protocol=4)
     return path
+
+
+class _ByteCount:
+    """A file that only counts what is written to it."""
+
+    def __init__(self):
+        self.size = 0
+
+    def write(self, data):
+        self.size += memoryview(data).nbytes
+        return memoryview(data).nbytes
+
+
+def check_tokenizer_size(payload):
+    """Refuse (UserError) a tokenizer whose pickle would exceed MAX_TOKENIZER_BYTES, the most the loader reads:
+    every file the trainer writes loads. Counted without building the pickle in memory, before anything is
+    written."""
+    counter = _ByteCount()
+    pickle.Pickler(counter, protocol=4).dump(payload)
+    if counter.size <= MAX_TOKENIZER_BYTES:
+        return
+    merges = len(payload["merges"])
+    fixed = counter.size - _merges_bytes(payload)
+    fits = 256 + int(merges * max(MAX_TOKENIZER_BYTES - fixed, 0) / max(counter.size - fixed, 1))
+    raise UserError(f"the tokenizer would be {counter.size / 2**20:,.1f} MiB, over the {MAX_TOKENIZER_BYTES / 2**20:g} "
+                    f"MiB that loading a tokenizer reads (its {merges:,} merges make long tokens); nothing was "
+                    f"written; train again with a smaller --vocabsize (at most about {fits:,})")
+
+
+def _merges_bytes(payload):
+    """The pickled size of what grows with the merges (ranks, merges, their counts), counted as in the file."""
+    counter = _ByteCount()
+    pickle.Pickler(counter, protocol=4).dump([payload["mergeable_ranks"], payload["merges"],
+                                              payload["metadata"].get("merge_counts") or []])
+    return counter.size
+
+
+def max_trainable_vocab():
+    """The largest --vocabsize whose tokenizer file can fit MAX_TOKENIZER_BYTES: each merge takes at least
+    MIN_BYTES_PER_MERGE bytes in the pickle, however short its token."""
+    return 256 + MAX_TOKENIZER_BYTES // MIN_BYTES_PER_MERGE
 
 
 def merges_txt_path(pkl_path):
@@ -168,7 +204,6 @@ def token_bytes_by_id(merges):
 
 
 # ---------------------------------------------------------------------------------------------- safe loading
-MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
 
 
 class _RefusedGlobal(pickle.UnpicklingError):
@@ -283,10 +318,8 @@ def check_tokenizer_dict(data, source):
     problem = split_pattern_problem(pat_str)
     if problem and problem[0] == "invalid":
         raise damaged(f"pat_str {pat_str[:80]!r} is not a valid regex ({problem[1]})")
-    if problem and problem[0] == "slow":
-        raise damaged(f"pat_str {pat_str[:80]!r} {_slow_pattern(problem[1])}, so encoding could hang")
     if problem:
-        raise damaged(f"pat_str {pat_str[:80]!r} matches the empty string, so it cannot split text")
+        raise damaged(f"pat_str {pat_str[:80]!r} {_pattern_problem_text(problem)}, so encoding could fail or hang")
     ranks = data["mergeable_ranks"]
     if not all(_is_id(v) for v in ranks.values()):
         bad = next(v for v in ranks.values() if not _is_id(v))
@@ -317,14 +350,53 @@ def encoding_from_dict(data, name=None):
     source = data.get("path", "the tokenizer")
     name = name or os.path.splitext(os.path.basename(data.get("path", "gptlab")))[0]
     try:
-        return tiktoken.Encoding(name=name, pat_str=data["pat_str"], mergeable_ranks=data["mergeable_ranks"],
-                                 special_tokens=data["special_tokens"])
+        encoding = tiktoken.Encoding(name=name, pat_str=data["pat_str"], mergeable_ranks=data["mergeable_ranks"],
+                                     special_tokens=data["special_tokens"])
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as err:  # ValueError, or pyo3_runtime.PanicException (a BaseException) from the Rust core
-        raise UserError(f"{source}: tiktoken cannot build an encoder from it ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0][:200] if str(err) else ''}); retrain it with train_tokenizer.py"
-                        ) from None
+        raise UserError(f"{source}: tiktoken cannot build an encoder from it ({_first_line(err)}); retrain it with "
+                        "train_tokenizer.py") from None
+    if hasattr(encoding, "_core_bpe"):
+        encoding._core_bpe = _GuardedCore(encoding._core_bpe, source)
+    return encoding
+
+
+def _first_line(err):
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:200]}" if text else type(err).__name__
+
+
+class _GuardedCore:
+    """tiktoken's Rust core, whose encoders' failures become one UserError: its regex engine gives up on some
+    texts (BacktrackLimitExceeded, StackOverflow on a run of ~10**6 spaces even with gpt2's pattern) and the
+    binding then panics (pyo3_runtime.PanicException, a BaseException). Every Encoding method that splits text
+    calls one of these."""
+
+    ENCODERS = frozenset({"encode", "encode_ordinary", "encode_to_tiktoken_buffer", "encode_with_unstable",
+                          "_encode_bytes"})
+
+    def __init__(self, core, source):
+        self._core, self._source = core, source
+
+    def __getattr__(self, name):
+        attr = getattr(self._core, name)
+        if name not in self.ENCODERS:
+            return attr
+
+        def guarded(*args, **kwargs):
+            try:
+                return attr(*args, **kwargs)
+            except (KeyboardInterrupt, SystemExit, UnicodeError):  # tiktoken retries a UnicodeEncodeError itself
+                raise
+            except BaseException as err:
+                size = f"{len(args[0]):,}-character " if args and isinstance(args[0], (str, bytes)) else ""
+                raise UserError(f"{self._source}: tiktoken failed to split a {size}text with this tokenizer's "
+                                f"pattern ({_first_line(err)}): its regex engine gives up on some long runs of "
+                                "similar characters; split or shorten that document, or retrain the tokenizer with a "
+                                "--pattern whose repetitions are possessive (++, *+)") from None
+
+        return guarded
 
 
 def load_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):

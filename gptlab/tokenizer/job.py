@@ -34,7 +34,8 @@ from gptlab.data.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_h
                                  take_every)
 from gptlab.tokenizer import native
 from gptlab.tokenizer.demo import render
-from gptlab.tokenizer.format import EOT, MAX_VOCAB, ranks_sha256, resolve_pattern, save_tokenizer
+from gptlab.tokenizer.format import (EOT, MAX_TOKENIZER_BYTES, MIN_BYTES_PER_MERGE, max_trainable_vocab,
+                                     ranks_sha256, resolve_pattern, save_tokenizer)
 from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
 from gptlab.tokenizer.native import train_merges_native
 from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS, native_pattern_name, pretokenize, resolve_pretokenizer
@@ -64,8 +65,10 @@ def check_settings(samples, vocabsize, workers, pattern):
     if vocabsize < 256:
         raise UserError(f"--vocabsize {vocabsize} is below 256: the 256 byte tokens are always in the "
                         "vocabulary; use --vocabsize 256 or more")
-    if vocabsize > MAX_VOCAB:
-        raise UserError(f"--vocabsize {vocabsize} is too large (at most {MAX_VOCAB})")
+    if vocabsize > max_trainable_vocab():  # its file would be larger than the loader reads
+        raise UserError(f"--vocabsize {vocabsize:,} is too large: each merge takes at least {MIN_BYTES_PER_MERGE} "
+                        f"bytes in the tokenizer file, which the loader reads only up to "
+                        f"{MAX_TOKENIZER_BYTES // 2**20} MiB; the largest --vocabsize is {max_trainable_vocab():,}")
     if vocabsize - 256 >= MAX_UTF8_BYTES * samples:  # <= 4 bytes a character: at most 4 * samples - 1 merges
         raise UserError(f"--vocabsize {vocabsize} needs {vocabsize - 256} merges but --samples "
                         f"{samples} characters cannot make that many; raise --samples or lower --vocabsize")

@@ -136,6 +136,15 @@ def test_killing_the_trainer_leaves_no_worker(tmp_path, sig):
             os.kill(pid, signal.SIGKILL)
 
 
+def reading(script, path, tokenizer_path, tmp_path):
+    """The command line of `script` reading the text file `path` (with the tokenizer `tokenizer_path`)."""
+    return [script] + {"train_tokenizer.py": ["--input", str(path), "--samples", "1000", "--vocabsize", "260",
+                                              "--out", str(tmp_path / "out")],
+                       "download_fineweb.py": ["--input", str(path), "--tokenizer", tokenizer_path, "--out",
+                                               str(tmp_path / "out"), "--quiet"],
+                       "compare_tokenizers.py": [tokenizer_path, "--text", str(path)]}[script]
+
+
 # ---------------------------------------------------------------- item 10
 def test_a_backtracking_pattern_is_one_error_in_seconds(tmp_path):
     t0 = time.time()
@@ -154,12 +163,7 @@ def test_a_parquet_text_column_of_ints_is_one_error(tmp_path, script, tokenizer_
 
     path = tmp_path / "ints.parquet"
     pq.write_table(pa.table({"text": [1, 2, 3]}), str(path))
-    args = {"train_tokenizer.py": ["--input", str(path), "--samples", "1000", "--vocabsize", "260", "--out",
-                                   str(tmp_path / "out")],
-            "download_fineweb.py": ["--input", str(path), "--tokenizer", tokenizer_path, "--out",
-                                    str(tmp_path / "out"), "--quiet"],
-            "compare_tokenizers.py": [tokenizer_path, "--text", str(path)]}[script]
-    line = one_error(run_script([script] + args, timeout=120))
+    line = one_error(run_script(reading(script, path, tokenizer_path, tmp_path), timeout=120))
     assert "ints.parquet: column 'text' holds int64 values" in line
 
 
@@ -169,3 +173,58 @@ def test_compare_tokenizers_reads_text_with_a_lone_surrogate(tmp_path, tokenizer
     proc = run_script(["compare_tokenizers.py", tokenizer_path, "--text", str(path)], timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "lone surrogates" in proc.stderr
+
+
+# ---------------------------------------------------------------- issue 37 item 5: backtracking, tiktoken's failures
+CYRILLIC_ONLY = r"(?:ж|жж)+(?=!)|\s|."  # exponential on a run of ж; the old probe never tried that letter
+
+
+def test_train_tokenizer_refuses_a_pattern_that_blows_up_on_letters_no_probe_tries(tmp_path):
+    proc = run_script(["train_tokenizer.py", "--input", FINEWEB_150, "--samples", "5000", "--vocabsize", "260",
+                       "--pattern", CYRILLIC_ONLY, "--out", str(tmp_path)], timeout=120)
+    assert "backtracks catastrophically" in one_error(proc)
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("script", ["download_fineweb.py", "compare_tokenizers.py"])
+def test_a_stored_catastrophic_pattern_is_one_error_before_encoding(tmp_path, script):
+    """A tokenizer file holding such a pattern (from before the check): refused at load, not a Rust panic."""
+    from gptlab.tokenizer.format import save_tokenizer
+
+    tok = str(tmp_path / "cyrillic.pkl")
+    save_tokenizer(tok, pat_str=CYRILLIC_ONLY, pattern_name="custom", merges=[],
+                   mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={"<|endoftext|>": 256},
+                   metadata={}, script_content="")
+    text = tmp_path / "text.jsonl"
+    text.write_text(json.dumps({"text": "ж" * 40 + "?"}) + "\n")
+    line = one_error(run_script(reading(script, text, tok, tmp_path), timeout=120))
+    assert f"{tok} is damaged" in line and "backtracks catastrophically" in line
+
+
+@pytest.mark.parametrize("script", ["download_fineweb.py", "compare_tokenizers.py"])
+def test_tiktoken_giving_up_on_a_document_is_one_error(tmp_path, tokenizer_path, script):
+    """tiktoken's engine gives up on 2,000,000 spaces even with the built-in pattern (a Rust panic)."""
+    text = tmp_path / "spaces.jsonl"
+    text.write_text(json.dumps({"text": "ab" + " " * 2_000_000 + "cd"}) + "\n")
+    line = one_error(run_script(reading(script, text, tokenizer_path, tmp_path), timeout=120))
+    assert f"{tokenizer_path}: tiktoken failed to split a 2,000,004-character text" in line
+
+
+# ---------------------------------------------------------------- issue 37 item 8: odd JSON Lines
+@pytest.mark.parametrize("script", ["download_fineweb.py", "train_tokenizer.py", "compare_tokenizers.py"])
+@pytest.mark.parametrize("odd", ['"meta": ' + "[" * 100_000 + "]" * 100_000, '"id": ' + "9" * 5000],
+                         ids=["100000 nested arrays", "5000-digit integer"])
+def test_an_odd_input_line_is_one_error_naming_file_and_line(tmp_path, tokenizer_path, script, odd):
+    path = tmp_path / "odd.jsonl"
+    path.write_text('{"text": "fine text"}\n{"text": "more", ' + odd + "}\n")
+    line = one_error(run_script(reading(script, path, tokenizer_path, tmp_path), timeout=120))
+    assert f"{path}:2 " in line
+
+
+# ---------------------------------------------------------------- issue 37 item 9: a file the loader refuses
+def test_a_vocabsize_whose_file_the_loader_would_refuse_is_one_error_before_training(tmp_path):
+    t0 = time.time()
+    proc = run_script(["train_tokenizer.py", "--input", FINEWEB_150, "--samples", "10000000", "--vocabsize",
+                       "20000000", "--out", str(tmp_path / "out")], timeout=300)
+    assert "the largest --vocabsize is 15,790,576" in one_error(proc)  # 256 + 256 MiB // 17 bytes a merge
+    assert time.time() - t0 < 30 and not os.path.exists(tmp_path / "out")

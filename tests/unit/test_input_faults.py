@@ -69,6 +69,23 @@ def test_a_character_device_is_refused(tmp_path):
         list(iter_local_documents([str(link)], max_chars=10))
 
 
+# ---------------------------------------------------------------- issue 37 item 8: odd JSON Lines
+ODD_LINES = {"deep": '{"text": "x", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}",
+             "huge int": '{"text": "x", "id": ' + "7" * 5000 + "}"}
+
+
+@pytest.mark.parametrize("odd", list(ODD_LINES))
+def test_an_odd_jsonl_line_is_one_error_naming_the_file_and_line(tmp_path, odd):
+    """100,000 nested arrays (RecursionError) or a 5,000-digit integer (ValueError: Python reads at most 4300
+    digits) in a field other than text: a UserError naming file:line, never the exception itself."""
+    path = tmp_path / "odd.jsonl"
+    path.write_text('{"text": "fine"}\n' + ODD_LINES[odd] + "\n")
+    docs = iter_local_documents([str(path)])
+    assert next(docs) == "fine"
+    with pytest.raises(UserError, match=f"^{path}:2 (nests JSON arrays|holds a JSON value)"):
+        next(docs)
+
+
 # ---------------------------------------------------------------- item 13: parquet column types, surrogates
 @pytest.mark.parametrize("values", [[1, 2], [b"ab", b"cd"], [["a"], ["b"]]])
 def test_parquet_text_column_that_is_not_strings_is_one_error(tmp_path, values):
@@ -144,7 +161,7 @@ def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- item 10: catastrophic backtracking
-def test_a_backtracking_pattern_is_refused_by_the_probe():
+def test_a_backtracking_pattern_is_refused_by_the_check():
     with pytest.raises(UserError, match="backtracks catastrophically"):
         resolve_pattern(SLOW_PATTERN)
     for name in PATTERNS:
@@ -162,7 +179,7 @@ def test_a_stored_backtracking_pattern_is_refused_at_load(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pretokenize_times_out_on_a_pattern_the_probe_missed(monkeypatch, workers):
-    """The per-document limit, the mechanism behind the probe: a document that takes too long is a UserError
+    """The per-document limit behind the static check: a document that takes too long is a UserError
     naming the pattern (in the parent, also from a worker), never a hang."""
     monkeypatch.setattr(pretok, "SPLIT_TIMEOUT_S", 0.2)
     monkeypatch.setattr(pretok, "SPLIT_S_PER_CHAR", 0.0)
