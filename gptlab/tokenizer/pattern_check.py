@@ -88,7 +88,7 @@ class _Analysis:
                              c.LookAroundConditional, c.StringSet)):
             raise PatternRefused("unsupported", f"the check does not handle {type(node).__name__} constructs "
                                                 "(\\K, verbs, recursion, conditionals, fuzzy matching, named lists)")
-        if isinstance(node, (c.Character, c.Property, c.SetBase, c.Any, c.AnyAll, c.AnyU)):
+        if isinstance(node, (c.Character, c.Property, c.Range, c.SetBase, c.Any, c.AnyAll, c.AnyU)):  # [a-z] alone is a Range
             return _ONE_CHAR
         if isinstance(node, c.String):  # a fixed string (also one that case-folds)
             return _Cost(0, 0, 1, False, False, False)

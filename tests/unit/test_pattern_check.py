@@ -21,7 +21,7 @@ STANDARD = {
     "llama3": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
               r"""\s*[\r\n]+|\s+(?!\S)|\s+""",
     "project gpt4": PATTERNS["gpt4"], "project gpt2": PATTERNS["gpt2"],
-    "letters or one character": r"[A-Za-z]+|[^A-Za-z]",
+    "letters or one character": r"[A-Za-z]+|[^A-Za-z]", "one range alone": r"[a-z]+|[0-9]+|\s+|.",
     "possessive alternatives": r"(?:x|xy)++|\s+|.", "atomic alternatives": r"(?>x|xy)*z|\s+|.",
 }
 
@@ -32,7 +32,7 @@ CATASTROPHIC = [
     r"(a+)+b|\s|.", r"(\p{L}+)+(?!\S)|\s|.", r"(x|xy)+z|\s|.", r"(\d+)+!|\s|.", r"(?:[%-]+)+x|\s|.",
     r"(?:ж+)+(?=!)|\s|.", r"(?:\p{Greek}|\p{L})+\d|\s|.", r"(?:漢|漢漢)+$|\s|.", r"(\s+)+\S|.",
     r"(?:\w+\s?)+$|.", r"\p{L}*\p{L}*x|\s|.", r"\d*\d*\d*!|\s|.", r"(a|a){30}b|\s|.", r"(?:a?){25}a{25}|\s|.",
-    r"(\w|\w\w)+$|\s|.", r"(?:ж+)+",
+    r"(\w|\w\w)+$|\s|.", r"(?:ж+)+", r"(?:[a-c]|[b-d])+!|\s|.",
 ]
 CYRILLIC_ONLY = r"(?:ж|жж)+(?=!)|\s|."
 
