@@ -97,16 +97,16 @@ def parse_grid(specs, known_flags, switches=None, types=None, bookkeeping=()):
             raise UserError(f"--grid {key}=...: with --{key} train_gpt.py starts no new run, and a sweep runs one per "
                             "setting; sweep over experiment settings such as --grid lr_scale=0.5,1,2 (sweep.py "
                             "--dry_run shows the commands)")
+        if key in seen:
+            raise UserError(f"--grid {key} is given twice; list all its values in one --grid {key}=V1,V2,...")
+        if key in switches and not switches[key]:
+            raise UserError(f"--grid {key}: train_gpt.py's --{key} is a switch with no off form; pass it after -- to "
+                            "give it to every run")
         if key in bookkeeping:
             raise UserError(f"--grid {key}=...: --{key} is not an experiment setting (it keeps the run's books), so "
                             f"the runs would be one experiment under several names; pass --{key} after -- to give "
                             "it to every run")
-        if key in seen:
-            raise UserError(f"--grid {key} is given twice; list all its values in one --grid {key}=V1,V2,...")
         if key in switches:  # --compile / --no-compile: no value on the command line
-            if not switches[key]:
-                raise UserError(f"--grid {key}: train_gpt.py's --{key} is a switch with no off form; pass it after "
-                                "-- to give it to every run")
             values = [v.lower() for v in values]
             if not set(values) <= {"true", "false"}:
                 raise UserError(f"--grid {spec!r}: --{key} is a switch; its values are true and false, e.g. "
