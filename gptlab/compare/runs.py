@@ -264,6 +264,9 @@ def load_run(path, now=None, with_metrics=True):
                      "that are in the earlier run's folder")
     results = read_run_json(path, RESULTS_FILE, notes)
     problems = field_problems(config, CONFIG_FILE) + field_problems(results or {}, RESULTS_FILE)
+    seeds = (config.get("seed"), (results or {}).get("seed"))
+    if not problems and None not in seeds and seeds[0] != seeds[1]:  # a run has one seed: which group is it in?
+        problems.append(f"{RESULTS_FILE} field 'seed' is {seeds[1]} but {CONFIG_FILE} says {seeds[0]}")
     if problems:
         raise BadRunFolder(f"{path}: {'; '.join(problems[:3])}" + (" ..." if len(problems) > 3 else ""))
     metrics = _read_metrics(metrics_path) if with_metrics and os.path.lexists(metrics_path) else Metrics()

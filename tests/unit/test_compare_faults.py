@@ -87,6 +87,7 @@ def _edit_json(path, filename, **changes):
     (RESULTS_FILE, {"wall_time_s": math.inf}, "field 'wall_time_s' must be a finite number, got inf"),
     (RESULTS_FILE, {"n_params": math.nan}, "field 'n_params' must be a finite number, got nan"),
     (RESULTS_FILE, {"gpu_hours": -math.inf}, "field 'gpu_hours' must be a finite number, got -inf"),
+    (RESULTS_FILE, {"seed": 7}, "field 'seed' is 7 but config.json says 1"),
 ])
 def test_an_impossible_record_is_skipped_naming_the_run_and_the_field(tmp_path, filename, changes, field):
     """Issue 37, item 12 (docs/faults.md): a seed, a count or a figure no run can have is one note naming the run
