@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
+from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, one_line_path
 from gptlab.core.errors import UserError, run_cli
 from gptlab.train.records import EXPERIMENTS_DIR
 from gptlab.train.sweep import (parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name,
@@ -31,7 +31,9 @@ def parse_args(argv):
                         "NAME_<flag><value>..., its record is --experiments_dir/sweep_NAME.json")
     parser.add_argument("--nproc_per_node", type=int_in(1), default=1,
                         help="processes (GPUs) per run: more than 1 launches each run with torchrun --standalone")
-    parser.add_argument("--experiments_dir", default=EXPERIMENTS_DIR, help="where the run folders and the record go")
+    # one line: each run's folder is read back from its "run folder: PATH" line
+    parser.add_argument("--experiments_dir", type=one_line_path, default=EXPERIMENTS_DIR,
+                        help="where the run folders and the record go")
     parser.add_argument("--dry_run", action="store_true", help="print the commands (and which runs are finished) "
                         "and exit")
     parser.add_argument("--overwrite", action="store_true",

@@ -140,5 +140,15 @@ def or_auto(kind):
     return convert
 
 
+def one_line_path(path):
+    """A path flag whose value is read back from a line of output: not empty, no control character (a newline)."""
+    if not path:
+        raise FlagValueError("must not be empty; give a folder, e.g. experiments")
+    if escape_controls(path) != path:
+        raise FlagValueError(f"'{escape_controls(path)}' must be a path on one line (no newline, tab or other control "
+                             "character); rename the folder or give another")
+    return path
+
+
 png_path = flag_type(lambda path: path.lower().endswith(".png"),
                      "{value}: the plot is a PNG image; give a path ending in .png")

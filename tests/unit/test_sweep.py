@@ -2,6 +2,7 @@
 of the same name is refused. A real sweep on CPU: tests/e2e/test_sweep_e2e.py."""
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -90,3 +91,14 @@ def test_values_that_differ_as_settings_all_run(tmp_path, capsys):
     sweep_cli.main(["--grid", "lr_scale=1,1.5,0.1", "--grid", "device_batch_size=auto,256", "--experiments_dir",
                     str(tmp_path), "--dry_run"])
     assert capsys.readouterr().out.count("[would run]") == 6
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("a\nb", "--experiments_dir 'a\\nb' must be a path on one line"), ("", "--experiments_dir must not be empty")])
+def test_an_experiments_dir_the_sweep_cannot_read_back_is_refused(tmp_path, monkeypatch, folder, message):
+    """Each run's folder is read back from its one "run folder: PATH" line: a newline in --experiments_dir would
+    cut it, and every finished run would be recorded as failed (issue 37, item 7's odd names)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="^" + re.escape(message)):
+        sweep_cli.main(["--grid", "lr_scale=1,2", "--experiments_dir", folder])
+    assert os.listdir(tmp_path) == []
