@@ -36,7 +36,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    check_output_dir(args.out_dir, args.overwrite)  # before loading anything
+    check_output_dir(args.out_dir, args.overwrite, inputs=[args.checkpoint])  # before loading anything
     # heavy (torch, ~1.5 s): imported once the flags and the output are checked, so --help and errors answer at once
     from gptlab.export.hf import MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder  # torch
     from gptlab.train import checkpointing  # torch

@@ -10,10 +10,11 @@ import argparse
 import os
 import sys
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
+from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, one_line_path
 from gptlab.core.errors import UserError, run_cli
 from gptlab.train.records import EXPERIMENTS_DIR
-from gptlab.train.sweep import parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name, sweep_run_dirs
+from gptlab.train.sweep import (parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name,
+                                sweep_run_dirs, train_flags_of)
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 TRAIN_SCRIPT = os.path.join(REPO_ROOT, "train_gpt.py")
@@ -30,7 +31,9 @@ def parse_args(argv):
                         "NAME_<flag><value>..., its record is --experiments_dir/sweep_NAME.json")
     parser.add_argument("--nproc_per_node", type=int_in(1), default=1,
                         help="processes (GPUs) per run: more than 1 launches each run with torchrun --standalone")
-    parser.add_argument("--experiments_dir", default=EXPERIMENTS_DIR, help="where the run folders and the record go")
+    # one line: each run's folder is read back from its "run folder: PATH" line
+    parser.add_argument("--experiments_dir", type=one_line_path, default=EXPERIMENTS_DIR,
+                        help="where the run folders and the record go")
     parser.add_argument("--dry_run", action="store_true", help="print the commands (and which runs are finished) "
                         "and exit")
     parser.add_argument("--overwrite", action="store_true",
@@ -49,13 +52,10 @@ def main(argv=None):
     from gptlab.compare import compare  # heavy (~0.1 s: numpy, tabulate), only for the closing leaderboard
     from train_gpt import build_parser  # heavy (~1.5 s: torch), for train_gpt.py's flag names
 
-    flags = [a for a in build_parser()._actions if a.option_strings]
-    known = {a.dest for a in flags}
-    # flags that take no value (--compile / --no-compile): True where they have an off form
-    switches = {a.dest: isinstance(a, argparse.BooleanOptionalAction) for a in flags if a.nargs == 0}
+    known, switches, types, bookkeeping = train_flags_of(build_parser())
     if not args.grid and len(args.seeds) < 2:
         raise UserError("nothing to sweep: give --grid FLAG=V1,V2,... and/or several --seeds")
-    grid = parse_grid(args.grid, known, switches)
+    grid = parse_grid(args.grid, known, switches, types, bookkeeping)
     sweep = plan_sweep(args.name, grid, args.seeds, args.train_flags, args.nproc_per_node,
                        [key for key, _ in grid if key in switches])
     run_sweep(sweep, TRAIN_SCRIPT, args.experiments_dir, overwrite=args.overwrite, dry_run=args.dry_run)

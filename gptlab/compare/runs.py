@@ -70,16 +70,23 @@ def _read_metrics_stream(path):
 
 
 # What load_run accepts in config.json / results.json: a key missing or null is "not recorded"; text that is no
-# number, or a number that is not finite (a diverged loss), reads as not recorded too. A value of another type, or
-# a number out of its range, makes the run a BadRunFolder.
+# number, or a loss that is not finite (a diverged run), reads as not recorded too. A value of another type, a
+# number out of its range, or any other number that is not finite makes the run a BadRunFolder: it is left out
+# with a line naming the field, never counted (in a seed group, a mean, a fit).
 _TEXT_KEYS = ("model_name", "tokenizer", "tokenizer_name", "tokenizer_path", "tokenizer_ranks_sha256",
               "tokenizer_sha256", "gpu_name", "device", "peak_mem_label", "error", "resumed_from")
 # key: (lowest, highest) allowed
 _NUMBER_KEYS = {"n_params": (0, None), "tokens": (0, None), "final_val_loss": (0, None), "final_val_bpb": (0, None),
                 "wall_time_s": (0, None), "mfu": (0, None), "peak_mem_allocated_gb": (0, None),
-                "world_size": (0, 1e7), "gpu_count": (0, 1e7), "train_flops": (0, None), "gpu_hours": (0, None),
-                "usd_per_gpu_hour": (0, None)}
-_HELLASWAG_KEYS = {"acc_norm": (0, 1), "n": (0, 1e12)}
+                "train_flops": (0, None), "gpu_hours": (0, None), "usd_per_gpu_hour": (0, None)}
+# The figures a diverged run may record as nan or inf (shown as missing); any other number must be finite.
+_DIVERGED_KEYS = ("final_val_loss", "final_val_bpb")
+# Counts and the seed: a JSON integer (not text, a float or true/false) within (lowest, highest), or the run is
+# impossible (a seed of -5 or a world size of 0 would join or split a seed group). The seed's range is train_gpt.py's.
+_INTEGER_KEYS = {"seed": (0, 2**63 - 1), "world_size": (1, 10**7), "gpu_count": (0, 10**7), "steps": (0, None),
+                 "train_steps": (1, None), "resume_step": (0, None)}
+_HELLASWAG_KEYS = {"acc_norm": (0, 1)}
+_HELLASWAG_INTEGER_KEYS = {"n": (0, 10**12)}
 
 
 def _in_range(value, bounds):
@@ -87,9 +94,24 @@ def _in_range(value, bounds):
     return (low is None or value >= low) and (high is None or value <= high)
 
 
+def _shown(number):
+    return str(number) if isinstance(number, int) else f"{number:g}"
+
+
 def _bounds_text(bounds):
     low, high = bounds
-    return f"between {low:g} and {high:g}" if high is not None else f"{low:g} or more"
+    return f"between {_shown(low)} and {_shown(high)}" if high is not None else f"{_shown(low)} or more"
+
+
+def _integer_problem(key, value, bounds):
+    """Why `value` is no integer within bounds (a line naming the field), or None; None also when not recorded."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"field {key!r} must be an integer, got {repr(value) if isinstance(value, float) else _kind(value)}"
+    if not _in_range(value, bounds):
+        return f"field {key!r} must be {_bounds_text(bounds)}, got {value}"
+    return None
 
 
 def _kind(value):
@@ -109,11 +131,18 @@ def field_problems(data, filename):
         problems.append(f"{filename} field 'hellaswag' must be an object, got {_kind(hellaswag)}")
     elif hellaswag:
         checks += [(f"hellaswag.{key}", hellaswag.get(key), bounds) for key, bounds in _HELLASWAG_KEYS.items()]
+    integers = [(key, data.get(key), bounds) for key, bounds in _INTEGER_KEYS.items()]
+    if isinstance(hellaswag, dict):
+        integers += [(f"hellaswag.{key}", hellaswag.get(key), bounds) for key, bounds in _HELLASWAG_INTEGER_KEYS.items()]
+    problems += [f"{filename} {problem}" for problem in (_integer_problem(*check) for check in integers) if problem]
     for key, value, bounds in checks:
         if value is None or isinstance(value, bool):
             continue  # not recorded
         if not isinstance(value, (int, float, str)):
             problems.append(f"{filename} field {key!r} must be a number, got {_kind(value)}")
+            continue
+        if isinstance(value, float) and not math.isfinite(value) and key not in _DIVERGED_KEYS:
+            problems.append(f"{filename} field {key!r} must be a finite number, got {value}")
             continue
         number = _number(value)  # None for text that is no number, or a diverged value: shown as missing
         if number is not None and not _in_range(number, bounds):
@@ -235,6 +264,9 @@ def load_run(path, now=None, with_metrics=True):
                      "that are in the earlier run's folder")
     results = read_run_json(path, RESULTS_FILE, notes)
     problems = field_problems(config, CONFIG_FILE) + field_problems(results or {}, RESULTS_FILE)
+    seeds = (config.get("seed"), (results or {}).get("seed"))
+    if not problems and None not in seeds and seeds[0] != seeds[1]:  # a run has one seed: which group is it in?
+        problems.append(f"{RESULTS_FILE} field 'seed' is {seeds[1]} but {CONFIG_FILE} says {seeds[0]}")
     if problems:
         raise BadRunFolder(f"{path}: {'; '.join(problems[:3])}" + (" ..." if len(problems) > 3 else ""))
     metrics = _read_metrics(metrics_path) if with_metrics and os.path.lexists(metrics_path) else Metrics()

@@ -12,7 +12,7 @@ from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
                                   compare_groups, compare_hellaswag, format_p, group_of, pick_reference, runs_needed,
                                   seed_groups)
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write_text
 from gptlab.data.hellaswag import HELLASWAG_ROWS
 
@@ -329,14 +329,10 @@ def comparison_lines(board):
     return lines
 
 
-# Control characters (a newline in --model_name or in a folder's name) would split a table's row: shown escaped.
-_CONTROL = {i: f"\\x{i:02x}" for i in (*range(32), 127)}
-_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-
-
 def one_line(text):
-    """`text` with its control characters escaped (\\n, \\x1b ...), so a table cell stays on its row."""
-    return str(text).translate(_CONTROL)
+    """`text` with its control characters escaped (\\n, \\x1b ...), so a table cell stays on its row (a newline in
+    --model_name or in a folder's name)."""
+    return escape_controls(text)
 
 
 def text_table(headers, rows, keep=None):

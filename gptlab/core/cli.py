@@ -12,7 +12,7 @@ Checks that involve two flags, a file or the device stay in code, in one place p
 import argparse
 import math
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, escape_controls
 
 
 class FlagValueError(argparse.ArgumentTypeError):
@@ -29,6 +29,9 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{message} (see {self.prog} --help)")
 
     def _get_value(self, action, arg_string):
+        # every value of every flag (paths above all) is UTF-8 text, checked before anything is made: a byte that is
+        # not (Python's surrogateescape'd sys.argv) would fail later, in a JSON record or a log, half-way
+        refuse_undecodable(action, arg_string)
         # a FlagValueError reads "--flag <message>" rather than argparse's "argument --flag: <message>"
         try:
             return super()._get_value(action, arg_string)
@@ -36,6 +39,17 @@ class ArgumentParser(argparse.ArgumentParser):
             if not isinstance(err.__context__, FlagValueError):
                 raise
             raise argparse.ArgumentError(None, f"{flag_name(action)} {err.__context__}") from None
+
+
+def refuse_undecodable(action, text):
+    """An ArgumentError naming the flag when its value holds bytes that are not UTF-8 (a file name in another
+    encoding): the runs' records, logs and reports are UTF-8, so such a path is refused before it is used."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentError(None, f"{flag_name(action)} '{escape_controls(text)}' is not UTF-8 text (a file "
+                                           "or folder name in another encoding?); rename it in UTF-8, or give "
+                                           "another path") from None
 
 
 def flag_name(action):
@@ -124,6 +138,16 @@ def or_auto(kind):
             raise FlagValueError(f"must be auto or a number, got {text!r}") from None
 
     return convert
+
+
+def one_line_path(path):
+    """A path flag whose value is read back from a line of output: not empty, no control character (a newline)."""
+    if not path:
+        raise FlagValueError("must not be empty; give a folder, e.g. experiments")
+    if escape_controls(path) != path:
+        raise FlagValueError(f"'{escape_controls(path)}' must be a path on one line (no newline, tab or other control "
+                             "character); rename the folder or give another")
+    return path
 
 
 png_path = flag_type(lambda path: path.lower().endswith(".png"),

@@ -37,6 +37,20 @@ def one_line(err, limit=400):
     return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())[:limit]
 
 
+# Characters that would break a message's one line or a table row (C0 and C1 controls, DEL, the line and paragraph
+# separators), shown as escapes; a byte that is not UTF-8 (a surrogate from Python's surrogateescape) as \xNN.
+_ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), *range(127, 160))}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+_ESCAPES.update({i: f"\\x{i - 0xDC00:02x}" for i in range(0xDC80, 0xDD00)})
+_ESCAPES.update({i: f"\\u{i:04x}" for i in range(0xD800, 0xE000) if i not in _ESCAPES})
+
+
+def escape_controls(text):
+    """`text` on one line and encodable as UTF-8: control characters and line separators escaped (\\n, \\x1b ...),
+    an undecodable byte of a path (surrogateescape) shown as \\xff."""
+    return str(text).translate(_ESCAPES)
+
+
 def run_cli(main, argv=None):
     """Call main(argv); a UserError prints one clear line to stderr and exits with status 2; Ctrl-C (or a
     StopRequested for another signal) exits with 128 + the signal's number, without a traceback."""
@@ -45,7 +59,8 @@ def run_cli(main, argv=None):
         return main(argv)
     except UserError as err:
         if not err.quiet:
-            print(f"error: {err}", file=sys.stderr, flush=True)
+            # escaped: a path holding a newline or bytes that are not UTF-8 still gives one line
+            print(f"error: {escape_controls(err)}", file=sys.stderr, flush=True)
         sys.exit(2)
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", signal.SIGINT)

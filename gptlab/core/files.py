@@ -86,7 +86,7 @@ def atomic_write(path, mode="wb", overwrite=False):
     except OSError as err:
         raise UserError(f"cannot write in {folder} ({err.strerror or err}); {write_fix(err)}") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, umasked(0o666))
         tmp_file = os.fdopen(fd, mode)
     except BaseException:
         os.close(fd)
@@ -115,6 +115,11 @@ def _umask():
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def umasked(mode):
+    """`mode` less the process's umask: what open() (0666) or mkdir (0777) would give a new file or folder."""
+    return mode & ~_umask()
 
 
 def atomic_write_text(path, text, overwrite=False):
@@ -285,38 +290,66 @@ def read_json_file(path, max_bytes):
         return None, f"is unreadable ({type(err).__name__}: {str(err)[:200]})"
 
 
-def check_output_dir(path, overwrite=False):
+def check_output_dir(path, overwrite=False, inputs=()):
     """A folder to write (by atomic_output_dir): refuse an existing one unless overwrite, a file, a symbolic link
     whatever it points at (the swap would replace the link, not the folder it names), or a place it cannot be made
-    (call before expensive work)."""
+    (call before expensive work). With overwrite, a folder that holds the current folder, or any of `inputs` (the
+    files the command reads), is refused too: replacing it would delete them."""
     if os.path.islink(path):
         raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}); give the folder itself, or a new path")
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{path} is a file; give the path of a folder to write")
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass --overwrite to replace it, or choose another folder")
+    if os.path.isdir(path):
+        folder = os.path.realpath(path)
+        for inside, what in [(os.getcwd(), "the current folder")] + [(p, p) for p in inputs]:
+            if _holds(folder, os.path.realpath(inside)):
+                raise UserError(f"{path} is or holds {what}; --overwrite would delete it with the folder: choose "
+                                "another folder to write")
     check_folder_creatable(os.path.dirname(os.path.abspath(path)))
 
 
+def _holds(folder, path):
+    return os.path.commonpath([folder, path]) == folder
+
+
 @contextlib.contextmanager
-def atomic_output_dir(path, overwrite=False):
+def atomic_output_dir(path, overwrite=False, inputs=()):
     """Yield an empty folder `path.tmp.<random>` beside path to fill; on success it becomes `path` (an existing
-    `path` is only replaced when overwrite=True), on any error it is removed. A reader never sees a half-written
-    folder. The temporary names are made by mkdtemp (unpredictable, never an existing file or a planted link);
-    check_output_dir refuses a symbolic link as path."""
-    check_output_dir(path, overwrite)
+    `path` is only replaced when overwrite=True), on any error it is removed, and an existing `path` is left as it
+    was, under its name, whatever step failed. A reader never sees a half-written folder. The temporary names are
+    made by mkdtemp (unpredictable, never an existing file or a planted link); check_output_dir refuses a symbolic
+    link as path. The folder gets the permissions `mkdir` would give (0777 less the umask), not mkdtemp's 0700."""
+    check_output_dir(path, overwrite, inputs)
     parent, name = os.path.split(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)  # OUT_DIR's parents, as `mkdir -p` would (the temporary folder goes beside)
     tmp_path = tempfile.mkdtemp(prefix=f"{name}.tmp.", dir=parent)
     try:
+        os.chmod(tmp_path, umasked(0o777))
         yield tmp_path
-        if os.path.exists(path):  # overwrite: the old folder goes only once the new one is complete
-            old_path = tempfile.mkdtemp(prefix=f"{name}.old.", dir=parent)
-            os.replace(path, old_path)  # a folder onto the empty one mkdtemp made
-            os.replace(tmp_path, path)
-            shutil.rmtree(old_path)
-        else:
-            os.replace(tmp_path, path)
+        _swap_in(tmp_path, os.path.join(parent, name))
     except BaseException:
         shutil.rmtree(tmp_path, ignore_errors=True)
         raise
+
+
+def _swap_in(tmp_path, path):
+    """Rename the complete folder tmp_path to path; an existing path goes only once the new one is in place, and
+    comes back under its name if any step fails (or is interrupted)."""
+    if not os.path.exists(path):
+        os.replace(tmp_path, path)
+        return
+    parent, name = os.path.split(path)
+    old_path = tempfile.mkdtemp(prefix=f"{name}.old.", dir=parent)
+    try:
+        os.replace(path, old_path)  # a folder onto the empty one mkdtemp made
+    except BaseException:
+        os.rmdir(old_path)
+        raise
+    try:
+        os.replace(tmp_path, path)
+    except BaseException:
+        os.replace(old_path, path)
+        raise
+    shutil.rmtree(old_path, ignore_errors=True)

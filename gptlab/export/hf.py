@@ -31,7 +31,7 @@ import tempfile
 import torch
 
 from gptlab.core.errors import UserError, one_line
-from gptlab.core.files import atomic_output_dir
+from gptlab.core.files import atomic_output_dir, umasked
 from gptlab.train.records import write_json
 
 MODELING_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "modeling_gptlab.py")
@@ -233,8 +233,8 @@ def _write_hf_folder(out_dir, *, model_state, model_source, config_fields, token
             "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eot_text, "eos_token": eot_text,
             "pad_token": eot_text, "add_bos_token": True, "add_eos_token": False,
             "clean_up_tokenization_spaces": False, "model_input_names": ["input_ids", "attention_mask"]})
-        for name in os.listdir(tmp_dir):  # safetensors writes 0600; the folder is meant to be shared
-            os.chmod(os.path.join(tmp_dir, name), 0o644)
+        for name in os.listdir(tmp_dir):  # safetensors writes 0600: each file as open() makes one, like the folder
+            os.chmod(os.path.join(tmp_dir, name), umasked(0o666))
     return out_dir
 
 

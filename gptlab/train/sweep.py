@@ -9,6 +9,7 @@ sweep's record, experiments/sweep_<name>.json, holds every point's status, run f
 recorded and the sweep goes on; running the same sweep again skips the points whose run finished (a longer grid or
 more seeds extend it). The sweep ends with the leaderboard of its runs.
 """
+import argparse
 import difflib
 import itertools
 import json
@@ -42,11 +43,42 @@ def sweep_record_path(experiments_dir, name):
 
 
 # ------------------------------------------------------------------------------------------------ the plan
-def parse_grid(specs, known_flags, switches=None):
-    """['lr_scale=0.5,1,2', ...] → [('lr_scale', ['0.5', '1', '2']), ...]; each key a flag of train_gpt.py.
-    switches: {flag: True when it has a --no- form} for train_gpt.py's flags that take no value; their grid values
-    are true / false."""
-    grid, seen, switches = [], set(), switches or {}
+# train_gpt.py's argument group of the flags that keep a run's books (gptlab/train/run.py's add_run_flags: folder,
+# checkpoints, logging, resuming, price) rather than set its experiment: a grid over one would run the same
+# experiment under several names (--log_every), or no new run at all (--resume, --dry_run)
+BOOKKEEPING_GROUP = "run"
+# flags that make train_gpt.py do something other than start a run: refused after -- too
+NOT_A_RUN_FLAGS = ("resume", "dry_run")
+
+
+def train_flags_of(parser):
+    """What parse_grid needs of train_gpt.py's parser: (flag names, switches {flag: has a --no- form} of the flags
+    that take no value, types {flag: its type=}, the bookkeeping flags)."""
+    flags = [a for a in parser._actions if a.option_strings]
+    switches = {a.dest: isinstance(a, argparse.BooleanOptionalAction) for a in flags if a.nargs == 0}
+    types = {a.dest: a.type for a in flags if callable(a.type)}
+    bookkeeping = {a.dest for group in parser._action_groups if group.title == BOOKKEEPING_GROUP
+                   for a in group._group_actions}
+    return {a.dest for a in flags}, switches, types, bookkeeping
+
+
+def _setting(text, kind):
+    """The value train_gpt.py will take from `text` (1, 1.0 and 01 are one lr_scale), or the text itself where its
+    type refuses it (that run fails, and is recorded as failed)."""
+    if kind is None:
+        return text
+    try:
+        return kind(text)
+    except (ValueError, TypeError, ArithmeticError, argparse.ArgumentTypeError):
+        return text
+
+
+def parse_grid(specs, known_flags, switches=None, types=None, bookkeeping=()):
+    """['lr_scale=0.5,1,2', ...] → [('lr_scale', ['0.5', '1', '2']), ...]; each key a flag of train_gpt.py that
+    sets the experiment (not one of `bookkeeping`), each value a different setting once parsed by the flag's type
+    (types: {flag: type}). switches: {flag: True when it has a --no- form} for train_gpt.py's flags that take no
+    value; their grid values are true / false. train_flags_of(train_gpt's parser) gives the last four."""
+    grid, seen, switches, types = [], set(), switches or {}, types or {}
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
@@ -61,18 +93,30 @@ def parse_grid(specs, known_flags, switches=None):
             raise UserError(f"--grid {key}: train_gpt.py has no flag --{key}"
                             + (f" (did you mean {', '.join('--' + c for c in close)}?)" if close else
                                "; python train_gpt.py --help lists its flags"))
+        if key in NOT_A_RUN_FLAGS:
+            raise UserError(f"--grid {key}=...: with --{key} train_gpt.py starts no new run, and a sweep runs one per "
+                            "setting; sweep over experiment settings such as --grid lr_scale=0.5,1,2 (sweep.py "
+                            "--dry_run shows the commands)")
         if key in seen:
             raise UserError(f"--grid {key} is given twice; list all its values in one --grid {key}=V1,V2,...")
+        if key in switches and not switches[key]:
+            raise UserError(f"--grid {key}: train_gpt.py's --{key} is a switch with no off form; pass it after -- to "
+                            "give it to every run")
+        if key in bookkeeping:
+            raise UserError(f"--grid {key}=...: --{key} is not an experiment setting (it keeps the run's books), so "
+                            f"the runs would be one experiment under several names; pass --{key} after -- to give "
+                            "it to every run")
         if key in switches:  # --compile / --no-compile: no value on the command line
-            if not switches[key]:
-                raise UserError(f"--grid {key}: train_gpt.py's --{key} is a switch with no off form; pass it after "
-                                "-- to give it to every run")
             values = [v.lower() for v in values]
             if not set(values) <= {"true", "false"}:
                 raise UserError(f"--grid {spec!r}: --{key} is a switch; its values are true and false, e.g. "
                                 f"--grid {key}=true,false")
-        if len(set(values)) != len(values):
-            raise UserError(f"--grid {spec!r} repeats a value; list each value once")
+        settings = [_setting(v, types.get(key)) for v in values]
+        for i, (value, setting) in enumerate(zip(values, settings)):
+            twin = next((values[j] for j in range(i) if settings[j] == setting), None)
+            if twin is not None:
+                same = "" if twin == value else f": {twin} and {value} are the same --{key} {setting!r}"
+                raise UserError(f"--grid {spec!r} repeats a value{same}; list each value once")
         seen.add(key)
         grid.append((key, values))
     return grid
@@ -143,6 +187,11 @@ class Sweep:
 def plan_sweep(name, grid, seeds, train_flags, nproc_per_node=1, switches=()):
     """Every combination of the grid for each seed, seed-major: one run of every setting before the next seed
     (name: a sweep_name, seeds: parse_seeds's list, nproc_per_node >= 1, as sweep.py's flags give them)."""
+    not_runs = sorted(flags_given(train_flags) & set(NOT_A_RUN_FLAGS))
+    if not_runs:
+        raise UserError(f"the train_gpt.py flags after -- set {', '.join('--' + c for c in not_runs)}, with which "
+                        "train_gpt.py starts no new run; a sweep runs one per setting: drop them after -- (sweep.py "
+                        "--dry_run shows the commands)")
     clash = sorted(flags_given(train_flags) & (set(SWEEP_SET_FLAGS) | {k for k, _ in grid}))
     if clash:
         raise UserError(f"the train_gpt.py flags after -- set {', '.join('--' + c for c in clash)}, which the sweep "

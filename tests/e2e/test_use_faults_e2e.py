@@ -4,7 +4,9 @@ number flags; HellaSwag rows of any length and --hellaswag_path naming something
 one `error:` line and status 2, no traceback, nothing half-written. In-process checks: tests/unit/test_use_faults.py."""
 import os
 import resource
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 
@@ -113,6 +115,37 @@ def test_export_on_a_full_disk_is_one_error_and_leaves_nothing(checkpoint, tmp_p
     (out / "config.json").write_text("{}")
     one_error(export("--overwrite"), f"could not write {out}")
     assert sorted(os.listdir(tmp_path)) == ["hf"] and os.listdir(out) == ["config.json"]
+
+
+def test_an_export_follows_the_umask_and_overwrite_never_deletes_what_it_reads(checkpoint, tmp_path):
+    """Issue 37, item 10 (docs/faults.md): the folder was 0700 while its files were 0644; both now get what
+    `mkdir` and `open` give under the umask (027 here: 0750 and 0640). --overwrite of the current folder, or of a
+    folder holding the checkpoint, is one error that leaves it whole and nothing beside it (`.` left an empty
+    NAME.old.* folder)."""
+    pytest.importorskip("safetensors")
+    ckpt, _ = checkpoint
+    out = tmp_path / "hf"
+    # export_hf.py run under umask 027, as a shell with `umask 027` would start it
+    umask_027 = f"import os, runpy, sys; os.umask(0o027); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], " \
+                "run_name='__main__')"
+    proc = run_script(["-c", umask_027, "export_hf.py", ckpt, str(out), "--no-check"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o750
+    assert {name: stat.S_IMODE(os.stat(out / name).st_mode) for name in os.listdir(out)} == {
+        name: 0o640 for name in os.listdir(out)} and "model.safetensors" in os.listdir(out)
+
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "keep.txt").write_text("mine")
+    inside = tmp_path / "run"
+    inside.mkdir()
+    held = inside / "step_000010.pt"
+    shutil.copyfile(ckpt, held)
+    for args, cwd, phrase in ((["export_hf.py", ckpt, ".", "--overwrite"], here, "the current folder"),
+                              (["export_hf.py", held, inside, "--overwrite"], REPO, str(held))):
+        one_error(run_script([os.path.join(REPO, args[0])] + args[1:], cwd=cwd), f"is or holds {phrase}")
+    assert sorted(os.listdir(tmp_path)) == ["here", "hf", "run"]
+    assert os.listdir(here) == ["keep.txt"] and os.listdir(inside) == ["step_000010.pt"]
 
 
 @pytest.mark.parametrize("flags", [["--temperature", "nan"], ["--seed", str(10**23)], ["--temperature", "-0.5"]])

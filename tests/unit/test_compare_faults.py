@@ -2,6 +2,7 @@
 items 5, 16, 19): a damaged run is left out with a line naming it and the field while the others still compare;
 reads are bounded; every division and log survives ties, zeros and negatives; bad flags are one error line."""
 import json
+import math
 import os
 import sys
 
@@ -11,7 +12,7 @@ from conftest import REPO, run_script
 from gptlab import compare as cmp
 from gptlab.compare import tables
 from gptlab.core.errors import UserError
-from gptlab.train.records import METRICS_FILE, RESULTS_FILE
+from gptlab.train.records import CONFIG_FILE, METRICS_FILE, RESULTS_FILE
 from helpers.run_folders import BASE_CODE, cells_by_run, finished_results, make_run, metrics_rows, variant
 
 sys.path.insert(0, REPO)
@@ -49,7 +50,7 @@ def _board(root, **kwargs):
     ({"train_flops": -1e15}, "'train_flops' must be 0 or more"),
     ({"final_val_bpb": -3}, "'final_val_bpb' must be 0 or more"),
     ({"n_params": {"a": 1}}, "'n_params' must be a number"),
-    ({"world_size": 1e300}, "'world_size' must be between 0 and"),
+    ({"world_size": 1e300}, "'world_size' must be an integer, got 1e+300"),
 ])
 def test_a_crafted_field_skips_that_run_and_names_it(tmp_path, changes, field):
     paths = _lab(tmp_path)
@@ -60,6 +61,61 @@ def test_a_crafted_field_skips_that_run_and_names_it(tmp_path, changes, field):
     assert len(skipped) == 1 and paths["C"] in skipped[0] and field in skipped[0], skipped
     text = cmp.render_text(board)
     assert field in text and "20260101_000000_A" in text
+
+
+def _edit_json(path, filename, **changes):
+    file = os.path.join(path, filename)
+    with open(file) as f:
+        data = json.load(f)
+    data.update(changes)
+    with open(file, "w") as f:
+        json.dump(data, f)  # nan and inf as JSON's NaN / Infinity, as Python writes them
+
+
+@pytest.mark.parametrize("filename, changes, field", [
+    (RESULTS_FILE, {"seed": -5}, "field 'seed' must be between 0 and 9223372036854775807, got -5"),
+    (RESULTS_FILE, {"seed": 2**63}, "field 'seed' must be between 0 and 9223372036854775807, got 9223372036854775808"),
+    (CONFIG_FILE, {"seed": "3"}, "field 'seed' must be an integer, got text"),
+    (RESULTS_FILE, {"seed": 1.5}, "field 'seed' must be an integer, got 1.5"),
+    (RESULTS_FILE, {"seed": True}, "field 'seed' must be an integer, got true/false"),
+    (RESULTS_FILE, {"world_size": 0}, "field 'world_size' must be between 1 and 10000000, got 0"),
+    (CONFIG_FILE, {"world_size": 2.5}, "field 'world_size' must be an integer, got 2.5"),
+    (CONFIG_FILE, {"gpu_count": -1}, "field 'gpu_count' must be between 0 and 10000000, got -1"),
+    (RESULTS_FILE, {"steps": -3}, "field 'steps' must be 0 or more, got -3"),
+    (CONFIG_FILE, {"train_steps": 0}, "field 'train_steps' must be 1 or more, got 0"),
+    (RESULTS_FILE, {"hellaswag": {"acc_norm": 0.3, "n": 10.5}}, "field 'hellaswag.n' must be an integer, got 10.5"),
+    (RESULTS_FILE, {"wall_time_s": math.inf}, "field 'wall_time_s' must be a finite number, got inf"),
+    (RESULTS_FILE, {"n_params": math.nan}, "field 'n_params' must be a finite number, got nan"),
+    (RESULTS_FILE, {"gpu_hours": -math.inf}, "field 'gpu_hours' must be a finite number, got -inf"),
+    (RESULTS_FILE, {"seed": 7}, "field 'seed' is 7 but config.json says 1"),
+])
+def test_an_impossible_record_is_skipped_naming_the_run_and_the_field(tmp_path, filename, changes, field):
+    """Issue 37, item 12 (docs/faults.md): a seed, a count or a figure no run can have is one note naming the run
+    and the field, and the run is left out."""
+    paths = _lab(tmp_path)
+    _edit_json(paths["C"], filename, **changes)
+    board = _board(tmp_path)
+    assert [r.model_name for r in board.runs] == ["B", "A"]
+    skipped = [n for n in board.notes if n.startswith("skipped")]
+    assert skipped == [f"skipped {paths['C']}: {filename} {field}"], skipped
+
+
+def test_an_impossible_record_is_never_counted_in_its_seed_group(tmp_path):
+    """Issue 37, item 12: a fourth run of a three-seed group whose results.json says seed -5 and world_size 0 was
+    counted as a fourth seed; it is left out, with a note naming it and both fields."""
+    paths = []
+    for i, (seed, bpb) in enumerate([(1, 1.300), (2, 1.304), (3, 1.296), (4, 1.100)]):
+        config = variant(seed=seed, start_time=f"2026-01-01T10:0{i}:00")
+        paths.append(make_run(str(tmp_path), f"2026010{i + 1}_000000_Base", config, metrics_rows(10, bpb, 0.3),
+                              finished_results(config, bpb, 0.3)))
+    _edit_json(paths[3], RESULTS_FILE, seed=-5, world_size=0)
+    board = _board(tmp_path)
+    groups = cmp.seed_groups(board.runs)
+    assert len(groups) == 1 and sorted(r.seed for r in groups[0].runs) == [1, 2, 3]
+    assert groups[0].stats("val_bpb")[2] == 3
+    skipped = [n for n in board.notes if n.startswith("skipped")]
+    assert len(skipped) == 1 and paths[3] in skipped[0], skipped
+    assert "'seed' must be between 0 and" in skipped[0] and "'world_size' must be between 1 and" in skipped[0]
 
 
 def test_deeply_nested_json_and_huge_numbers_are_read_safely(tmp_path):

@@ -1,12 +1,13 @@
 """The flag types of gptlab/core/cli.py at their boundaries, with the messages written out by hand: a refusal names
 the flag, the problem and the fix (tests/e2e/test_flag_types_e2e.py runs a few scripts' command lines)."""
 import argparse
+import os
 
 import pytest
 
 from gptlab.core.cli import (ArgumentParser, FlagValueError, flag_type, float_in, fraction, int_in, non_negative_float,
                              non_negative_int, or_auto, png_path, positive_float, positive_int)
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, run_cli
 
 
 @pytest.mark.parametrize("kind, text, value", [
@@ -106,3 +107,25 @@ def test_a_script_s_main_raises_the_user_error():
 
     with pytest.raises(UserError, match=r"^--nproc_per_node must be at least 1, got 0 \(see "):
         sweep.main(["--nproc_per_node", "0", "--grid", "lr_scale=1,2"])
+
+
+# bytes that are not UTF-8 in a path (a file named in Latin-1): sys.argv holds them surrogateescape'd
+NOT_UTF8 = os.fsdecode(b"runs/caf\xe9")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--name", NOT_UTF8], "--name"), (["--steps=" + NOT_UTF8], "--steps"), ([NOT_UTF8 + ".png"], "PLOT")])
+def test_a_value_that_is_not_utf8_is_refused_naming_the_flag_and_the_byte(argv, flag):
+    """docs/faults.md: a value that is not UTF-8 text is one error line naming the flag, before anything is made."""
+    with pytest.raises(UserError) as err:
+        parser().parse_args(argv)
+    assert str(err.value).startswith(f"{flag} 'runs/caf\\xe9") and "is not UTF-8 text" in str(err.value)
+
+
+def test_an_error_holding_a_newline_or_undecodable_bytes_is_printed_on_one_line(capsys):
+    def main(argv):
+        raise UserError(f"cannot write in {os.fsdecode(b'a' + bytes([10]) + b'b' + bytes([0xff]))}")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(main)
+    assert exit_.value.code == 2 and capsys.readouterr().err == "error: cannot write in a\\nb\\xff\n"

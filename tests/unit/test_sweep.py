@@ -2,6 +2,7 @@
 of the same name is refused. A real sweep on CPU: tests/e2e/test_sweep_e2e.py."""
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -57,3 +58,47 @@ def test_another_sweep_of_the_same_name_is_refused_without_overwrite(tmp_path, c
         sweep_cli.main(argv)
     sweep_cli.main(argv + ["--overwrite"])
     assert capsys.readouterr().out.count("[would run]") == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    # values train_gpt.py reads as one setting (float, int, auto-or-int types; a switch's true/True)
+    (["--grid", "lr_scale=1,1.0,01"], "repeats a value: 1 and 1.0 are the same --lr_scale 1.0; list each value once"),
+    (["--grid", "lr_scale=2,1e0,1"], "repeats a value: 1e0 and 1 are the same --lr_scale 1.0"),
+    (["--grid", "num_layers=2,3,02"], "repeats a value: 2 and 02 are the same --num_layers 2"),
+    (["--grid", "device_batch_size=auto,0256,256"], "repeats a value: 0256 and 256 are the same --device_batch_size"),
+    (["--grid", "compile=true,True"], "repeats a value"),
+    # flags that start no new run, in the grid or after --
+    (["--grid", "resume=a.pt,b.pt"], "--grid resume=...: with --resume train_gpt.py starts no new run"),
+    (["--grid", "dry_run=true,false"], "--grid dry_run=...: with --dry_run train_gpt.py starts no new run"),
+    (["--grid", "lr_scale=1,2", "--", "--resume", "a.pt"], "after -- set --resume, with which train_gpt.py starts no"),
+    (["--grid", "lr_scale=1,2", "--", "--dry_run"], "after -- set --dry_run, with which train_gpt.py starts no"),
+    # the run's bookkeeping: one experiment under several names
+    (["--grid", "log_every=1,10"], "--grid log_every=...: --log_every is not an experiment setting"),
+    (["--grid", "checkpoint_every=0,5"], "--checkpoint_every is not an experiment setting"),
+    (["--grid", "usd_per_gpu_hour=1,2"], "--usd_per_gpu_hour is not an experiment setting"),
+    (["--grid", "wandb=a,b"], "--wandb is not an experiment setting"),
+])
+def test_a_grid_that_is_not_distinct_experiments_is_refused_before_anything_runs(argv, message, tmp_path):
+    """Issue 37, item 11 (docs/faults.md): `--grid lr_scale=1,1.0,01` ran one setting three times under three
+    names, and `--grid resume=a,b` was accepted; each is one error, before any run or record."""
+    with pytest.raises(UserError) as err:
+        sweep_cli.main(["--experiments_dir", str(tmp_path)] + argv)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_values_that_differ_as_settings_all_run(tmp_path, capsys):
+    sweep_cli.main(["--grid", "lr_scale=1,1.5,0.1", "--grid", "device_batch_size=auto,256", "--experiments_dir",
+                    str(tmp_path), "--dry_run"])
+    assert capsys.readouterr().out.count("[would run]") == 6
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("a\nb", "--experiments_dir 'a\\nb' must be a path on one line"), ("", "--experiments_dir must not be empty")])
+def test_an_experiments_dir_the_sweep_cannot_read_back_is_refused(tmp_path, monkeypatch, folder, message):
+    """Each run's folder is read back from its one "run folder: PATH" line: a newline in --experiments_dir would
+    cut it, and every finished run would be recorded as failed (issue 37, item 7's odd names)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="^" + re.escape(message)):
+        sweep_cli.main(["--grid", "lr_scale=1,2", "--experiments_dir", folder])
+    assert os.listdir(tmp_path) == []
