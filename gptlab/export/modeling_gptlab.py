@@ -14,7 +14,8 @@ and its sibling only, so it cannot be imported from the gptlab package itself (t
   front, in order, and the batch runs as one, its padding behind them, where causal attention keeps it from them;
   the logits go back to the real positions. So a padded row gets the logits it would get alone.
 - generate() keeps one model.py KVCache per row (rows with different padding need their own positions), fed only
-  the row's real new tokens; it is returned as past_key_values. Plain forward calls run without it.
+  the row's real new tokens; it is returned as past_key_values (cache in transformers >= 5.24). Plain forward
+  calls run without it.
 - The model runs under no_grad (GPT.predict): this wrapper is for inference and evaluation; train with gptlab.
 """
 import copy
@@ -29,6 +30,16 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 # file again for another folder of that name, but would keep the first folder's gptlab_model
 sys.modules.pop(f"{__package__}.gptlab_model", None)
 from .gptlab_model import GPT, GPTConfig, KVCache  # noqa: E402
+
+# transformers 5.24 renamed past_key_values to cache (in generate's kwargs and in the outputs); older ones know only
+# the old name: take either, return the one this version's outputs have
+_CACHE_FIELD = "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
+
+
+def _our_cache(past_key_values, kwargs):
+    """The GptlabCache given under either name, or None (transformers' own caches are not ours)."""
+    given = kwargs.pop("cache", None) if past_key_values is None else past_key_values
+    return given if isinstance(given, GptlabCache) else None
 
 
 class GptlabConfig(PretrainedConfig):
@@ -94,10 +105,10 @@ class GptlabForCausalLM(PreTrainedModel, GenerationMixin):
         return False  # our own cache (GptlabCache), made by the first forward with use_cache
 
     def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None, labels=None,
-                return_dict=None, **kwargs):
+                return_dict=None, **kwargs):  # the cache as past_key_values or cache (transformers >= 5.24)
         """logits (B, T, vocab_size) in float32. With use_cache=True or a GptlabCache in past_key_values, input_ids
         are the columns after the cache's (attention_mask may cover all columns) and the cache comes back."""
-        cache = past_key_values if isinstance(past_key_values, GptlabCache) else None  # not transformers' own
+        cache = _our_cache(past_key_values, kwargs)
         if cache is not None or use_cache:
             logits, cache = self._cached_logits(input_ids, attention_mask, cache)
         else:
@@ -105,7 +116,7 @@ class GptlabForCausalLM(PreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:  # transformers' convention: labels are the inputs, shifted here
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
-        out = CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+        out = CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
         return out if return_dict is not False else out.to_tuple()
 
     def _logits(self, input_ids, attention_mask):
@@ -138,11 +149,10 @@ class GptlabForCausalLM(PreTrainedModel, GenerationMixin):
 
     def prepare_inputs_for_generation(self, input_ids, past_key_values=None, attention_mask=None, use_cache=None,
                                       **kwargs):
-        cache = past_key_values if isinstance(past_key_values, GptlabCache) else None
+        cache = _our_cache(past_key_values, kwargs)
         if cache is not None:
             input_ids = input_ids[:, cache.seen:]  # only the new columns
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "past_key_values": cache,
-                "use_cache": use_cache}
+        return {"input_ids": input_ids, "attention_mask": attention_mask, _CACHE_FIELD: cache, "use_cache": use_cache}
 
     def _reorder_cache(self, past_key_values, beam_idx):
         """Beam search: row i takes beam_idx[i]'s cache; a row taken twice is copied (the model is shared)."""
