@@ -88,8 +88,13 @@ def write_payload(path, payload, overwrite=False):
         if not isinstance(failed_write, OSError) and "writ" not in str(err):
             raise
         reason = getattr(failed_write, "strerror", None) or str(err).splitlines()[0][:200]
-        raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
-                        "(or fix the folder) and resume from the last checkpoint") from None
+        raise UserError(write_failure(path, reason)) from None
+
+
+def write_failure(path, reason):
+    """The one line for a checkpoint (file or sharded folder) that did not fit on the disk."""
+    return (f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space (or fix the "
+            "folder) and resume from the last checkpoint")
 
 
 def _save_unnamed_then_link(path, payload):
@@ -149,7 +154,7 @@ def payload_sha256(payload):
     return digest.hexdigest()
 
 
-def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True):
+def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True, trust_code=False):
     """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
 
     The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
@@ -157,11 +162,12 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
     that converts it (allow_old=True reads it anyway: the converter does). A folder is a sharded checkpoint
     (train_gpt.py --shard_params; gptlab.train.sharded_checkpoint): every file is checked against its manifest,
     and "model" holds the whole weights (load_weights=False: meta tensors of their shapes, for a resume that reads
-    the shards itself).
+    the shards itself). Its DCP index (a pickle) is read with an allow-list of DCP's own classes, and non-tensor
+    entries (pickles too) are refused, unless trust_code (the tools' --trust_model_code).
     """
     if os.path.isdir(path):
         from gptlab.train import sharded_checkpoint  # (it builds on this module)
-        return sharded_checkpoint.load(path, load_weights=load_weights)
+        return sharded_checkpoint.load(path, load_weights=load_weights, trust_code=trust_code)
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"
                         f"{CHECKPOINT_DIR}/ folder")
