@@ -23,6 +23,7 @@ The same functions restore a checkpoint into a run of either kind: a sharded fol
 this rank's blocks) or into an unsharded one (whole tensors), and a one-file checkpoint into a sharded run (each
 rank keeps its blocks of the whole tensors). Multi-node runs need the folder on a filesystem every node sees.
 """
+import contextlib
 import errno
 import hashlib
 import os
@@ -59,12 +60,12 @@ def save(path, ctx, model, optimizers, **bookkeeping):
         raise UserError(f"{path} already exists; checkpoints are never overwritten")
     token = dist_utils.broadcast_object(ctx, uuid.uuid4().hex[:12])
     partial = f"{path}.partial-{token}"
-    failure = None
+    failure, writer = None, _recording_writer(partial)
     try:
         os.makedirs(partial, exist_ok=True)
-        dcp.save(state_entries(model, optimizers), checkpoint_id=partial)
+        dcp.save(state_entries(model, optimizers), storage_writer=writer)
     except (Exception, CheckpointException) as err:  # DCP raises its ranks' failures on every rank
-        failure = err
+        failure = writer.fs.failed_writes[-1] if writer.fs.failed_writes else err
     _agree_on_failure(ctx, path, partial, failure, dist_utils.all_gather_objects)
     files = sorted(name for name in os.listdir(partial) if name != META_FILE)
     mine = {name: _file_record(os.path.join(partial, name)) for i, name in enumerate(files)
@@ -89,6 +90,42 @@ def save(path, ctx, model, optimizers, **bookkeeping):
     return path
 
 
+def _recording_writer(folder):
+    """DCP's FileSystemWriter for `folder`, whose files keep the OSError of a write that failed (a full disk):
+    torch.save inside DCP reports it only as "unexpected pos", and DCP passes its ranks' failures around pickled,
+    without their causes."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class RecordedWrites:
+        def __init__(self, stream, failed):
+            self._stream, self._failed = stream, failed
+
+        def write(self, data):
+            try:
+                return self._stream.write(data)
+            except OSError as err:
+                self._failed.append(err)
+                raise
+
+        def __getattr__(self, name):
+            return getattr(self._stream, name)
+
+    class RecordingFileSystem(FileSystem):
+        def __init__(self):
+            super().__init__()
+            self.failed_writes = []
+
+        @contextlib.contextmanager
+        def create_stream(self, path, mode):
+            with super().create_stream(path, mode) as stream:
+                yield RecordedWrites(stream, self.failed_writes) if "r" not in mode else stream
+
+    writer = FileSystemWriter(folder)
+    writer.fs = RecordingFileSystem()
+    return writer
+
+
 def _agree_on_failure(ctx, path, partial, err, share):
     """Collective: every rank learns whether any failed (share(ctx, this rank's report) → the reports it sees). A
     failure removes the temporary folder (rank 0) and is raised on every rank: a full disk as one UserError that
@@ -100,9 +137,9 @@ def _agree_on_failure(ctx, path, partial, err, share):
     if ctx.is_main:
         shutil.rmtree(partial, ignore_errors=True)
     dist_utils.barrier(ctx)  # the folder is gone before any rank reports
-    if mine == "":
-        raise err
     message = next((report for report in reports if report), None)
+    if message is None and err is not None:  # no rank ran out of room: a bug, with its traceback
+        raise err
     raise UserError(message or f"could not write checkpoint {path}: another rank failed (see its error)",
                     quiet=not ctx.is_main)
 

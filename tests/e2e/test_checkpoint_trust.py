@@ -11,7 +11,9 @@ code would create a marker file; the tests assert it does not exist.
 import json
 import os
 import pickle
+import resource
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -130,23 +132,34 @@ def test_trust_model_code_reads_it_as_before(genuine, tmp_path):
     assert marker.read_text() == "ran"
 
 
-def test_a_full_disk_during_a_sharded_save_is_one_error_and_a_failed_run(tiny, tmp_path):
-    """Files may not grow past 1 MB (RLIMIT_FSIZE for torchrun and its ranks, SIGXFSZ ignored: writes fail as on a
-    full disk): the logs and the code backup fit, each rank's ~1.7 MB block file of the step-2 checkpoint does
-    not. Expected as for one file (docs/faults.md): one error line, results.json failed with it, nothing left."""
+@pytest.mark.parametrize("disk", ["fsize", "tmpfs"])
+def test_a_full_disk_during_a_sharded_save_is_one_error_and_a_failed_run(tiny, tmp_path, disk):
+    """fsize: files may not grow past 1 MB (RLIMIT_FSIZE for torchrun and its ranks, SIGXFSZ ignored: writes fail
+    with EFBIG); tmpfs: the run folder on a 2 MiB tmpfs (a real ENOSPC). The logs and the code backup (~0.3 MB)
+    fit, the step-2 checkpoint's two ~1.7 MB block files do not. Expected as for one file (docs/faults.md): one
+    error line, results.json failed with it, nothing half-written left."""
+    exps = tmp_path / "exps"
+    exps.mkdir()
+    limit = 1 << 20 if disk == "fsize" else resource.RLIM_INFINITY
+    if disk == "tmpfs":
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(exps)]).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (the fsize variant covers a full disk)")
     launcher = ("import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-                "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); sys.argv = ['torchrun'] + sys.argv[1:]; "
+                f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); sys.argv = ['torchrun'] + sys.argv[1:]; "
                 "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)")
-    port = str(free_port())
-    proc = run_script(["-c", launcher, "--nproc_per_node=2", "--master_port", port, "train_gpt.py"]
-                      + tiny_args(tiny, tmp_path, shard_params=True, **RUN_FLAGS))
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr[-5000:]
-    assert errors[0].startswith("error: could not write checkpoint ") and "step_000002:" in errors[0], errors[0]
-    assert "File too large" in errors[0] or "No space left" in errors[0], errors[0]
-    assert "[rank0]" not in proc.stderr and "[rank1]" not in proc.stderr, proc.stderr[-5000:]  # no rank's traceback
-    run_dir = only_run_dir(tmp_path)
-    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
-        results = json.load(f)
-    assert results["status"] == "failed" and results["error"] == errors[0][len("error: "):], results
-    assert os.listdir(os.path.join(run_dir, records.CHECKPOINT_DIR)) == []  # no step_000002.partial-* left
+    try:
+        proc = run_script(["-c", launcher, "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+                          + tiny_args(tiny, exps, shard_params=True, **RUN_FLAGS))
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, proc.stderr[-5000:]
+        assert errors[0].startswith("error: could not write checkpoint ") and "step_000002:" in errors[0], errors[0]
+        assert "File too large" in errors[0] or "No space left" in errors[0], errors[0]
+        assert "[rank0]" not in proc.stderr and "[rank1]" not in proc.stderr, proc.stderr[-5000:]  # no rank's traceback
+        run_dir = only_run_dir(exps)
+        with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
+            results = json.load(f)
+        assert results["status"] == "failed" and results["error"] == errors[0][len("error: "):], results
+        assert os.listdir(os.path.join(run_dir, records.CHECKPOINT_DIR)) == []  # no step_000002.partial-* left
+    finally:
+        if disk == "tmpfs":
+            subprocess.run(["umount", str(exps)], check=True)
