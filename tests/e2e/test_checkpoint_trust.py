@@ -24,6 +24,7 @@ from test_faults import assert_one_clear_error
 from test_shard_params import FLAGS, torchrun
 from gptlab.train import checkpointing, records, sharded_checkpoint
 
+INDEX, META = ".metadata", "checkpoint.pt"  # DCP's index and the bookkeeping with the manifest (docs/faults.md)
 RUN_FLAGS = dict(FLAGS, train_steps=2, checkpoint_every=2, val_loss_every=0, hellaswag_limit=0, sample_tokens=0)
 
 
@@ -48,10 +49,10 @@ class _RunsCode:
 def _resign(folder):
     """Recompute the manifest in folder/checkpoint.pt for the files there now, and its checksum: what anyone who
     edits a folder can do."""
-    meta_path = os.path.join(folder, sharded_checkpoint.META_FILE)
+    meta_path = os.path.join(folder, META)
     payload = torch.load(meta_path, weights_only=True)
     payload["sharded"]["files"] = {name: sharded_checkpoint._file_record(os.path.join(folder, name))
-                                   for name in sorted(os.listdir(folder)) if name != sharded_checkpoint.META_FILE}
+                                   for name in sorted(os.listdir(folder)) if name != META}
     payload["sha256"] = checkpointing.payload_sha256(payload)
     os.remove(meta_path)
     torch.save(payload, meta_path)
@@ -63,7 +64,7 @@ def craft(genuine, folder, variant, marker):
     (the tools would work and exit 0); bytes: .metadata is genuine DCP classes only, but lm_head.weight is a
     non-tensor entry whose bytes (a new .distcp file) DCP unpickles with torch.load(weights_only=False)."""
     shutil.copytree(genuine, folder)
-    index = os.path.join(folder, sharded_checkpoint.DCP_INDEX)
+    index = os.path.join(folder, INDEX)
     with open(index, "rb") as f:
         real = f.read()
     touch = f"open({str(marker)!r}, 'w').write('ran')"
