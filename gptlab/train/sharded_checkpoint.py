@@ -51,9 +51,9 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 
 def save(path, ctx, model, optimizers, **bookkeeping):
     """Collective: write the sharded checkpoint folder `path`. bookkeeping: checkpointing.checkpoint_payload's
-    arguments other than the model state and optimizer states (dataloader_state, rng_states, args, ...)."""
+    arguments other than the model state and optimizer states (dataloader_state, rng_states, args, ...). A write
+    that fails on any rank (a full disk) fails on every rank, with no temporary folder left (_agree_on_failure)."""
     import torch.distributed.checkpoint as dcp
-
     from torch.distributed.checkpoint.api import CheckpointException  # (a BaseException)
 
     if os.path.exists(path):
