@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import random
+import re
 
 import torch
 
@@ -176,6 +177,9 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
     except PermissionError:
         raise UserError(f"checkpoint {path} is not readable (permission denied); check its permissions") from None
     except Exception as err:
+        named = refused_global(err)
+        if named:
+            raise UserError(code_in_pickle(f"checkpoint {path}", named)) from None
         first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {first_line}); it is damaged or "
                         "not a gptlab checkpoint") from None
@@ -199,6 +203,23 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
         raise UserError(f"checkpoint {path} has format_version {version}, from before checkpoints carried their "
                         f"model's source; convert it once with: {CONVERT_HINT} {path}")
     return payload
+
+
+def refused_global(err):
+    """What a weights-only torch.load refused to call (its long message names it: "GLOBAL builtins.eval"), or None
+    for another error."""
+    text = str(err)
+    if "Weights only load failed" not in text:
+        return None
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    return found.group(1) if found else "something that is not a plain value"
+
+
+def code_in_pickle(what, named):
+    """The refusal of a weights-only file that names code: torch.load never ran it, and no flag makes it run."""
+    return (f"{what} cannot be read: it holds a pickle that names {named} (code, where checkpoints hold only tensors "
+            "and plain values); it was not run, and is refused even with --trust_model_code: the file is damaged or "
+            "was made to run code")
 
 
 def _short_repr(value, limit=60):

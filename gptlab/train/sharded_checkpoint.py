@@ -377,6 +377,9 @@ def _dcp_load(state, path, metadata, trust_code, no_dist):
         refusal = next((e for e in inner if isinstance(e, UserError)), None)
         if refusal is not None:
             raise UserError(str(refusal)) from None
+        named = next((checkpointing.refused_global(e) for e in inner if checkpointing.refused_global(e)), None)
+        if named:  # a tensor block that is a pickle of code: torch.load(weights_only=True) refused it
+            raise UserError(checkpointing.code_in_pickle(f"sharded checkpoint {path}", named)) from None
         reason = str(inner[0] if inner else err).strip().splitlines()
         raise UserError(f"sharded checkpoint {path} cannot be read ({type(inner[0] if inner else err).__name__}: "
                         f"{(reason[-1] if reason else '')[:200]}); it is damaged or not a gptlab checkpoint") from None

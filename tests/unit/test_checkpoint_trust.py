@@ -3,6 +3,7 @@ docs/faults.md "Loading never runs a stranger's code"): the allow-list unpickler
 may point at. The tools end to end: tests/e2e/test_checkpoint_trust.py."""
 import os
 import pickle
+import re
 import warnings
 
 import pytest
@@ -106,3 +107,36 @@ def test_an_index_naming_code_is_refused_before_anything_runs_and_read_as_dcp_do
     assert not marker.exists()
     sc.read_index(folder, manifest(folder), trust_code=True)
     assert marker.exists()
+
+
+def test_a_checkpoint_file_whose_pickle_names_code_is_refused_and_never_run(tmp_path):
+    """One-file checkpoints (and a folder's checkpoint.pt) are read as weights only: code in them never runs, with
+    or without the flag, and the refusal names what the pickle called."""
+    from gptlab.train import checkpointing
+
+    marker, path = tmp_path / "ran", tmp_path / "step_000001.pt"
+    torch.save({"format": "gptlab-checkpoint", "optimizers": [_Calls(exec, f"open({str(marker)!r}, 'w').close()")]},
+               path)
+    with pytest.raises(UserError) as info:
+        checkpointing.load_checkpoint(str(path))
+    assert re.search(r"names (builtins\.)?exec ", str(info.value)) and "--trust_model_code" in str(info.value)
+    assert "\x1b" not in str(info.value) and not marker.exists()
+
+
+def test_a_tensor_block_that_is_a_pickle_of_code_is_refused_and_never_run(folder, tmp_path):
+    """DCP reads tensor blocks with torch.load(weights_only=True): a block replaced by a pickle of code (the index
+    and the manifest made to point at it) is one clear refusal, not DCP's multi-rank report."""
+    marker = tmp_path / "ran"
+    torch.save(_Calls(exec, f"open({str(marker)!r}, 'w').close()"), os.path.join(folder, "__7_0.distcp"))
+
+    def point_at_it(metadata):
+        info = _storage(metadata)
+        info.relative_path, info.offset = "__7_0.distcp", 0
+        info.length = os.path.getsize(os.path.join(folder, "__7_0.distcp"))
+
+    rewrite_index(folder, point_at_it)
+    metadata = sc.read_index(folder, manifest(folder))
+    with pytest.raises(UserError) as info:
+        sc._dcp_load({"model": {"w": torch.zeros(2, 3)}}, folder, metadata, False, no_dist=True)
+    assert re.search(r"names (builtins\.)?exec ", str(info.value)) and folder in str(info.value), str(info.value)
+    assert not marker.exists()
