@@ -1,6 +1,8 @@
 """Reading DCP's index (.metadata, a pickle) of a sharded checkpoint without running code from it (issue 37, item 1;
 docs/faults.md "Loading never runs a stranger's code"): the allow-list unpickler, and the checks of what the index
 may point at. The tools end to end: tests/e2e/test_checkpoint_trust.py."""
+import contextlib
+import errno
 import os
 import pickle
 import re
@@ -140,3 +142,45 @@ def test_a_tensor_block_that_is_a_pickle_of_code_is_refused_and_never_run(folder
         sc._dcp_load({"model": {"w": torch.zeros(2, 3)}}, folder, metadata, False, no_dist=True)
     assert re.search(r"names (builtins\.)?exec ", str(info.value)) and folder in str(info.value), str(info.value)
     assert not marker.exists()
+
+
+def test_a_sharded_save_on_a_full_disk_is_one_error_and_leaves_no_folder(tmp_path, monkeypatch):
+    """Item 4 on one process (tests/e2e/test_checkpoint_trust.py: 2 ranks): the disk fills while DCP writes the
+    blocks (torch.save inside DCP turns the ENOSPC into "unexpected pos"); the message is the one-file path's
+    (docs/faults.md) and names the final folder; nothing is left in the checkpoints folder."""
+    from torch.distributed.checkpoint import filesystem
+
+    from gptlab.core.distributed import DistContext
+
+    real_create_stream = filesystem.FileSystem.create_stream
+
+    class FullDisk:
+        def __init__(self, stream):
+            self._stream = stream
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self._stream, name)
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        with real_create_stream(self, path, mode) as stream:
+            yield FullDisk(stream) if str(path).endswith(".distcp") else stream
+
+    monkeypatch.setattr(filesystem.FileSystem, "create_stream", create_stream)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    ctx = DistContext(0, 0, 1, torch.device("cpu"), None)
+    path = str(tmp_path / "checkpoints" / "step_000001")
+    os.makedirs(os.path.dirname(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(UserError) as info:
+            sc.save(path, ctx, model, [opt], model_config={}, step=1)
+    assert str(info.value).startswith(f"could not write checkpoint {path}: No space left on device. Nothing "
+                                      "half-written was left"), str(info.value)
+    assert os.listdir(tmp_path / "checkpoints") == []
