@@ -1,6 +1,6 @@
 """Reading DCP's index (.metadata, a pickle) of a sharded checkpoint without running code from it (issue 37, item 1;
 docs/faults.md "Loading never runs a stranger's code"): the allow-list unpickler, and the checks of what the index
-may point at. The tools end to end: tests/e2e/test_checkpoint_trust.py."""
+may point at. The tools end to end: tests/e2e/test_checkpoint_trust_e2e.py."""
 import contextlib
 import errno
 import os
@@ -145,7 +145,7 @@ def test_a_tensor_block_that_is_a_pickle_of_code_is_refused_and_never_run(folder
 
 
 def test_a_sharded_save_on_a_full_disk_is_one_error_and_leaves_no_folder(tmp_path, monkeypatch):
-    """Item 4 on one process (tests/e2e/test_checkpoint_trust.py: 2 ranks): the disk fills while DCP writes the
+    """Item 4 on one process (tests/e2e/test_checkpoint_trust_e2e.py: 2 ranks): the disk fills while DCP writes the
     blocks (torch.save inside DCP turns the ENOSPC into "unexpected pos"); the message is the one-file path's
     (docs/faults.md) and names the final folder; nothing is left in the checkpoints folder."""
     from torch.distributed.checkpoint import filesystem
