@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import random
+import re
 
 import torch
 
@@ -88,8 +89,13 @@ def write_payload(path, payload, overwrite=False):
         if not isinstance(failed_write, OSError) and "writ" not in str(err):
             raise
         reason = getattr(failed_write, "strerror", None) or str(err).splitlines()[0][:200]
-        raise UserError(f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space "
-                        "(or fix the folder) and resume from the last checkpoint") from None
+        raise UserError(write_failure(path, reason)) from None
+
+
+def write_failure(path, reason):
+    """The one line for a checkpoint (file or sharded folder) that did not fit on the disk."""
+    return (f"could not write checkpoint {path}: {reason}. Nothing half-written was left; free space (or fix the "
+            "folder) and resume from the last checkpoint")
 
 
 def _save_unnamed_then_link(path, payload):
@@ -149,7 +155,7 @@ def payload_sha256(payload):
     return digest.hexdigest()
 
 
-def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True):
+def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True, trust_code=False):
     """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
 
     The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
@@ -157,11 +163,12 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
     that converts it (allow_old=True reads it anyway: the converter does). A folder is a sharded checkpoint
     (train_gpt.py --shard_params; gptlab.train.sharded_checkpoint): every file is checked against its manifest,
     and "model" holds the whole weights (load_weights=False: meta tensors of their shapes, for a resume that reads
-    the shards itself).
+    the shards itself). Its DCP index (a pickle) is read with an allow-list of DCP's own classes, and non-tensor
+    entries (pickles too) are refused, unless trust_code (the tools' --trust_model_code).
     """
     if os.path.isdir(path):
         from gptlab.train import sharded_checkpoint  # (it builds on this module)
-        return sharded_checkpoint.load(path, load_weights=load_weights)
+        return sharded_checkpoint.load(path, load_weights=load_weights, trust_code=trust_code)
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"
                         f"{CHECKPOINT_DIR}/ folder")
@@ -170,6 +177,9 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
     except PermissionError:
         raise UserError(f"checkpoint {path} is not readable (permission denied); check its permissions") from None
     except Exception as err:
+        named = refused_global(err)
+        if named:
+            raise UserError(code_in_pickle(f"checkpoint {path}", named)) from None
         first_line = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {first_line}); it is damaged or "
                         "not a gptlab checkpoint") from None
@@ -193,6 +203,23 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
         raise UserError(f"checkpoint {path} has format_version {version}, from before checkpoints carried their "
                         f"model's source; convert it once with: {CONVERT_HINT} {path}")
     return payload
+
+
+def refused_global(err):
+    """What a weights-only torch.load refused to call (its long message names it: "GLOBAL builtins.eval"), or None
+    for another error."""
+    text = str(err)
+    if "Weights only load failed" not in text:
+        return None
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+    return found.group(1) if found else "something that is not a plain value"
+
+
+def code_in_pickle(what, named):
+    """The refusal of a weights-only file that names code: torch.load never ran it, and no flag makes it run."""
+    return (f"{what} cannot be read: it holds a pickle that names {named} (code, where checkpoints hold only tensors "
+            "and plain values); it was not run, and is refused even with --trust_model_code: the file is damaged or "
+            "was made to run code")
 
 
 def _short_repr(value, limit=60):

@@ -30,6 +30,8 @@ def build_parser():
                    help="the model.py to attach (default: today's model.py)")
     p.add_argument("--show", action="store_true", help="print the model source the checkpoint carries and exit")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p.add_argument("--trust_model_code", action="store_true",
+                   help="read a sharded checkpoint folder whose DCP index names code (refused by default)")
     p.add_argument("--unverified", action="store_true",
                    help="convert a format-1 checkpoint, which carries no checksum (its content cannot be verified)")
     return p
@@ -79,7 +81,7 @@ def _torch_adam_state(state):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    payload = checkpointing.load_checkpoint(args.checkpoint, allow_old=True)
+    payload = checkpointing.load_checkpoint(args.checkpoint, allow_old=True, trust_code=args.trust_model_code)
     if args.show:
         source = payload.get("model_source")
         if not source:

@@ -198,7 +198,7 @@ def check_weights_fit(module, model_config, state, origin):
 def load_model(path, device="cpu", trust_code=False):
     """(model in eval mode on device, its module, the checkpoint dict) from a checkpoint file, built from the model
     source the checkpoint carries (see module_for)."""
-    ckpt = checkpointing.load_checkpoint(path)
+    ckpt = checkpointing.load_checkpoint(path, trust_code=trust_code)  # (a sharded folder's index is a pickle)
     if not ckpt["model"]:
         raise UserError(f"checkpoint {path} has a malformed 'model' entry (an empty dict; it must be a non-empty dict "
                         "of parameter names to tensors); it is damaged or not a gptlab checkpoint")

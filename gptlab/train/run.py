@@ -111,7 +111,8 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     if not args.resume:
         return args, None
     # a sharded checkpoint's weights are read by each rank's share later (restore_training_state)
-    ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False)
+    ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False,
+                                         trust_code=getattr(args, "trust_model_code", False))
     given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
     for key in _RUN_IDENTITY_FLAGS:  # the checkpoint's weights and data order already follow its value
         if key in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
