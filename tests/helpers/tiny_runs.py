@@ -45,3 +45,27 @@ def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
         assert part in str(info.value), str(info.value)
     assert not glob.glob(str(tmp_path / "exps" / "*"))
     return str(info.value)
+
+
+def run_acting(argv, at, do, ranks=1, **env):
+    """train_gpt.py `argv` through tests/helpers/act_at_train.py: GPTLAB_TEST_DO `do` at GPTLAB_TEST_AT `at` (on
+    `ranks` torchrun ranks when more than 1); the CompletedProcess."""
+    from conftest import free_port, run_script
+
+    script = os.path.join("tests", "helpers", "act_at_train.py")
+    launch = [script] if ranks == 1 else ["torchrun", f"--nproc_per_node={ranks}", "--master_port", free_port(), script]
+    return run_script(launch + argv, env_extra=dict(env, GPTLAB_TEST_AT=at, GPTLAB_TEST_DO=do))
+
+
+def run_recorded_command(command):
+    """Run a command a run recorded (`python train_gpt.py ...` or `torchrun --nproc_per_node=N train_gpt.py ...`)
+    as written, on a free port; the CompletedProcess."""
+    import shlex
+
+    from conftest import free_port, run_script
+
+    words = shlex.split(command)
+    if words[0] == "torchrun":
+        return run_script(words[:2] + ["--master_port", free_port()] + words[2:])
+    assert words[0] == "python", command
+    return run_script(words[1:])
