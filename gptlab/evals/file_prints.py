@@ -5,20 +5,10 @@ error instead of scoring other examples under the same label.
     prints = FilePrints([hellaswag_path, *suite_files])   # at start; files missing then are left out
     prints.check(path)                                    # before an evaluation reads path: a UserError if changed
 """
-import hashlib
 import os
 
 from gptlab.core.errors import UserError
-
-_CHUNK = 1 << 20
-
-
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+from gptlab.data.hellaswag import sha256_file as file_sha256
 
 
 class FilePrints:

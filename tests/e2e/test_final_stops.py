@@ -3,14 +3,13 @@ final validation, after the final checkpoint, during the final HellaSwag or whil
 a run recorded as interrupted with the figures computed before the signal and a checkpoint of the last step; its
 recorded resume command runs only the missing evaluations and finishes the run with the figures of the
 uninterrupted run (docs/faults.md, 'SIGTERM (preemption) and Ctrl-C' and 'Checkpoints and resume')."""
-import json
 import os
 import sys
 
 import pytest
 
 from conftest import HELLASWAG_VAL, SHARED_DATA, run_script
-from helpers.tiny_runs import only_run_dir, run_acting, run_recorded_command, tiny_args
+from helpers.tiny_runs import only_run_dir, run_acting, run_json, run_recorded_command, tiny_args
 from gptlab.train import records
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
@@ -22,8 +21,7 @@ FINAL = ("final_val_loss", "final_val_bpb", "hellaswag")
 
 
 def results_of(run_dir):
-    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
-        return json.load(f)
+    return run_json(run_dir, records.RESULTS_FILE)
 
 
 @pytest.fixture(scope="module")

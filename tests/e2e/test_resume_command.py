@@ -8,14 +8,13 @@ The flags exercised are those that change a CPU run's numbers: --dtype bfloat16 
 another order) and --shard_params (2 gloo ranks: auto is unsharded, with one-file checkpoints). The others
 (--compile, --attention flex, a CUDA --device) need a GPU; tests/unit/test_run.py checks that their words are kept.
 """
-import json
 import os
 import sys
 
 import pytest
 
 from conftest import SHARED_DATA
-from helpers.tiny_runs import run_acting, run_recorded_command, tiny_args
+from helpers.tiny_runs import run_acting, run_json, run_metric, run_recorded_command, tiny_args
 from gptlab.train import records
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
@@ -29,14 +28,8 @@ def run_dirs(exp_dir):
     return sorted(os.path.join(exp_dir, d) for d in os.listdir(exp_dir) if not d.startswith("."))
 
 
-def figures(run_dir, column):
-    return {r["step"]: r[column] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
-            if r[column] is not None}
-
-
 def results_of(run_dir):
-    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
-        return json.load(f)
+    return run_json(run_dir, records.RESULTS_FILE)
 
 
 @pytest.mark.parametrize("flags, words, ranks", [
@@ -63,14 +56,13 @@ def test_the_recorded_resume_command_continues_the_uninterrupted_curve(tiny, tmp
     resumed = run_recorded_command(results["resume_command"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     second = run_dirs(tmp_path / "stopped")[1]  # the checkpoint's --experiments_dir
-    with open(os.path.join(second, records.CONFIG_FILE)) as f:
-        config = json.load(f)
+    config = run_json(second, records.CONFIG_FILE)
     for key, value in flags.items():
         if value is not None:
             assert config[key] == value, (key, config[key])
-    want = figures(run_dirs(tmp_path / "straight")[0], "train_loss")
-    got = figures(second, "train_loss")
+    want = run_metric(run_dirs(tmp_path / "straight")[0], "train_loss")
+    got = run_metric(second, "train_loss")
     assert sorted(got) == list(range(STOP_AT + 1, STEPS + 1))
     assert got == {step: want[step] for step in got}  # bit for bit, as written in metrics.csv
-    assert figures(second, "val_loss") == {step: figures(run_dirs(tmp_path / "straight")[0], "val_loss")[step]
+    assert run_metric(second, "val_loss") == {step: run_metric(run_dirs(tmp_path / "straight")[0], "val_loss")[step]
                                            for step in (4, 6)}

@@ -2,6 +2,7 @@
 end-to-end runs (tests/e2e/test_train_gpt_e2e.py, tests/e2e/test_dashboards.py): the flags of a tiny run on the
 `tiny` dataset (tests/conftest.py), its run folder, and an in-process run that must fail on bad input."""
 import glob
+import json
 import os
 import sys
 
@@ -35,6 +36,20 @@ def only_run_dir(exp_dir, name="tiny"):
     dirs = sorted(glob.glob(os.path.join(str(exp_dir), f"*_{name}*")))
     assert len(dirs) == 1, dirs
     return dirs[0]
+
+
+def run_metric(run_dir, column):
+    """{step: value} of one metrics.csv column, where measured."""
+    from gptlab.train import records
+
+    return {r["step"]: r[column] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
+            if r[column] is not None}
+
+
+def run_json(run_dir, name):
+    """A run folder's JSON file (config.json, results.json) as a dict."""
+    with open(os.path.join(run_dir, name)) as f:
+        return json.load(f)
 
 
 def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
