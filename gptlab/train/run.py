@@ -91,9 +91,9 @@ _RUN_IDENTITY_FLAGS = ("seed",)
 
 
 def chosen_flags(parser, args, names):
-    """The flags among `names` (a resume works them out afresh: fresh_on_resume) that this run set to something
-    other than their default, auto (given, or by a --preset), as command-line words: a resume command repeats them
-    so the resumed run has this one's numbers and memory; the resuming machine may still give others. --device
+    """The flags among `names` (those a resume works out afresh: fresh_on_resume) that this run set, on its command
+    line or by a --preset, to other than their default (auto), as command-line words: a resume command repeats them
+    so the resumed run has this run's numbers and memory, and the resuming machine may still give others. --device
     keeps its type only (cuda:N numbers one machine's GPUs)."""
     words = []
     for action in parser._actions:
