@@ -48,4 +48,5 @@ class FilePrints:
             return
         raise UserError(f"evaluation file {path} changed since the run started ({what}); an evaluation file must "
                         "not be replaced or modified while a run uses it (its scores would mix two files under one "
-                        "label): put the original back and --resume the run from its last checkpoint, or start it again")
+                        "label): put the original back and --resume the run from its last checkpoint, or start it "
+                        "again")
