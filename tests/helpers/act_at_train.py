@@ -5,7 +5,7 @@
                         (Run.save_checkpoint), write_results (results.json)
     GPTLAB_TEST_DO      TERM or INT (a signal to this process), or remove:PATH, replace:PATH:SOURCE (SOURCE's bytes
                         renamed over PATH), modify:PATH (its first label changed in place)
-    GPTLAB_TEST_RANK    the rank that acts (default 0)
+    GPTLAB_TEST_RANK    the rank that acts (default 0; all: every rank, as torchrun forwarding a SIGTERM)
 
     python tests/helpers/act_at_train.py ...train_gpt.py flags...     (or torchrun ... act_at_train.py ...)
 """
@@ -47,7 +47,7 @@ def wrap(function, n, after):
 
     def wrapped(*args, **kwargs):
         calls[0] += 1
-        mine = calls[0] == n and os.environ.get("RANK", "0") == os.environ.get("GPTLAB_TEST_RANK", "0")
+        mine = calls[0] == n and os.environ.get("GPTLAB_TEST_RANK", "0") in ("all", os.environ.get("RANK", "0"))
         if mine and not after:
             act()
         result = function(*args, **kwargs)
