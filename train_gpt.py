@@ -39,6 +39,7 @@ from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.loader import BOSAlignedLoader, ValidationSet, to_device
 from gptlab.data.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
+from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
@@ -48,7 +49,7 @@ from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batc
 from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
 from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
                                  resolve_config)
-from gptlab.train.run import Run, add_run_flags, parse_flags, restore_training_state
+from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -153,7 +154,8 @@ def build_parser():
     return p
 
 
-# a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine
+# a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine. Each
+# shapes the run's numbers or memory, so a run's recorded resume command repeats those it chose (run.chosen_flags)
 FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params")
 
 
@@ -525,6 +527,7 @@ def train(args, ctx, ckpt=None):
     check_ranks_agree(ctx, cfg, tokenizer=tok, shards=shards, checkpoint=ckpt, model_source=source)
     hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
                                              required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
+    eval_files = FilePrints([cfg.hellaswag_path] if cfg.hellaswag_limit != 0 else [])  # each eval checks its file
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
                                     ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
@@ -577,7 +580,8 @@ def train(args, ctx, ckpt=None):
     # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
              optimizers=optimizers, train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
-             warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab}) as run:
+             warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab},
+             resume_flags=chosen_flags(build_parser(), args, FRESH_ON_RESUME)) as run:
 
         def save(step):
             with stopper.deferred():  # a signal waits for the checkpoint to be complete
@@ -617,6 +621,8 @@ def train(args, ctx, ckpt=None):
         for step in range(run.start_step, cfg.train_steps + 1):
             last = step == cfg.train_steps
             if last:
+                if (cfg.save_model or cfg.checkpoint_every) and step > run.start_step:
+                    save(step)  # before the final evaluations: a stop in them resumes here and runs only them
                 stopper.end_steps()  # a signal from here on stops at once (the final evaluations)
             eval_windows = full_windows if last else window_blocks(step, cfg.train_steps, cfg.window_size)
             # -- evaluations (not counted in the train time)
@@ -626,15 +632,14 @@ def train(args, ctx, ckpt=None):
                     val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, ctx,
                                                      lockstep=cfg.shard_params)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
-            if last and (cfg.save_model or cfg.checkpoint_every):
-                save(step)  # before the final HellaSwag: the weights are safe whatever happens there
             if last or (due(cfg.hellaswag_every, step) and step > 0):  # a resume redoes its start step's, as val
                 with run.evaluating(model), whole_model() as plain:
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
                     logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
                     hellaswag = evaluate_hellaswag_in_run(logits_fn, tok.encoding, cfg.hellaswag_path,
                                                           limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
-                                                          ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE)
+                                                          ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE,
+                                                          prints=eval_files)
                 run.log_hellaswag(step, hellaswag)
             if last:
                 break
@@ -650,15 +655,17 @@ def train(args, ctx, ckpt=None):
                     or due(cfg.checkpoint_every, done) or due(cfg.val_loss_every, done)
                     or due(cfg.hellaswag_every, done) or (ctx.is_distributed and done >= control["next_check"])):
                 report()  # the first two steps: a line and the time estimate; the rest: see `control`
-            if due(cfg.checkpoint_every, done) and done < cfg.train_steps:
+            periodic = due(cfg.checkpoint_every, done) and done < cfg.train_steps  # the last step's: see `last`
+            if periodic:
                 save(done)
-            # a signal: one process stops after the step it arrived in, ranks after the step they agreed on
-            stop_now = (control["stop"] if ctx.is_distributed else stopper.requested) if done < cfg.train_steps else 0
+            # a signal: one process stops after the step it arrived in, ranks after the step they agreed on (the
+            # last step too: its checkpoint resumes into the final evaluations alone)
+            stop_now = control["stop"] if ctx.is_distributed else stopper.requested
             if stop_now:
                 if unreported:
                     report()
                 run.log(f"{signal.Signals(stop_now).name} received: stopping after step {done} with a checkpoint")
-                if not due(cfg.checkpoint_every, done):
+                if not periodic:
                     save(done)
                 raise StopRequested(stop_now)
 

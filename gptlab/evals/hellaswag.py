@@ -206,16 +206,24 @@ def check_hellaswag_file(path, limit=None, required=False):
     return None
 
 
-def evaluate_hellaswag_in_run(logits_fn, encoding, path, *, limit, padded_vocab, ctx, log, seq_multiple=1):
+def evaluate_hellaswag_in_run(logits_fn, encoding, path, *, limit, padded_vocab, ctx, log, seq_multiple=1,
+                              prints=None):
     """HellaSwag during a training run: the figures a run records ({acc, acc_ci95, acc_norm, acc_norm_ci95, n}),
-    or None when limit is 0 or the file is missing (then `log` gets the warning)."""
+    or None when limit is 0 or the file is missing (then `log` gets the warning). prints: the run's
+    gptlab.evals.file_prints.FilePrints, taken at start: a file missing then is skipped all run long, and one
+    changed since is a UserError."""
     if limit == 0:
         return None
-    if not os.path.isfile(path):
+    if not (os.path.isfile(path) if prints is None else path in prints):
         log(missing_file_warning(path))
         return None
+    if prints is not None:
+        prints.check(path)
+    examples = load_hellaswag(path, limit)
+    if prints is not None:  # and after: the examples scored were read from the file the run started with
+        prints.check(path)
     # examples per forward (x4 endings): keep the (rows, ~256, padded vocab) float32 logits under ~1 GiB
     batch_size = max(1, min(64, 2**28 // (4 * 256 * padded_vocab)))
-    result = evaluate_hellaswag(logits_fn, encoding, path, ctx=ctx, device=str(ctx.device), batch_size=batch_size,
-                                limit=limit, seq_multiple=seq_multiple, prepend_eot=True, progress=ctx.is_main)
+    result = evaluate_hellaswag(logits_fn, encoding, examples, ctx=ctx, device=str(ctx.device), batch_size=batch_size,
+                                seq_multiple=seq_multiple, prepend_eot=True, progress=ctx.is_main)
     return {k: result.get(k) for k in ("acc", "acc_ci95", "acc_norm", "acc_norm_ci95", "n")}

@@ -281,8 +281,9 @@ def check_structure(payload, path):
 
 def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_keys, shards=None, allow_new_data=False):
     """Refuse a --resume checkpoint this run cannot continue: another architecture (the model_config entries
-    named by arch_keys), another tokenizer (by hash), already at or past train_steps, or (unless allow_new_data)
-    other training or validation data than it recorded (shards: a gptlab.data.selection.RunShards)."""
+    named by arch_keys), another tokenizer (by hash), past train_steps (one at train_steps only evaluates), or
+    (unless allow_new_data) other training or validation data than it recorded (shards: a
+    gptlab.data.selection.RunShards)."""
     differ = [k for k in arch_keys if ckpt["model_config"].get(k) != model_config[k]]
     if differ:
         raise UserError("--resume checkpoint has a different architecture: " + ", ".join(
@@ -291,8 +292,8 @@ def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_key
     if ckpt["tokenizer"].get("ranks_sha256") not in (None, tokenizer.ranks_sha256):
         raise UserError(f"--resume checkpoint was trained with tokenizer {ckpt['tokenizer'].get('name')}, not "
                         f"{tokenizer.name}; pass --tokenizer {ckpt['tokenizer'].get('name')}")
-    if ckpt["step"] >= train_steps:
-        raise UserError(f"--resume checkpoint is at step {ckpt['step']}, not before --train_steps "
+    if ckpt["step"] > train_steps:
+        raise UserError(f"--resume checkpoint is at step {ckpt['step']}, past --train_steps "
                         f"{train_steps}; raise --train_steps to train further")
     recorded = ckpt.get("data") or {}
     for split in ("train", "val"):

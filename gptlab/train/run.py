@@ -18,6 +18,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -87,6 +88,27 @@ _FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per
 
 # flags a --resume run cannot change: the checkpoint's state was made with them and the record would misname it
 _RUN_IDENTITY_FLAGS = ("seed",)
+
+
+def chosen_flags(parser, args, names):
+    """The flags among `names` (those a resume works out afresh: fresh_on_resume) that this run set, on its command
+    line or by a --preset, to other than their default (auto), as command-line words: a resume command repeats them
+    so the resumed run has this run's numbers and memory, and the resuming machine may still give others. --device
+    keeps its type only (cuda:N numbers one machine's GPUs)."""
+    words = []
+    for action in parser._actions:
+        key = action.dest
+        value = getattr(args, key, action.default)
+        if key not in names or not action.option_strings or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            words.append(flag if value else "--no-" + flag[2:])
+        elif action.nargs == 0:  # store_true
+            words += [flag] if value else []
+        else:
+            words += [flag, str(value).split(":")[0] if key == "device" else str(value)]
+    return words
 
 
 def explicit_flags(build_parser, argv):
@@ -216,10 +238,11 @@ class Run:
     config fields (a checkpoint rebuilds it from them); model_source: the model.py it trains ({file, code, sha256};
     every checkpoint carries it); extra_config: more facts for config.json;
     checkpoint: the --resume checkpoint (its step, train time and wall time carry on); warnings: lines printed
-    now and logged once the folder exists."""
+    now and logged once the folder exists; resume_flags: command-line words the resume command repeats
+    (chosen_flags)."""
 
     def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
-                 model_source=None, checkpoint=None, warnings=(), extra_config=None):
+                 model_source=None, checkpoint=None, warnings=(), extra_config=None, resume_flags=()):
         self.cfg, self.ctx = cfg, ctx
         self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
         self.model_source = model_source
@@ -235,7 +258,11 @@ class Run:
         self.train_time_s = float(extra.get("elapsed_s", 0.0))  # optimizer steps only (evaluations excluded)
         self.train_flops = float(extra.get("train_flops", 0.0))  # every step's model FLOPs (scaling fits)
         self._wall_before = float(extra.get("wall_time_s", 0.0))  # everything, evaluations included
-        self.last_checkpoint = None
+        # a resume at the last step only evaluates: its checkpoint stays the run's final one
+        self.last_checkpoint = (os.path.abspath(cfg.resume) if checkpoint and self.start_step >= cfg.train_steps
+                                else None)
+        self.resume_flags = list(resume_flags)
+        self.final = {}  # the final evaluations' figures as they come (recorded even if the run stops before the end)
         self.warnings = [w for w in warnings if w]
         self.dir = self._log_file = self._metrics = self._bar = None
         self._speed_flops = self._speed_time = 0.0  # over the steps after this process's first (MFU in results)
@@ -350,12 +377,12 @@ class Run:
             where = (f"resume with --resume {self.last_checkpoint} ({command})" if self.last_checkpoint else
                      "no checkpoint was saved (--checkpoint_every N keeps one to resume from)")
             results = {"status": "interrupted", "signal": signal_name(signum), "steps": self.step,
-                       "checkpoint": self.last_checkpoint, "resume_command": command, **identity}
+                       "checkpoint": self.last_checkpoint, "resume_command": command, **self.final, **identity}
             text = f"run interrupted ({how}) after step {self.step}; {where}"
         else:
             if message is None:
                 message = str(err) if isinstance(err, (UserError, TrainingDiverged)) else f"{type(err).__name__}: {err}"
-            results = {"status": "failed", "error": message, **identity}
+            results = {"status": "failed", "error": message, **self.final, **identity}
             text = f"run failed: {message}"
         with contextlib.suppress(OSError):  # a full disk: the console still gets the line
             self.log(text)
@@ -372,7 +399,8 @@ class Run:
         script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".py") else "train_gpt.py"
         launcher = "python" if self.ctx.world_size == 1 else (
             f"torchrun --nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', self.ctx.world_size)}")
-        return f"{launcher} {script} --resume {self.last_checkpoint}"
+        return " ".join([launcher, script, "--resume"] + [shlex.quote(w) for w in [self.last_checkpoint,
+                                                                                     *self.resume_flags]])
 
     def _close(self):
         if self._bar is not None:
@@ -406,6 +434,8 @@ class Run:
     def log_eval(self, step, **figures):
         """Evaluation figures at `step` (e.g. val_loss=..., val_bpb=...): a log line and a metrics.csv row; each
         name must be a column of gptlab.train.records.METRICS_COLUMNS."""
+        if step == self.cfg.train_steps:
+            self.final.update({f"final_{name}": value for name, value in figures.items()})
         shown = " ".join(f"{name} {value:.4f}" for name, value in figures.items())
         self.log(f"step {step}/{self.cfg.train_steps} {shown} train_time {self.train_time_s:.1f}s")
         if self.ctx.is_main:
@@ -413,6 +443,8 @@ class Run:
 
     def log_hellaswag(self, step, figures):
         """figures: gptlab.evals.hellaswag.evaluate_hellaswag_in_run's, or None (nothing was scored)."""
+        if step == self.cfg.train_steps:
+            self.final["hellaswag"] = figures
         if figures is None:
             return
         self.log(f"step {step} hellaswag acc {figures['acc']:.4f} (95% CI {_interval(figures['acc_ci95'])}) "
@@ -561,6 +593,7 @@ class Run:
                    "model_name": self.cfg.model_name, "seed": self.cfg.seed}
         if self.ctx.is_main:
             records.write_results(self.dir, {"status": "finished", **results})
+            self._finished = True  # a signal from here on must not record the finished run as interrupted
             self.log(f"results: {json.dumps(results)}")
         self._finished = True
         return results

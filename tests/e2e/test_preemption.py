@@ -87,7 +87,9 @@ def test_sigterm_to_a_two_rank_run_checkpoints_the_agreed_step_and_resumes_bit_f
     assert 3 <= stopped_at < steps
     ckpt = os.path.join(run_dir, records.CHECKPOINT_DIR, f"step_{stopped_at:06d}.pt")
     assert results["checkpoint"] == ckpt and os.path.isfile(ckpt)
-    assert results["resume_command"] == f"torchrun --nproc_per_node=2 train_gpt.py --resume {ckpt}"
+    # tiny_args chose --device_batch_size 512: the command repeats it (auto would sum the gradient in another order)
+    assert results["resume_command"] == (f"torchrun --nproc_per_node=2 train_gpt.py --resume {ckpt} "
+                                         "--device_batch_size 512")
     assert sorted(train_losses(run_dir)) == list(range(1, stopped_at + 1))  # every step done is recorded
     with open(os.path.join(run_dir, records.LOG_FILE)) as f:
         log = f.read()
@@ -137,7 +139,7 @@ def test_sigterm_to_one_process_exits_143_and_names_the_resume_command(tiny, tmp
     assert "Traceback" not in err and "interrupted (SIGTERM)" in err
     results = results_of(only_run_dir(tmp_path))
     assert results["status"] == "interrupted" and results["signal"] == "SIGTERM"
-    assert results["resume_command"] == f"python train_gpt.py --resume {results['checkpoint']}"
+    assert results["resume_command"] == f"python train_gpt.py --resume {results['checkpoint']} --device_batch_size 512"
     assert os.path.isfile(results["checkpoint"])
 
 

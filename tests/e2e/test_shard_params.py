@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import HELLASWAG_VAL, REPO, free_port, run_script
-from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
+from helpers.tiny_runs import only_run_dir, run_json, run_main_expecting, run_metric, tiny_args
 from gptlab.core.errors import UserError
 from gptlab.train import checkpointing, records
 
@@ -35,14 +35,11 @@ def torchrun(n, argv):
                       check=True)
 
 
-def metrics(run_dir, column):
-    return {r["step"]: r[column] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
-            if r[column] is not None}
+metrics = run_metric
 
 
 def config(run_dir):
-    with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
-        return json.load(f)
+    return run_json(run_dir, records.CONFIG_FILE)
 
 
 @pytest.fixture(scope="module")

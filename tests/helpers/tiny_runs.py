@@ -2,6 +2,7 @@
 end-to-end runs (tests/e2e/test_train_gpt_e2e.py, tests/e2e/test_dashboards.py): the flags of a tiny run on the
 `tiny` dataset (tests/conftest.py), its run folder, and an in-process run that must fail on bad input."""
 import glob
+import json
 import os
 import sys
 
@@ -37,6 +38,20 @@ def only_run_dir(exp_dir, name="tiny"):
     return dirs[0]
 
 
+def run_metric(run_dir, column):
+    """{step: value} of one metrics.csv column, where measured."""
+    from gptlab.train import records
+
+    return {r["step"]: r[column] for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
+            if r[column] is not None}
+
+
+def run_json(run_dir, name):
+    """A run folder's JSON file (config.json, results.json) as a dict."""
+    with open(os.path.join(run_dir, name)) as f:
+        return json.load(f)
+
+
 def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
     """In-process run that must fail with a UserError naming message_parts, before creating any run folder."""
     with pytest.raises(UserError) as info:
@@ -45,3 +60,27 @@ def run_main_expecting(tiny, tmp_path, message_parts, **overrides):
         assert part in str(info.value), str(info.value)
     assert not glob.glob(str(tmp_path / "exps" / "*"))
     return str(info.value)
+
+
+def run_acting(argv, at, do, ranks=1, **env):
+    """train_gpt.py `argv` through tests/helpers/act_at_train.py: GPTLAB_TEST_DO `do` at GPTLAB_TEST_AT `at` (on
+    `ranks` torchrun ranks when more than 1); the CompletedProcess."""
+    from conftest import free_port, run_script
+
+    script = os.path.join("tests", "helpers", "act_at_train.py")
+    launch = [script] if ranks == 1 else ["torchrun", f"--nproc_per_node={ranks}", "--master_port", free_port(), script]
+    return run_script(launch + argv, env_extra=dict(env, GPTLAB_TEST_AT=at, GPTLAB_TEST_DO=do))
+
+
+def run_recorded_command(command):
+    """Run a command a run recorded (`python train_gpt.py ...` or `torchrun --nproc_per_node=N train_gpt.py ...`)
+    as written, on a free port; the CompletedProcess."""
+    import shlex
+
+    from conftest import free_port, run_script
+
+    words = shlex.split(command)
+    if words[0] == "torchrun":
+        return run_script(words[:2] + ["--master_port", free_port()] + words[2:])
+    assert words[0] == "python", command
+    return run_script(words[1:])

@@ -305,15 +305,18 @@ def test_checkpoint_hash_tells_shapes_and_lists_from_tuples_apart():
     assert payload_sha256({"w": t.view(2, 3).clone(), "v": [1, 2]}) == base
 
 
-def test_resume_refuses_a_checkpoint_already_at_train_steps():
+def test_resume_refuses_a_checkpoint_past_train_steps_and_takes_one_at_it():
+    """A checkpoint at --train_steps is a run stopped in its final evaluations: its resume runs them
+    (docs/faults.md, 'Checkpoints and resume')."""
     from types import SimpleNamespace
 
     from gptlab.train.checkpointing import check_resume_compatible
 
     ckpt = {"model_config": {}, "tokenizer": {}, "step": 100}
     tok = SimpleNamespace(ranks_sha256="x", name="t")
-    with pytest.raises(UserError, match="at step 100, not before --train_steps 100"):
-        check_resume_compatible(ckpt, {}, tok, 100, [])
+    with pytest.raises(UserError, match="at step 100, past --train_steps 99"):
+        check_resume_compatible(ckpt, {}, tok, 99, [])
+    check_resume_compatible(ckpt, {}, tok, 100, [])
     check_resume_compatible(ckpt, {}, tok, 101, [])
 
 

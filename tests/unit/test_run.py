@@ -155,3 +155,41 @@ def test_resume_takes_the_checkpoints_flags_unless_given_again_or_hardware(tmp_p
     assert sorted(args.from_checkpoint) == ["model_name", "width"]
     args, ckpt = parse_flags(build_parser, ["--width", "4"])
     assert ckpt is None and args.width == 4 and args.from_checkpoint == []
+
+
+def test_the_resume_command_repeats_each_hardware_flag_the_run_chose_and_no_auto():
+    """Each of train_gpt.FRESH_ON_RESUME shapes a run's numbers or memory (dtype, compile, attention kernels, the
+    micro-batch split, sharding; the device type decides their auto values): the words a resume command repeats,
+    in the parser's order; --device keeps its type (cuda:1 numbers one machine's GPUs)."""
+    from gptlab.train.run import chosen_flags
+    from helpers.tiny_runs import train_gpt
+
+    parser = train_gpt.build_parser()
+    argv = ["--device", "cuda:1", "--dtype", "float32", "--no-compile", "--attention", "sdpa", "--device_batch_size",
+            "512", "--grad_acc_steps", "2", "--shard_params", "--log_every", "1", "--wandb", "proj"]
+    assert chosen_flags(parser, parser.parse_args(argv), train_gpt.FRESH_ON_RESUME) == [
+        "--device_batch_size", "512", "--grad_acc_steps", "2", "--device", "cuda", "--dtype", "float32",
+        "--no-compile", "--attention", "sdpa", "--shard_params"]
+    assert chosen_flags(parser, parser.parse_args(["--compile"]), train_gpt.FRESH_ON_RESUME) == ["--compile"]
+    assert chosen_flags(parser, parser.parse_args([]), train_gpt.FRESH_ON_RESUME) == []  # auto: the machine's
+    args, _ = parse_flags(train_gpt.build_parser, ["--preset", "gpt-1b"], presets=train_gpt.PRESETS)
+    assert chosen_flags(parser, args, train_gpt.FRESH_ON_RESUME) == ["--shard_params"]  # a preset's choice too
+
+
+def test_an_interrupted_run_records_its_final_figures_and_the_full_resume_command(tmp_path, tokenizer):
+    run, model, optimizer = make_run(tmp_path / "a b", tokenizer, train_steps=2)
+    run.resume_flags = ["--dtype", "bfloat16"]
+    hellaswag = {"acc": 0.25, "acc_ci95": [0.1, 0.5], "acc_norm": 0.5, "acc_norm_ci95": [0.2, 0.8], "n": 8}
+    with pytest.raises(KeyboardInterrupt):
+        with run:
+            run.log_step(1, train_loss=3.0, lr=1.0, step_time_s=0.5, flops=1e9)
+            run.log_eval(1, val_loss=2.5, val_bpb=1.8)  # not the final one
+            run.log_step(2, train_loss=2.0, lr=1.0, step_time_s=0.5, flops=1e9)
+            run.save_checkpoint(2, model, [optimizer], FakeLoader())
+            run.log_eval(2, val_loss=1.9, val_bpb=1.4)
+            run.log_hellaswag(2, hellaswag)
+            raise KeyboardInterrupt  # while results.json is written, say
+    results = read(run.dir, records.RESULTS_FILE)
+    assert (results["final_val_loss"], results["final_val_bpb"], results["hellaswag"]) == (1.9, 1.4, hellaswag)
+    path = os.path.join(run.dir, records.CHECKPOINT_DIR, "step_000002.pt")
+    assert results["resume_command"].endswith(f" --resume '{path}' --dtype bfloat16")  # quoted: a space in it
