@@ -12,7 +12,7 @@ import sys
 
 from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
 from gptlab.compare.tables import COLUMN_IDS
-from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path, path
 
 # What the numeric flags accept (finite numbers only: nan and inf are refused by the types).
 COST_FLAG = float_in(0, 1e6, message="{value} is out of range: --overhead and --usd_per_gpu_hour must be >= 0 "
@@ -25,10 +25,10 @@ from gptlab.train.records import EXPERIMENTS_DIR
 
 def parse_args(argv):
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("runs", nargs="*", metavar="RUN",
+    parser.add_argument("runs", type=path, nargs="*", metavar="RUN",
                         help="run folders to compare (paths, folder names in --experiments, or a unique part of "
                              "one); default: every run")
-    parser.add_argument("--experiments", default=EXPERIMENTS_DIR, help="folder holding the run folders")
+    parser.add_argument("--experiments", type=path, default=EXPERIMENTS_DIR, help="folder holding the run folders")
     parser.add_argument("--sort", metavar="COL", help=f"sort by one of: {', '.join(COLUMNS)} "
                         "(default: val bpb ascending, unfinished runs last)")
     parser.add_argument("--desc", action="store_true", help="sort descending")
@@ -37,7 +37,7 @@ def parse_args(argv):
                       "the terminal's width, $COLUMNS if set; every column when the output is not a terminal)")
     view.add_argument("--columns", metavar="A,B,...", help="print these leaderboard columns, in this order: "
                       f"{', '.join(COLUMN_IDS[1:])}")
-    parser.add_argument("--baseline", metavar="RUN",
+    parser.add_argument("--baseline", type=path, metavar="RUN",
                         help="compare every run against this one (default: the finished run with the best val bpb)")
     parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help=f"write the curves to this PNG (default when RUNs are named: {PLOT_FILE} in each "
@@ -49,7 +49,7 @@ def parse_args(argv):
                        help=f"write {LEADERBOARD_FILE} into --experiments (default only when comparing every run)")
     write.add_argument("--no-write", dest="write", action="store_false", help=f"do not write {LEADERBOARD_FILE}")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
-    parser.add_argument("--diff", nargs=2, metavar=("A", "B"),
+    parser.add_argument("--diff", type=path, nargs=2, metavar=("A", "B"),
                         help="show what changed from run A to run B: config flags and code backup (unified diff)")
     g = parser.add_argument_group("cost and significance")
     g.add_argument("--usd_per_gpu_hour", type=COST_FLAG, default=None, metavar="USD",

@@ -6,19 +6,19 @@ compression by domain.
     python compare_tokenizers.py A.pkl B.pkl --text web.jsonl code.txt shakespeare.txt --plot tokenizers.png
 """
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, png_path
+from gptlab.core.cli import ArgumentParser, HelpFormatter, png_path, path
 from gptlab.core.errors import run_cli
 from gptlab.core.files import check_writable
 
 
 def parse_args(argv):
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("tokenizers", nargs="+", metavar="TOKENIZER",
+    parser.add_argument("tokenizers", type=path, nargs="+", metavar="TOKENIZER",
                         help="tokenizer .pkl files (paths or names in tokenizers/)")
-    parser.add_argument("--text", nargs="+", default=[], metavar="FILE",
+    parser.add_argument("--text", type=path, nargs="+", default=[], metavar="FILE",
                         help="held-out text, one domain per file (.txt, .jsonl with field text, .parquet); default: "
                              "each tokenizer's validation shards (data/*_<name>/val_*.bin), else the bundled sample")
-    parser.add_argument("--data_dir", default="data", help="where the shard folders are")
+    parser.add_argument("--data_dir", type=path, default="data", help="where the shard folders are")
     parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help="write the bytes-per-token bars by domain to this PNG")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")

@@ -13,7 +13,7 @@ See gptlab/data/fineweb.py for the exact layout, document order and resume rules
 """
 import os
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in
+from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, path
 from gptlab.core.distributed import default_workers
 from gptlab.core.errors import UserError, run_cli
 from gptlab.data.fineweb import VERSIONS, hub_dataset_name, make_shards
@@ -23,11 +23,11 @@ DEFAULT_VERSION = "10Bedu"
 
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--tokenizer", required=True, help="tokenizer file in tokenizers/ or a path to one")
+    p.add_argument("--tokenizer", type=path, required=True, help="tokenizer file in tokenizers/ or a path to one")
     # default None: only an explicitly given --version can conflict with --input
     p.add_argument("--version", default=None,
                    help=f"FineWeb sample: {', '.join(VERSIONS)} (default: {DEFAULT_VERSION}; not with --input)")
-    p.add_argument("--input", nargs="+", metavar="PATH", default=None,
+    p.add_argument("--input", type=path, nargs="+", metavar="PATH", default=None,
                    help="local .txt (documents split on <|endoftext|>), .jsonl (field text) or .parquet (column "
                         "text) files or globs, instead of the Hub; the dataset folder is then local_<first stem>")
     p.add_argument("--num_shards", type=int_in(1), default=1, help="train shards in total (one val shard is extra)")
@@ -39,7 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle (Hub and local)")
     p.add_argument("--shuffle_buffer", type=int_in(0, message="must be 0 (keep order) or more, got {value}"),
                    default=10_000, help="documents in the shuffle buffer (0: keep the stream order)")
-    p.add_argument("--out", default="data", help="parent folder of the dataset folder")
+    p.add_argument("--out", type=path, default="data", help="parent folder of the dataset folder")
     p.add_argument("--workers", type=int_in(1), default=default_workers(),
                    help="tokenizer threads (cores / processes on this machine)")
     p.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)),

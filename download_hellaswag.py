@@ -12,7 +12,7 @@ no pyarrow, failing the checksum), the GitHub file ($GPTLAB_HELLASWAG_URL overri
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
 """
-from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, path
 from gptlab.core.errors import run_cli
 from gptlab.data.hellaswag import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, HUB_REPO,
                                    HUB_REVISION, SAMPLE_GZ, URL_ENV, fetch_hellaswag)
@@ -23,7 +23,7 @@ MAX_TIMEOUT_S = 86400  # a day; the socket layer cannot hold much more (1e10 s o
 
 def parse_args(argv=None):
     parser = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    parser.add_argument("--source", default=None,
+    parser.add_argument("--source", type=path, default=None,
                         help=f"URL or local .jsonl / .jsonl.gz to copy from, and nothing else (default: the Hub "
                              f"copy --hub_repo, then ${URL_ENV} if set, a mirror, else {HELLASWAG_URL}; "
                              f"offline: {SAMPLE_GZ})")
@@ -32,7 +32,8 @@ def parse_args(argv=None):
                              "HF_ENDPOINT picks the Hub or a mirror)")
     parser.add_argument("--revision", default=HUB_REVISION,
                         help=f"branch, tag or commit of --hub_repo (default: {HUB_REVISION})")
-    parser.add_argument("--out", default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")
+    parser.add_argument("--out", type=path,
+                        default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out that fails the checksum (a verified file is always kept)")
     parser.add_argument("--timeout", type=float_in(0, MAX_TIMEOUT_S, low_open=True,

@@ -14,7 +14,7 @@ logits with the checkpoint's own on a short text holding two documents.
 """
 import argparse
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.errors import run_cli
 from gptlab.core.files import check_output_dir
 from gptlab.tokenizer.format import read_tokenizer_file
@@ -22,9 +22,10 @@ from gptlab.tokenizer.format import read_tokenizer_file
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run), e.g. "
+    p.add_argument("checkpoint", type=path,
+                   help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run), e.g. "
                    "experiments/RUN/checkpoints/step_N.pt")
-    p.add_argument("out_dir", help="the folder to write (must not exist, unless --overwrite)")
+    p.add_argument("out_dir", type=path, help="the folder to write (must not exist, unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="load the export with transformers and compare tokens and logits with the checkpoint")

@@ -16,7 +16,7 @@ the continuation starts on the line after the one typed; Ctrl-C stops the genera
 import sys
 import time
 
-from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, float_in, int_in, positive_int
+from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, float_in, int_in, positive_int, path
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
 
@@ -25,7 +25,8 @@ MAX_THREADS = 1024  # above any machine's cores (more only slows a token at a ti
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
+    p.add_argument("checkpoint", type=path,
+                   help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
     p.add_argument("--prompt", default="", help="text to continue (default: empty, a document from its start)")
     p.add_argument("--interactive", action="store_true", help="read prompts from stdin, one per line, until EOF "
                    "(Ctrl-D); at a terminal with line editing and history")

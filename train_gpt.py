@@ -32,7 +32,7 @@ import torch
 import model as arch
 from gptlab.core import distributed as dist_utils
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
-                             positive_int)
+                             positive_int, path)
 from gptlab.core.errors import StopRequested, UserError, run_cli
 from gptlab.core.files import check_folder_creatable
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
@@ -90,11 +90,11 @@ def build_parser():
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a named configuration (see PRESETS in train_gpt.py); flags given beside it win")
     g = p.add_argument_group("data")
-    g.add_argument("--train_files", nargs="+", default=None,
+    g.add_argument("--train_files", type=path, nargs="+", default=None,
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
-    g.add_argument("--val_files", nargs="+", default=None,
+    g.add_argument("--val_files", type=path, nargs="+", default=None,
                    help="validation shards: paths or quoted globs (default: data/*_<tokenizer stem>/val_*.bin)")
-    g.add_argument("--tokenizer", default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
+    g.add_argument("--tokenizer", type=path, default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
     g.add_argument("--train_seq_len", type=positive_int, default=1024,
                    help="tokens per training row (multiple of 128)")
     g.add_argument("--val_seq_len", type=positive_int, default=1024,
@@ -131,7 +131,7 @@ def build_parser():
                    help="also run HellaSwag every N steps (0: only at the end)")
     g.add_argument("--hellaswag_limit", type=int_in(0, message="must be 0 or more (0 skips HellaSwag), got {value}"),
                    default=None, help="first N examples (default: all 10042; 0: skip)")
-    g.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH,
+    g.add_argument("--hellaswag_path", type=path, default=HELLASWAG_DEFAULT_PATH,
                    help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
     g.add_argument("--sample_tokens", type=non_negative_int, default=48,
                    help="tokens per sampled continuation at the end (0: none)")

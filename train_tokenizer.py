@@ -15,7 +15,7 @@ import os
 import signal
 import time
 
-from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter
+from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, path
 from gptlab.core.errors import StopRequested, run_cli
 from gptlab.data.sources import HUB_DATASETS
 from gptlab.tokenizer.format import EOT, tokenizer_filename
@@ -37,7 +37,7 @@ def parse_args(argv=None):
     ap.add_argument("--samples", type=int, default=10_000_000, help="characters of text to train on (all ranks)")
     ap.add_argument("--vocabsize", type=int, default=8192, help="256 bytes + merges, excluding <|endoftext|>")
     ap.add_argument("--name", type=file_prefix, default="tokenizer", help="file name prefix")
-    ap.add_argument("--input", nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
+    ap.add_argument("--input", type=path, nargs="+", metavar="PATH", help="local .txt/.jsonl/.parquet files or globs; "
                     "without it FineWeb(-Edu) is streamed from the HuggingFace Hub")
     ap.add_argument("--dataset", choices=sorted(HUB_DATASETS), default="fineweb",
                     help=f"Hub dataset when no --input is given (config {DATASET_CONFIG})")
@@ -54,7 +54,7 @@ def parse_args(argv=None):
                          "else regex, which any --pattern uses; both give identical merges")
     ap.add_argument("--workers", type=int, default=None,
                     help="pre-tokenization processes per rank (default: this rank's share of the cores)")
-    ap.add_argument("--out", default="tokenizers", help="output folder")
+    ap.add_argument("--out", type=path, default="tokenizers", help="output folder")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
     ap.add_argument("--demo", action="store_true", help="print a sample coloured by token during training")
     return ap.parse_args(argv)

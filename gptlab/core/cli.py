@@ -150,5 +150,6 @@ def one_line_path(path):
     return path
 
 
+path = flag_type(bool, "must not be empty; give a path")  # '' would mean the current folder, or nothing at all
 png_path = flag_type(lambda path: path.lower().endswith(".png"),
                      "{value}: the plot is a PNG image; give a path ending in .png")

@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.distributed import DistContext, resolve_device
 from gptlab.core.errors import UserError, run_cli
 from gptlab.core.files import atomic_write_text
@@ -23,17 +23,19 @@ from gptlab.train.model_source import load_model, logits_fn
 
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
-    p.add_argument("--val_files", nargs="+", default=None,
+    p.add_argument("checkpoint", type=path,
+                   help="a train_gpt.py checkpoint (.pt, or the folder of a --shard_params run)")
+    p.add_argument("--val_files", type=path, nargs="+", default=None,
                    help="validation shards (default: the ones the run recorded)")
     p.add_argument("--val_rows", type=int, default=None,
                    help="validation rows (default: the run's val_steps x val_batch_size / val_seq_len)")
-    p.add_argument("--hellaswag_path", default=HELLASWAG_DEFAULT_PATH, help="HellaSwag validation .jsonl")
+    p.add_argument("--hellaswag_path", type=path, default=HELLASWAG_DEFAULT_PATH, help="HellaSwag validation .jsonl")
     p.add_argument("--hellaswag_limit", type=int, default=None, help="first N examples (default: all; 0: skip)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--trust_model_code", action="store_true",
                    help="run the model code of a checkpoint trained on another machine (read it first)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON (a new file)")
+    p.add_argument("--json", type=path,
+                   default=None, metavar="PATH", help="also write the figures as JSON (a new file)")
     return p
 
 

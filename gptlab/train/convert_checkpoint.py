@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter
+from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.errors import UserError, one_line, run_cli
 from gptlab.core.files import check_writable
 from gptlab.train import checkpointing, model_source as ms
@@ -24,9 +24,10 @@ from gptlab.train import checkpointing, model_source as ms
 
 def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
-    p.add_argument("out", nargs="?", default=None, help="the converted file (default: CHECKPOINT with _v3 before .pt)")
-    p.add_argument("--model_source", default=None, metavar="FILE",
+    p.add_argument("checkpoint", type=path, help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("out", type=path,
+                   nargs="?", default=None, help="the converted file (default: CHECKPOINT with _v3 before .pt)")
+    p.add_argument("--model_source", type=path, default=None, metavar="FILE",
                    help="the model.py to attach (default: today's model.py)")
     p.add_argument("--show", action="store_true", help="print the model source the checkpoint carries and exit")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")

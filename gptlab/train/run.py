@@ -27,7 +27,7 @@ import unicodedata
 import torch
 from tqdm import tqdm
 
-from gptlab.core.cli import FlagValueError, float_in, non_negative_int
+from gptlab.core.cli import FlagValueError, float_in, non_negative_int, path
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
@@ -41,11 +41,12 @@ def add_run_flags(parser):
     g = parser.add_argument_group("run")
     g.add_argument("--model_name", type=run_name, default="GPT",
                    help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
-    g.add_argument("--experiments_dir", default=records.EXPERIMENTS_DIR, help="where run folders go")
+    g.add_argument("--experiments_dir", type=path, default=records.EXPERIMENTS_DIR, help="where run folders go")
     g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
     g.add_argument("--checkpoint_every", type=non_negative_int, default=0,
                    help="save a checkpoint every N steps (0: never)")
-    g.add_argument("--resume", default=None, metavar="PATH", help="continue from a checkpoint (.pt, or a --shard_params folder)")
+    g.add_argument("--resume", type=path, default=None, metavar="PATH",
+                   help="continue from a checkpoint (.pt, or a --shard_params folder)")
     g.add_argument("--log_every", type=non_negative_int, default=10, help="print a train line every N steps (the loop "
                    "reads its figures back from the GPU only then, at evaluations and at checkpoints)")
     g.add_argument("--trust_model_code", action="store_true", help="--resume from a checkpoint whose model code "

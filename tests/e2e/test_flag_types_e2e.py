@@ -55,3 +55,34 @@ def test_a_path_that_is_not_utf8_is_one_error_line_in_every_script_and_nothing_i
         assert len(lines) == 1 and lines[0].startswith(f"error: {flag} '{out}/caf\\xe9"), (args[0], proc.stderr)
         assert "is not UTF-8 text" in lines[0], (args[0], proc.stderr)
     assert os.listdir(out) == []
+
+
+def test_an_empty_path_is_one_error_line_in_every_script_and_nothing_is_made(tmp_path):
+    """docs/faults.md: an empty path is refused, naming the flag (train_gpt.py --resume '' trained from scratch,
+    train_tokenizer.py --out '' wrote into the current folder, download_hellaswag.py --out '' said
+    "could not write  (No such file...)")."""
+    cases = [  # (the flag named, the command); each names the empty path among otherwise good flags
+        ("--resume", ["train_gpt.py", "--resume", ""]),
+        ("--experiments_dir", ["train_gpt.py", "--experiments_dir", ""]),
+        ("--tokenizer", ["train_gpt.py", "--tokenizer", ""]),
+        ("--train_files", ["train_gpt.py", "--train_files", ""]),
+        ("--hellaswag_path", ["train_gpt.py", "--hellaswag_path", ""]),
+        ("--out", ["train_tokenizer.py", "--input", os.path.join(SAMPLE_DATA, "fineweb_edu_150docs.jsonl"),
+                   "--samples", "2000", "--vocabsize", "260", "--out", ""]),
+        ("--input", ["download_fineweb.py", "--tokenizer", "t.pkl", "--input", ""]),
+        ("--out", ["download_hellaswag.py", "--source", os.path.join(SAMPLE_DATA, "hellaswag_val.jsonl.gz"),
+                   "--out", ""]),
+        ("out_dir", ["export_hf.py", "c.pt", ""]),
+        ("checkpoint", ["sample.py", ""]),
+        ("--experiments", ["compare_experiments.py", "--experiments", ""]),
+        ("--text", ["compare_tokenizers.py", "gpt2", "--text", ""]),
+        ("checkpoint", ["-m", "gptlab.evals.checkpoint", ""]),
+    ]
+    commands = [args if args[0] == "-m" else [os.path.join(REPO, args[0]), *args[1:]] for _, args in cases]
+    procs = run_scripts(commands, timeout=300, cwd=str(tmp_path), env_extra={"PYTHONPATH": REPO})
+    for (flag, args), proc in zip(cases, procs):
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout[-500:], proc.stderr[-2000:])
+        prog = "checkpoint.py" if args[0] == "-m" else args[0]
+        assert proc.stderr.splitlines() == [f"error: {flag} must not be empty; give a path (see {prog} --help)"], (
+            args, proc.stderr)
+    assert os.listdir(tmp_path) == []
