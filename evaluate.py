@@ -32,6 +32,8 @@ def build_parser():
     p.add_argument("--limit", type=positive_int, default=None, help="the first N examples of each task (default: all)")
     p.add_argument("--out", default=None, help="folder to write (default: RUN/evals/<checkpoint name>)")
     p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
+    p.add_argument("--tasks_dir", default=None,
+                   help="a folder of your own task files, besides gptlab/evals/tasks/ (docs/evals.md)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--trust_model_code", action="store_true",
@@ -65,7 +67,7 @@ def main(argv=None):
     from gptlab.core.files import check_output_dir
     from gptlab.evals.task_spec import resolve_tasks
 
-    tasks = resolve_tasks(args.tasks)  # before the model loads: a bad task name answers at once
+    tasks = resolve_tasks(args.tasks, args.tasks_dir)  # before the model loads: a bad task name answers at once
     checkpoint = resolve_checkpoint(args.checkpoint)
     out = args.out or default_out(checkpoint)
     check_output_dir(out, args.overwrite)

@@ -25,7 +25,6 @@ drawn with a seed made of the task's name and the row's index, never the row its
 """
 import importlib.util
 import json
-import math
 import os
 import random
 import re
@@ -61,9 +60,24 @@ class Task:
         return f"Task({self.NAME})"
 
 
-def task_names(tasks_dir=TASKS_DIR):
-    """Every task file's name, sorted (files starting with _ are not tasks: the template, __init__)."""
-    return sorted(n[:-3] for n in os.listdir(tasks_dir) if n.endswith(".py") and not n.startswith("_"))
+def task_files(extra_dir=None):
+    """{name: path} of every task file: the built-in folder's and extra_dir's (--tasks_dir). Files starting with _
+    are not tasks (the template, __init__)."""
+    files = {}
+    for folder in [TASKS_DIR] + ([extra_dir] if extra_dir else []):
+        if not os.path.isdir(folder):
+            raise UserError(f"--tasks_dir {folder} is not a folder; give the folder that holds your task files")
+        for n in sorted(os.listdir(folder)):
+            if n.endswith(".py") and not n.startswith("_"):
+                if n[:-3] in files:
+                    raise UserError(f"task {n[:-3]} is defined twice ({files[n[:-3]]} and {os.path.join(folder, n)}); "
+                                    "rename yours")
+                files[n[:-3]] = os.path.join(folder, n)
+    return files
+
+
+def task_names(extra_dir=None):
+    return sorted(task_files(extra_dir))
 
 
 def _problem(module, name):
@@ -96,13 +110,16 @@ def _problem(module, name):
     return None
 
 
-def load_task(name, tasks_dir=TASKS_DIR):
-    """The Task of tasks_dir/name.py; an unknown name or a spec with a missing or bad field is a UserError."""
-    known = task_names(tasks_dir)
-    if name not in known:
-        raise UserError(f"unknown task {name!r}; the tasks are {', '.join(known)} (add one: a file in {tasks_dir}, "
-                        "see docs/evals.md)")
-    path = os.path.join(tasks_dir, f"{name}.py")
+def load_task(name, extra_dir=None):
+    """The Task of the file of that name; an unknown name or a spec with a missing or bad field is a UserError."""
+    files = task_files(extra_dir)
+    if name not in files:
+        raise UserError(f"unknown task {name!r}; the tasks are {', '.join(sorted(files))} (add one: a file in "
+                        f"{os.path.relpath(TASKS_DIR)}, see docs/evals.md)")
+    path = files[name]
+    if not _NAME.match(name):
+        raise UserError(f"task file {path}: its name must be lower case letters, digits and _, starting with a "
+                        "letter; rename it")
     spec = importlib.util.spec_from_file_location(f"gptlab_eval_task_{name}", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -111,11 +128,11 @@ def load_task(name, tasks_dir=TASKS_DIR):
         raise UserError(f"task spec {path} does not load ({type(err).__name__}: {err}); fix the file") from None
     problem = _problem(module, name)
     if problem:
-        raise UserError(f"task spec {path} {problem}; see {os.path.join(tasks_dir, '_template.py')}")
+        raise UserError(f"task spec {path} {problem}; see {os.path.join(os.path.relpath(TASKS_DIR), '_template.py')}")
     return Task(module, path)
 
 
-def resolve_tasks(text, tasks_dir=TASKS_DIR):
+def resolve_tasks(text, extra_dir=None):
     """--tasks: "core" (the tasks with CORE = True), "all", or names separated by commas → [Task]."""
     words = [w.strip() for w in text.split(",") if w.strip()]
     if not words:
@@ -123,15 +140,11 @@ def resolve_tasks(text, tasks_dir=TASKS_DIR):
     names = []
     for word in words:
         if word in ("core", "all"):
-            tasks = [load_task(n, tasks_dir) for n in task_names(tasks_dir)]
+            tasks = [load_task(n, extra_dir) for n in task_names(extra_dir)]
             names += [t.NAME for t in tasks if word == "all" or t.CORE]
         else:
             names.append(word)
-    seen = []
-    for n in names:
-        if n not in seen:
-            seen.append(n)
-    return [load_task(n, tasks_dir) for n in seen]
+    return [load_task(n, extra_dir) for n in dict.fromkeys(names)]
 
 
 # ---- rows
@@ -254,6 +267,3 @@ def row_sha256_lines(rows):
     """The bytes download_evals.py writes for rows (and SHA256 is of): one json.dumps line per row."""
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
-
-def finite(x):
-    return isinstance(x, float) and math.isfinite(x)

@@ -66,3 +66,73 @@ def tiny_checkpoint(folder, window_size=128):
     ckpt = os.path.join(folder, "step_000010.pt")
     save_random_checkpoint(ckpt, tok, num_layers=2, num_heads=2, model_dim=64, window_size=window_size)
     return ckpt, tok
+
+
+def parquet_of(rows):
+    """A parquet file of rows, their columns and order as given (types as pyarrow infers them from the values)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink, row_group_size=200)
+    return sink.getvalue()
+
+
+def hub_path(task):
+    """A file name that the task's HUB_FILES glob matches, as the Hub names such files."""
+    return task.HUB_FILES.replace("-*", "-00000-of-00001").replace("/*", "/0000")
+
+
+def eval_repos(names, limit=None, change=None):
+    """{repo: {path: bytes}} serving each named task's rows at its HUB_FILES (tasks sharing a repo share it);
+    change=(task, row index, column, value) alters one row."""
+    from gptlab.evals import task_spec
+
+    repos = {}
+    for name in names:
+        task = task_spec.load_task(name)
+        rows = shared_rows(name, limit)
+        if change and change[0] == name:
+            rows[change[1]] = dict(rows[change[1]], **{change[2]: change[3]})
+        repos.setdefault(task.HUB_REPO, {"README.md": b"---\nlicense: other\n---\n# stand-in\n"})
+        repos[task.HUB_REPO][hub_path(task)] = parquet_of(rows)
+    return repos
+
+
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
+    """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
+    refs/convert/parquet branch holds the converted parquet of script datasets)."""
+    import urllib.parse
+
+    from hub_standin import HubStandin, _Handler
+
+    class Handler(_Handler):
+        def _target(self):  # the stand-in takes a revision for one path segment: keep a/b/c quoted as one
+            path, query = super()._target()
+            for rev in revisions:
+                path = path.replace(f"/{rev}/", "/" + urllib.parse.quote(rev, safe="") + "/")
+                if path.endswith(f"/{rev}"):
+                    path = path[:-len(rev)] + urllib.parse.quote(rev, safe="")
+            return path, query
+
+        def _repo(self, repo_id, revision):
+            revision = urllib.parse.unquote(revision)
+            return super()._repo(repo_id, "main" if revision in revisions else revision)
+
+    class Standin(HubStandin):
+        def start(self):
+            from hub_standin import _Server
+            import threading
+
+            standin = self
+
+            class Bound(Handler):
+                hub = standin
+
+            self._server = _Server(("127.0.0.1", 0), Bound)
+            threading.Thread(target=self._server.serve_forever, daemon=True, name="evals-standin").start()
+            return self
+
+    return Standin(repos, prefix=prefix).start()
