@@ -41,7 +41,7 @@ def main(argv=None):
         except DownloadFailed as err:  # the other tasks still come; this one is named at the end
             if len(tasks) == 1:
                 raise
-            print(f"{task.NAME}: {err}", flush=True)
+            print(f"failed: {err}", flush=True)
             failed.append(task.NAME)
             continue
         if status == "present":

@@ -14,13 +14,18 @@ import json
 import os
 import sys
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal
 from gptlab.data.hellaswag import sha256_file
-from gptlab.data.sources import cached_snapshot, describe_error, hub_unreachable, proxy_hint
+from gptlab.data.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
 
 DEFAULT_TIMEOUT_S = 10.0
+
+
+def describe_error(err):
+    """The libraries' error, on one line (huggingface_hub's span several)."""
+    return one_line(_describe(err), 300)
 
 
 class DownloadFailed(UserError):
