@@ -120,3 +120,14 @@ def test_bad_input_is_one_error_line_and_writes_nothing(setup, tmp_path):
     out.mkdir()
     assert "already exists; pass --overwrite" in one_error(run("--tasks", "copa"))
     assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "download_evals.py"])
+def test_help_and_a_bad_flag(script):
+    text = run_script([script, "--help"], check=True).stdout
+    assert "(default: None)" not in text and "--tasks" in text
+    for entry in text.split("\n  -"):
+        assert entry.count("default") <= 1, entry
+    proc = run_script([script, "--no_such_flag"] + (["c.pt"] if script == "evaluate.py" else []))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {script} --help)", proc.stderr
