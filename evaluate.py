@@ -73,8 +73,8 @@ def main(argv=None):
     check_output_dir(out, args.overwrite)
     from gptlab.evals.suite import task_requests
 
-    for task in tasks:  # every file read and rendered before the model loads
-        task_requests(task, args.fewshot, args.limit, args.data_dir)
+    # every file read and rendered before the model loads: a bad row answers at once
+    prepared = {task.NAME: task_requests(task, args.fewshot, args.limit, args.data_dir)[1] for task in tasks}
 
     from gptlab.core import distributed  # torch from here on
     from gptlab.evals.score import model_geometry
@@ -90,8 +90,7 @@ def main(argv=None):
         records, summaries, suite = score_tasks(
             logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, fewshot=args.fewshot,
             limit=args.limit, data_dir=args.data_dir, device=ctx.device, block=block, window=window,
-            padded_vocab=getattr(model, "padded_vocab", None), ctx=ctx,
-            progress=not args.quiet)
+            padded_vocab=getattr(model, "padded_vocab", None), ctx=ctx, progress=not args.quiet, prepared=prepared)
         if ctx.is_main:
             meta = {"checkpoint": checkpoint, "step": ckpt.get("step"), "tokenizer": tok.name,
                     "ranks": ctx.world_size}
@@ -103,19 +102,19 @@ def main(argv=None):
     return 0
 
 
+def interval(pair):
+    return "[n/a]" if None in pair else f"[{pair[0]:.4f}, {pair[1]:.4f}]"
+
+
 def print_summary(summaries, suite, out):
-    print(f"{'task':<16}{'n':>6}  {'acc':>6} {'[95% CI]':<16}{'acc_norm':>9}  {'centred':>8}  {'gold bpb':>9} "
-          "[95% CI]")
+    print(f"{'task':<16}{'n':>6}  {'acc [95% CI]':<24}{'acc_norm':>9}  {'centred':>8}  gold bpb [95% CI]")
     for name, s in summaries.items():
-        lo, hi = s["acc_ci95"]
-        blo, bhi = s["gold_bpb_ci95"]
-        print(f"{name:<16}{s['n']:>6}  {s['acc']:.4f} [{lo:.4f}, {hi:.4f}] {s['acc_norm']:>8.4f}  "
-              f"{s['centred']:>8.4f}  {s['gold_bpb']:>9.4f} [{blo:.4f}, {bhi:.4f}]")
-    print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} "
-          f"[{suite['core_ci95'][0]:.4f}, {suite['core_ci95'][1]:.4f}]; mean gold-answer bpb {suite['gold_bpb']:.4f} "
-          f"[{suite['gold_bpb_ci95'][0]:.4f}, {suite['gold_bpb_ci95'][1]:.4f}]")
+        print(f"{name:<16}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
+              f"{s['centred']:>8.4f}  {s['gold_bpb']:.4f} {interval(s['gold_bpb_ci95'])}")
+    print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} {interval(suite['core_ci95'])}; "
+          f"mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")
     print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s; wrote {out}/summary.json and "
-          f"one <task>.jsonl per task", file=sys.stdout)
+          "one <task>.jsonl per task")
 
 
 if __name__ == "__main__":

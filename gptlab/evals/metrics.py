@@ -9,7 +9,8 @@ A "greedy" task (LAMBADA) is right when every continuation token is the model's 
 Per task: acc and acc_norm with 95% Wilson intervals; centred = (acc - baseline) / (1 - baseline), its interval
 the Wilson one mapped the same way (baseline: the mean random baseline of the examples); gold_bpb's mean with a
 normal 95% interval. Suite: core = mean centred accuracy over the tasks, gold_bpb = mean of the tasks' means, each
-with a normal 95% interval from the tasks' standard errors (the tasks' examples are independent).
+with a normal 95% interval from the tasks' standard errors (the tasks' examples are independent; a task's accuracy
+standard error is its Wilson interval's half-width / 1.96, which is not 0 at an accuracy of 0 or 1).
 """
 import math
 
@@ -37,11 +38,11 @@ def example_record(index, request, scores, n_tokens, n_bytes, kind, baseline):
 
 
 def mean_interval(values):
-    """(mean, [lo, hi], standard error): a normal 95% interval of the mean."""
+    """(mean, [lo, hi], standard error): a normal 95% interval of the mean (None for one value: no spread)."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
-        return mean, [float("nan"), float("nan")], float("nan")
+        return mean, [None, None], None
     se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
     return mean, [mean - Z95 * se, mean + Z95 * se], se
 
@@ -57,7 +58,8 @@ def task_summary(records, kind):
     return {"n": n, "kind": kind, "acc": acc, "acc_ci95": acc_ci, "acc_norm": correct_norm / n,
             "acc_norm_ci95": wilson_interval(correct_norm, n), "baseline": base,
             "centred": (acc - base) / (1 - base), "centred_ci95": [(x - base) / (1 - base) for x in acc_ci],
-            "centred_se": math.sqrt(acc * (1 - acc) / n) / (1 - base),
+            # half the Wilson interval's width / 1.96: a standard error that is not 0 at acc 0 or 1
+            "centred_se": (acc_ci[1] - acc_ci[0]) / (2 * Z95) / (1 - base),
             "gold_bpb": bpb, "gold_bpb_ci95": bpb_ci, "gold_bpb_se": bpb_se}
 
 
@@ -65,10 +67,11 @@ def suite_summary(tasks):
     """core and gold_bpb over {name: task_summary}."""
     k = len(tasks)
     out = {}
-    for key, se_key in (("centred", "centred_se"), ("gold_bpb", "gold_bpb_se")):
+    for name, key in (("core", "centred"), ("gold_bpb", "gold_bpb")):
         mean = sum(t[key] for t in tasks.values()) / k
-        se = math.sqrt(sum(t[se_key] ** 2 for t in tasks.values())) / k
-        out["core" if key == "centred" else "gold_bpb"] = mean
-        out[("core" if key == "centred" else "gold_bpb") + "_ci95"] = [mean - Z95 * se, mean + Z95 * se]
+        ses = [t[key + "_se"] for t in tasks.values()]
+        se = None if None in ses else math.sqrt(sum(x ** 2 for x in ses)) / k
+        out[name] = mean
+        out[name + "_ci95"] = [None, None] if se is None else [mean - Z95 * se, mean + Z95 * se]
     out["tasks"] = sorted(tasks)
     return out

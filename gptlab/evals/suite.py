@@ -36,16 +36,16 @@ def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
 
 def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR,
                 device="cpu", block=1, window=None, padded_vocab=None, ctx=None, progress=False,
-                row_len=score.DEFAULT_ROW_LEN):
+                row_len=score.DEFAULT_ROW_LEN, prepared=None):
     """{task name: [example record]} and {task name: task summary}, plus the suite's summary; every rank returns the
-    same."""
+    same. prepared: {task name: requests} already made by task_requests (else made here)."""
     eot = encoding.eot_token
     pairs, owners, byte_lengths = [], [], []
-    prepared = {}
+    prepared = dict(prepared or {})
     for task in tasks:
-        _, reqs = task_requests(task, fewshot, limit, data_dir)
-        prepared[task.NAME] = reqs
-        for i, req in enumerate(reqs):
+        if task.NAME not in prepared:
+            prepared[task.NAME] = task_requests(task, fewshot, limit, data_dir)[1]
+        for i, req in enumerate(prepared[task.NAME]):
             for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
                 pairs.append((context, continuation))
                 owners.append((task.NAME, i, j))

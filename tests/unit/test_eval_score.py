@@ -127,3 +127,7 @@ def test_example_record_and_task_summary_by_hand():
     assert s["gold_bpb"] == 2.5 and s["gold_bpb_ci95"] == pytest.approx([2.5 - 1.96 * se, 2.5 + 1.96 * se], abs=1e-3)
     both = metrics.suite_summary({"a": s, "b": {**s, "centred": 0.1, "gold_bpb": 1.5}})
     assert both["core"] == pytest.approx(0.3) and both["gold_bpb"] == pytest.approx(2.0)
+    half = (2 * hi - 1 - (2 * lo - 1)) / 2  # one task's centred interval, half its width; two equal ones averaged
+    assert both["core_ci95"] == pytest.approx([0.3 - half / math.sqrt(2), 0.3 + half / math.sqrt(2)])
+    assert both["gold_bpb_ci95"] == pytest.approx([2.0 - 1.96 * se / math.sqrt(2), 2.0 + 1.96 * se / math.sqrt(2)],
+                                                  abs=1e-3)
