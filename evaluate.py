@@ -56,7 +56,7 @@ def resolve_checkpoint(path):
 
 def default_out(checkpoint):
     stem = os.path.basename(os.path.normpath(checkpoint)).removesuffix(".pt")
-    folder = os.path.dirname(os.path.abspath(checkpoint))
+    folder = os.path.dirname(os.path.normpath(checkpoint))
     if os.path.basename(folder) == "checkpoints":
         return os.path.join(os.path.dirname(folder), "evals", stem)
     return os.path.normpath(checkpoint).removesuffix(".pt") + "_evals"
