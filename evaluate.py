@@ -63,6 +63,14 @@ def default_out(checkpoint):
 
 
 def main(argv=None):
+    try:
+        return evaluate(argv)
+    except UserError as err:  # under torchrun every rank meets the same bad input: rank 0 says it once
+        err.quiet = err.quiet or os.environ.get("RANK", "0") != "0"
+        raise
+
+
+def evaluate(argv=None):
     args = build_parser().parse_args(argv)
     from gptlab.core.files import check_output_dir
     from gptlab.evals.task_spec import resolve_tasks

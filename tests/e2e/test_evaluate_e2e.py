@@ -102,6 +102,9 @@ def test_bad_input_is_one_error_line_and_writes_nothing(setup, tmp_path):
         return run_script([SCRIPT, ckpt, "--data_dir", data, "--out", out, "--quiet", *args], timeout=300)
 
     assert "unknown task 'arc_hard'" in one_error(run("--tasks", "arc_easy,arc_hard"))
+    two_ranks = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), SCRIPT, ckpt,
+                            "--tasks", "arc_hard", "--data_dir", data, "--out", out], timeout=300)
+    assert two_ranks.returncode != 0 and two_ranks.stderr.count("error: unknown task 'arc_hard'") == 1
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "colors.py").write_text(NEW_TASK.replace('RANDOM_BASELINE = "uniform"\n', ""))
