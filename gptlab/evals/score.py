@@ -12,13 +12,15 @@ the ends of the rows a sequence did not fit.
 Distributed: every rank packs the same rows and groups them into the same batches; batch b is computed by rank
 b % world, and the results are gathered, so 1 and N ranks compute each batch identically (the same figures).
 """
+import bisect
+
 import torch
 
 from gptlab.core.distributed import all_gather_objects
 from gptlab.core.errors import UserError
 from gptlab.core.progress import progress_bar
 
-DEFAULT_ROW_LEN = 1024
+DEFAULT_ROW_LEN = 1024  # a longer sequence gets a row of its own
 MAX_SEQ_LEN = 2048  # a longer sequence keeps its last tokens (the context is cut from the left, as lm-eval does)
 LOGITS_BUDGET_BYTES = 1 << 29  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
 
@@ -68,31 +70,39 @@ def _fits(offset, length, block, window):
     return sees_all_alone and sees_all_here
 
 
-def pack(lengths, row_len, block=1, window=None, scan=64):
-    """Place sequences of these lengths into rows: [(row, offset)] per sequence, and the number of rows. Longest
-    first; each goes into the first of the last `scan` open rows with room (at its offset, or at the next block
-    boundary when the window rule asks), else into a new row."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+def pack(lengths, row_len, block=1, window=None, tries=8):
+    """Place sequences of these lengths into rows: ([(row, offset)] per sequence, [width of each row]). Longest
+    first, each into the row with the least room that holds it (best fit; at the row's end, or at the next block
+    boundary when the window rule asks; the `tries` next-roomiest rows when that does not fit), else into a new row
+    of row_len. A sequence longer than row_len gets a row of its own, rounded up to whole blocks."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     places = [None] * len(lengths)
-    fill = []  # used length of each row
-    open_rows = []
+    fill, widths = [], []  # used length and width of each row
+    room = []  # sorted (free tokens, row) of the rows of width row_len with room left
     for i in order:
         length = lengths[i]
         if length > row_len:
-            raise ValueError(f"a sequence of {length} tokens does not fit a row of {row_len}")
-        placed = False
-        for r in open_rows:
-            offset = fill[r]
-            if not _fits(offset, length, block, window):
-                offset = next_multiple(offset, block)
-            if offset + length <= row_len:
-                places[i], fill[r], placed = (r, offset), offset + length, True
-                break
-        if not placed:
+            widths.append(next_multiple(length, block))
             fill.append(length)
-            places[i] = (len(fill) - 1, 0)
-            open_rows = (open_rows + [len(fill) - 1])[-scan:]  # older rows are not looked at again
-    return places, len(fill)
+            places[i] = (len(widths) - 1, 0)
+            continue
+        first = bisect.bisect_left(room, (length, -1))
+        for k in range(first, min(first + tries, len(room))):
+            r = room[k][1]
+            offset = fill[r] if _fits(fill[r], length, block, window) else next_multiple(fill[r], block)
+            if offset + length <= row_len:
+                del room[k]
+                places[i], fill[r] = (r, offset), offset + length
+                if fill[r] < row_len:
+                    bisect.insort(room, (row_len - fill[r], r))
+                break
+        else:
+            widths.append(row_len)
+            fill.append(length)
+            places[i] = (len(widths) - 1, 0)
+            if length < row_len:
+                bisect.insort(room, (row_len - length, len(widths) - 1))
+    return places, widths
 
 
 def model_geometry(model):
@@ -111,26 +121,42 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
 
     logits_fn: LongTensor (B, T) → logits (B, T, >= n_vocab); it must keep documents apart (see the module)."""
     lengths = [len(t) for t, _ in sequences]
-    row_len = next_multiple(max([row_len] + lengths), block)
-    places, n_rows = pack(lengths, row_len, block, window)
-    rows = torch.full((n_rows, row_len), eot, dtype=torch.long)
-    by_row = [[] for _ in range(n_rows)]
-    for i, ((tokens, start), (r, offset)) in enumerate(zip(sequences, places)):
-        rows[r, offset:offset + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        by_row[r].append((i, offset + start, offset + len(tokens)))
-    per_forward = max(1, LOGITS_BUDGET_BYTES // (row_len * (padded_vocab or n_vocab) * 4))
+    places, widths = pack(lengths, next_multiple(row_len, block), block, window)
+    by_row = [[] for _ in widths]
+    for i, (r, offset) in enumerate(places):
+        by_row[r].append((i, offset))
+    batches = _batches(widths, padded_vocab or n_vocab)
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None and ctx.is_distributed else (0, 1)
     mine = {}
-    batches = list(range(0, n_rows, per_forward))
-    with torch.no_grad(), progress_bar(total=n_rows, unit="row", desc=desc, disable=not progress or rank != 0,
-                                       leave=False) as bar:
-        for b in batches[rank::world]:
-            mine.update(_score_batch(logits_fn, rows[b:b + per_forward], by_row[b:b + per_forward], n_vocab, device))
-            bar.update(min(per_forward, n_rows - b) * world)
+    with torch.no_grad(), progress_bar(total=len(widths), unit="row", desc=desc,
+                                       disable=not progress or rank != 0, leave=False) as bar:
+        for batch in batches[rank::world]:
+            rows = torch.full((len(batch), widths[batch[0]]), eot, dtype=torch.long)
+            spans = []
+            for k, r in enumerate(batch):
+                spans.append([])
+                for i, offset in by_row[r]:
+                    tokens, start = sequences[i]
+                    rows[k, offset:offset + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+                    spans[k].append((i, offset + start, offset + len(tokens)))
+            mine.update(_score_batch(logits_fn, rows, spans, n_vocab, device))
+            bar.update(len(batch) * world)
     merged = {}
     for part in all_gather_objects(ctx, mine) if ctx is not None else [mine]:
         merged.update(part)
     return [merged[i] for i in range(len(sequences))]
+
+
+def _batches(widths, vocab):
+    """Rows grouped into forward passes: runs of rows of one width, each pass's logits within the budget."""
+    batches = []
+    for r, width in enumerate(widths):
+        per_forward = max(1, LOGITS_BUDGET_BYTES // (width * vocab * 4))
+        if batches and widths[batches[-1][0]] == width and len(batches[-1]) < per_forward:
+            batches[-1].append(r)
+        else:
+            batches.append([r])
+    return batches
 
 
 def _score_batch(logits_fn, rows, by_row, n_vocab, device):

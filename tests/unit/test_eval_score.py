@@ -16,12 +16,12 @@ LIMIT = 3
 
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
-    """The tiny model (final windows 2 and 1 blocks), its encoding, and the tasks' requests."""
+    """The tiny model (every layer's final window one 128-token block), its encoding, and the tasks' requests."""
     from gptlab.train import checkpointing
     from gptlab.train.model_source import load_model
 
     folder = tmp_path_factory.mktemp("eval_score")
-    ckpt, _ = tiny_checkpoint(str(folder), window_size=256)
+    ckpt, _ = tiny_checkpoint(str(folder), window_size=128)
     data = data_dir_with(folder / "data", [t for t in TASKS if t != "lambada"], limit=LIMIT)
     write_rows(data, "lambada", LAMBADA_ROWS)
     model, _, ck = load_model(ckpt, "cpu")
@@ -78,13 +78,24 @@ def test_batched_equals_one_at_a_time(scored, packed):
     assert checked == suite_figures["sequences"] > 40
 
 
-def test_sliding_windows_matter_here(scored, packed):
-    """Packing that ignored the one-block window would change some scores: the test above can see it."""
-    aligned = packed[0]
-    careless, _, _ = run(scored, window=None)
-    worst = max(abs(a - b) for t in aligned for ra, rb in zip(aligned[t], careless[t])
-                for a, b in zip(ra["logprob"], rb["logprob"]))
-    assert worst > 1e-2
+def test_sliding_windows_matter_here(scored):
+    """Two 100-token sequences in a row of 256: packed back to back, the second would straddle the 128-token block
+    boundary and, with a one-block window, lose sight of its start; the scorer moves it to the boundary, so it
+    scores as alone, and a packing that ignored the window would not."""
+    model, tok = scored[:2]
+    from gptlab.train.model_source import logits_fn
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
+    text = " ".join(["the model reads this sentence and scores every word of it"] * 30)
+    tokens = [tok.eot] + tok.encoding.encode_ordinary(text)[:99]
+    seqs = [(tokens, 2), (tokens, 2)]
+    alone = score.score_sequences(fn, seqs[:1], eot=tok.eot, n_vocab=tok.encoding.n_vocab, row_len=256, block=128,
+                                  window=1)[0][0]
+    kw = {"eot": tok.eot, "n_vocab": tok.encoding.n_vocab, "row_len": 256, "block": 128}
+    aligned = score.score_sequences(fn, seqs, window=1, **kw)
+    careless = score.score_sequences(fn, seqs, window=None, **kw)
+    assert score.pack([100, 100], 256, 128, 1)[0] == [(0, 0), (0, 128)]
+    assert aligned[1][0] == pytest.approx(alone, abs=2e-4)
+    assert abs(careless[1][0] - alone) > 1e-2
 
 
 def test_longer_rows_and_forward_batches_give_the_same_scores(scored, packed, monkeypatch):
@@ -99,12 +110,16 @@ def test_longer_rows_and_forward_batches_give_the_same_scores(scored, packed, mo
 
 def test_pack_by_hand():
     # longest first; 30 fits neither row 0 (100 + 30 > 128) nor row 1 (60 + 50 + 30 > 128)
-    assert score.pack([100, 60, 50, 30], 128) == ([(0, 0), (1, 0), (1, 60), (2, 0)], 3)
+    assert score.pack([100, 60, 50, 30], 128) == ([(0, 0), (1, 0), (1, 60), (2, 0)], [128] * 3)
+    # longest first: 5 opens row 0, the 4s fill row 1, 3 takes the 3 tokens left in row 0
+    assert score.pack([4, 5, 3, 4], 8) == ([(1, 0), (0, 0), (0, 5), (1, 4)], [8, 8])
+    # a sequence longer than a row: a row of its own, whole blocks
+    assert score.pack([10, 3], 8, block=4) == ([(0, 0), (1, 0)], [12, 8])
     # blocks of 4, a one-block window: a 3-token sequence at offset 3 would straddle a block, so it starts at 4;
     # a 5-token one never sees all of itself, so it goes only where a block starts
-    assert score.pack([3, 3], 16, block=4, window=1) == ([(0, 0), (0, 4)], 1)
-    assert score.pack([5, 2], 16, block=4, window=1) == ([(0, 0), (0, 5)], 1)
-    assert score.pack([5, 5, 2], 16, block=4, window=1) == ([(0, 0), (0, 8), (0, 13)], 1)  # rows fill forward
+    assert score.pack([3, 3], 16, block=4, window=1) == ([(0, 0), (0, 4)], [16])
+    assert score.pack([5, 2], 16, block=4, window=1) == ([(0, 0), (0, 5)], [16])
+    assert score.pack([5, 5, 2], 16, block=4, window=1) == ([(0, 0), (0, 8), (0, 13)], [16])  # rows fill forward
 
 
 def test_example_record_and_task_summary_by_hand():
