@@ -20,9 +20,9 @@ from gptlab.core.distributed import all_gather_objects
 from gptlab.core.errors import UserError
 from gptlab.core.progress import progress_bar
 
-DEFAULT_ROW_LEN = 1024  # a longer sequence gets a row of its own
+DEFAULT_ROW_LEN = 512  # a longer sequence gets a row of its own
 MAX_SEQ_LEN = 2048  # a longer sequence keeps its last tokens (the context is cut from the left, as lm-eval does)
-LOGITS_BUDGET_BYTES = 1 << 29  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
+LOGITS_BUDGET_BYTES = 1 << 28  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
 
 
 def next_multiple(n, k):
