@@ -1,0 +1,139 @@
+"""Benchmark rows from the Hugging Face Hub into data/evals/<task>.jsonl, one task at a time.
+
+Each task file (gptlab/evals/tasks/) names its dataset (HUB_REPO at REVISION), the split's parquet files (HUB_FILES,
+a glob) and, for the built-ins, the sha256 of the rows as written here: one `json.dumps(row, ensure_ascii=False)`
+line per parquet row, the dataset's own columns in its own order. The files come through huggingface_hub, so
+HF_ENDPOINT (a mirror, with or without a path), HF_HUB_OFFLINE (the HF cache only), HF_HOME and the proxy variables
+count as for any Hub download. The lines stream into a temporary file beside the target that takes its name only
+once the checksum holds: a damaged, truncated or changed download is refused by the task's name, and a failure
+midway leaves nothing.
+"""
+import fnmatch
+import hashlib
+import json
+import os
+import sys
+
+from gptlab.core.errors import UserError, one_line
+from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
+from gptlab.core.progress import is_terminal
+from gptlab.data.hellaswag import sha256_file
+from gptlab.data.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def describe_error(err):
+    """The libraries' error, on one line (huggingface_hub's span several)."""
+    return one_line(_describe(err), 300)
+
+
+class DownloadFailed(UserError):
+    """A task's rows could not be fetched or failed their check (nothing was written)."""
+
+
+def _repo_files(task, timeout_s, offline):
+    """(local paths of the task's parquet files, their repo paths): from the Hub into the HF cache, or offline from
+    the cache alone."""
+    where = f"{task.HUB_REPO}@{task.REVISION}"
+    if offline:
+        folder = cached_snapshot(task.HUB_REPO, task.REVISION)
+        paths = []
+        for root, _, names in os.walk(folder) if folder else ():
+            paths += [os.path.relpath(os.path.join(root, n), folder).replace(os.sep, "/") for n in names]
+        files = sorted(p for p in paths if fnmatch.fnmatch(p, task.HUB_FILES))
+        if not files:
+            from huggingface_hub import constants
+            raise DownloadFailed(f"task {task.NAME}: {where} ({task.HUB_FILES}) is not in the HF cache "
+                                 f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; run once online, or unset "
+                                 "HF_HUB_OFFLINE")
+        return [os.path.join(folder, f) for f in files], files
+    from huggingface_hub import HfApi, constants, hf_hub_download  # heavy (~0.3 s): only when downloading
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    problem = hub_unreachable(task.HUB_REPO, timeout_s, revision=task.REVISION)
+    if problem:
+        raise DownloadFailed(f"task {task.NAME}: {problem}; {proxy_hint([constants.ENDPOINT])}; offline: "
+                             "HF_HUB_OFFLINE=1 once the HF cache holds the files")
+    try:
+        listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
+    except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
+        raise DownloadFailed(f"task {task.NAME}: listing {where} via {constants.ENDPOINT} failed "
+                             f"({describe_error(err)}); check HUB_REPO and REVISION in {task.path}") from None
+    files = sorted(p for p in listed if fnmatch.fnmatch(p, task.HUB_FILES))
+    if not files:
+        raise DownloadFailed(f"task {task.NAME}: {where} has no file matching HUB_FILES {task.HUB_FILES!r} "
+                             f"({len(listed)} files listed); fix HUB_FILES in {task.path}")
+    quiet = not is_terminal(sys.stderr) and not are_progress_bars_disabled()
+    if quiet:  # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log
+        disable_progress_bars()
+    try:
+        local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
+                                 etag_timeout=timeout_s) for f in files]
+    except Exception as err:
+        raise DownloadFailed(f"task {task.NAME}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
+                             f"nothing was written; {proxy_hint([constants.ENDPOINT])}") from None
+    finally:
+        if quiet:
+            enable_progress_bars()
+    return local, files
+
+
+def _lines(task, local, names):
+    """The rows of the parquet files as JSON lines (bytes), checked for the task's columns."""
+    import pyarrow.parquet as pq  # in requirements.txt; only for reading the download
+
+    for path, name in zip(local, names):
+        try:
+            table = pq.ParquetFile(path)
+            missing = [c for c in task.COLUMNS if c not in table.schema_arrow.names]
+            if missing:
+                raise DownloadFailed(f"task {task.NAME}: {name} of {task.HUB_REPO} has no column "
+                                     f"{', '.join(missing)} (its columns: {', '.join(table.schema_arrow.names)}); "
+                                     f"it is not the dataset {task.path} describes")
+            for batch in table.iter_batches(batch_size=1024):
+                for row in batch.to_pylist():
+                    yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        except DownloadFailed:
+            raise
+        except Exception as err:  # pyarrow on a damaged or truncated file: whatever it raises
+            raise DownloadFailed(f"task {task.NAME}: {name} of {task.HUB_REPO} is damaged or truncated "
+                                 f"({describe_error(err)}); nothing was written; download again (a damaged copy in "
+                                 "the HF cache: delete it there)") from None
+
+
+def fetch_task(task, data_dir, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S):
+    """Write data_dir/<task>.jsonl from the Hub; returns ("present" | "written", path, rows, source)."""
+    out = task.data_path(data_dir)
+    if os.path.isfile(out):
+        if task.SHA256 and sha256_file(out) == task.SHA256:
+            return "present", out, None, None
+        if not overwrite:
+            state = "fails its checksum" if task.SHA256 else "is there (its task pins no checksum)"
+            raise UserError(f"{out} {state}; pass --overwrite to download it again")
+    elif os.path.exists(out):
+        raise UserError(f"{out} exists and is not a file; move it, or choose another --data_dir")
+    check_folder_creatable(os.path.dirname(os.path.abspath(out)))
+    from huggingface_hub import constants  # reads HF_ENDPOINT, HF_HUB_OFFLINE, HF_HOME when imported
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    local, names = _repo_files(task, timeout_s, offline)
+    digest, rows = hashlib.sha256(), 0
+    try:
+        with atomic_write(out, "wb", overwrite=True) as f:
+            for line in _lines(task, local, names):
+                digest.update(line)
+                f.write(line)
+                rows += 1
+            if task.SHA256 and digest.hexdigest() != task.SHA256:
+                raise DownloadFailed(
+                    f"task {task.NAME}: the {rows} rows of {task.HUB_REPO}@{task.REVISION} ({', '.join(names)}) have "
+                    f"sha256 {digest.hexdigest()[:16]}..., expected {task.SHA256[:16]}... (SHA256 in {task.path}); "
+                    "nothing was written. The download is damaged or truncated, or the dataset changed: download "
+                    "again, or pin REVISION to the commit the checksum was taken from")
+    except OSError as err:
+        raise UserError(f"could not write {out} ({err.strerror or err}); nothing half-written was left; "
+                        f"{write_fix(err)}") from None
+    source = f"hf://datasets/{task.HUB_REPO}@{task.REVISION}/{names[0]}" + (
+        f" (+{len(names) - 1} more)" if len(names) > 1 else "")
+    return "written", out, rows, source + (" (the HF cache; offline)" if offline else f" via {constants.ENDPOINT}")

@@ -1,0 +1,90 @@
+"""Score a model on a set of tasks: render every row, score every continuation in one packed pass, and write
+DIR/<task>.jsonl (one line per example) and DIR/summary.json. See gptlab/evals/task_spec.py (the tasks),
+gptlab/evals/score.py (the packing) and gptlab/evals/metrics.py (the figures)."""
+import json
+import os
+import time
+
+from gptlab.core.errors import UserError
+from gptlab.core.files import atomic_output_dir
+from gptlab.evals import metrics, score, task_spec
+
+
+def checked_encoder(encoding, what):
+    """encode(text) → token ids that decode back to exactly text; anything else is a UserError naming `what`."""
+    def encode(text):
+        try:
+            data = text.encode("utf-8")
+            tokens = encoding.encode_ordinary(text)
+        except (UnicodeEncodeError, ValueError, TypeError) as err:
+            raise UserError(f"the checkpoint's tokenizer cannot encode {what()} ({type(err).__name__}: "
+                            f"{str(err)[:120]}); fix the row, or score this task with another tokenizer") from None
+        if encoding.decode_bytes(tokens) != data:
+            raise UserError(f"the checkpoint's tokenizer cannot encode {what()}: its tokens decode to other text "
+                            f"than {text[:60]!r}; score this task with a byte-level tokenizer")
+        return tokens
+    return encode
+
+
+def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
+    """(rows, [request per scored example]) of a task (the first `limit` rows; few-shot rows from all of them)."""
+    rows = task_spec.load_rows(task, data_dir)
+    n = len(rows) if limit is None else min(limit, len(rows))
+    rendered = {}
+    return rows, [task_spec.requests(task, rows, i, fewshot, rendered) for i in range(n)]
+
+
+def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR,
+                device="cpu", block=1, window=None, padded_vocab=None, ctx=None, progress=False,
+                row_len=score.DEFAULT_ROW_LEN, prepared=None):
+    """{task name: [example record]} and {task name: task summary}, plus the suite's summary; every rank returns the
+    same. prepared: {task name: requests} already made by task_requests (else made here)."""
+    eot = encoding.eot_token
+    pairs, owners, byte_lengths = [], [], []
+    prepared = dict(prepared or {})
+    for task in tasks:
+        if task.NAME not in prepared:
+            prepared[task.NAME] = task_requests(task, fewshot, limit, data_dir)[1]
+        for i, req in enumerate(prepared[task.NAME]):
+            for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
+                pairs.append((context, continuation))
+                owners.append((task.NAME, i, j))
+    sequences, n_tokens = [], []
+    current = [None]
+    encode = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
+    for owner, (context, continuation) in zip(owners, pairs):
+        current[0] = owner
+        seq = score.build_sequences(encode, eot, [(context, continuation)])[0]
+        sequences.append(seq)
+        n_tokens.append(len(seq[0]) - seq[1])
+        byte_lengths.append(len(score.move_spaces(context, continuation)[1].encode("utf-8")))
+    t0 = time.perf_counter()
+    scores = score.score_sequences(logits_fn, sequences, eot=eot, n_vocab=encoding.n_vocab, device=device,
+                                   row_len=row_len, block=block, window=window, ctx=ctx, padded_vocab=padded_vocab,
+                                   progress=progress)
+    seconds = time.perf_counter() - t0
+    records, summaries, k = {}, {}, 0
+    for task in tasks:
+        records[task.NAME] = []
+        for i, req in enumerate(prepared[task.NAME]):
+            m = len(req["continuations"])
+            rec = metrics.example_record(i, req, scores[k:k + m], n_tokens[k:k + m], byte_lengths[k:k + m],
+                                         task.KIND, task_spec.baseline(task, m))
+            records[task.NAME].append(rec)
+            k += m
+        summaries[task.NAME] = metrics.task_summary(records[task.NAME], task.KIND)
+    suite = metrics.suite_summary(summaries)
+    suite.update({"fewshot": fewshot, "limit": limit, "sequences": len(sequences), "seconds": seconds})
+    return records, summaries, suite
+
+
+def write_results(out_dir, records, summaries, suite, meta, overwrite=False):
+    """DIR/<task>.jsonl and DIR/summary.json, the folder written whole or not at all."""
+    with atomic_output_dir(out_dir, overwrite) as tmp:
+        for name, recs in records.items():
+            with open(os.path.join(tmp, f"{name}.jsonl"), "w", encoding="utf-8") as f:
+                for rec in recs:
+                    f.write(json.dumps(rec) + "\n")
+        with open(os.path.join(tmp, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump({**meta, **suite, "per_task": summaries}, f, indent=2)
+            f.write("\n")

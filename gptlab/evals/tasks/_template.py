@@ -1,0 +1,23 @@
+"""TEMPLATE: copy me to gptlab/evals/tasks/<name>.py, fill in every field, then
+`python download_evals.py --tasks <name>` and `python evaluate.py CKPT --tasks <name>` (docs/evals.md, "Add a task").
+
+Say here what the benchmark is, where its rows come from, and which lm-eval-harness task it renders like.
+"""
+NAME = "my_task"  # the file's name without .py
+HUB_REPO = "someone/some_dataset"  # the Hugging Face dataset
+HUB_CONFIG = None  # its config (subset), or None
+HUB_SPLIT = "validation"  # the split scored
+HUB_FILES = "data/validation-*.parquet"  # that split's parquet file(s) in the repo (a glob; see the repo's Files tab)
+REVISION = "main"  # a commit hash pins the rows; so does SHA256
+SHA256 = None  # sha256 of data/evals/<NAME>.jsonl as download_evals.py writes it; None: not checked
+COLUMNS = {"question": str, "options": list, "answer": int}  # every row must have these, of these types
+RANDOM_BASELINE = "uniform"  # 1 / number of choices; or a number: the accuracy of a random guess
+CORE = True  # part of --tasks core
+# KIND = "greedy"  # only for one-choice tasks scored by greedy match (as LAMBADA); default "multiple_choice"
+# TARGET_DELIMITER = " "  # between the context and each choice (the default)
+# FEWSHOT_DELIMITER = "\n\n"  # between shots (the default)
+
+
+def render(row):
+    """One row → the context, the choices (each scored after TARGET_DELIMITER) and the gold choice's index."""
+    return {"context": f"Question: {row['question']}\nAnswer:", "choices": list(row["options"]), "gold": row["answer"]}

@@ -1,0 +1,12 @@
+"""ARC-Challenge (Clark et al. 2018): the ARC questions that retrieval and co-occurrence methods got wrong. Rendered
+as ARC-Easy (lm-eval's arc_challenge includes arc_easy's template). Validation split, 299 rows."""
+from gptlab.evals.tasks.arc_easy import COLUMNS, RANDOM_BASELINE, render  # noqa: F401 (the same rendering)
+
+NAME = "arc_challenge"
+HUB_REPO = "allenai/ai2_arc"
+HUB_CONFIG = "ARC-Challenge"
+HUB_SPLIT = "validation"
+HUB_FILES = "ARC-Challenge/validation-*.parquet"
+REVISION = "main"
+SHA256 = "e91e22bf541b70fb1940476e45dae46a986a72dff25e822c8b3205b4367c41ab"
+CORE = True

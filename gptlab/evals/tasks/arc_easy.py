@@ -1,0 +1,18 @@
+"""ARC-Easy (Clark et al. 2018): grade-school science questions with 3 to 5 answers. As lm-eval's arc_easy:
+"Question: {question}\nAnswer:" then " " + each answer's text; gold: the answerKey's position among the labels.
+We score the validation split (570 rows); lm-eval's default is the test split."""
+NAME = "arc_easy"
+HUB_REPO = "allenai/ai2_arc"
+HUB_CONFIG = "ARC-Easy"
+HUB_SPLIT = "validation"
+HUB_FILES = "ARC-Easy/validation-*.parquet"
+REVISION = "main"
+SHA256 = "1591d2431c45b1712f9c9e7032bd2dfcba863a5eec748c88b2ec11cf7c7da6c5"
+COLUMNS = {"question": str, "choices": dict, "answerKey": str}
+RANDOM_BASELINE = "uniform"
+CORE = True
+
+
+def render(row):
+    return {"context": f"Question: {row['question']}\nAnswer:", "choices": list(row["choices"]["text"]),
+            "gold": row["choices"]["label"].index(row["answerKey"])}

@@ -1,0 +1,18 @@
+"""BoolQ (Clark et al. 2019): a yes/no question about a Wikipedia passage. As lm-eval's boolq:
+"{passage}\nQuestion: {question}?\nAnswer:" then " no" / " yes"; gold 1 when the answer is true.
+lm-eval reads super_glue's copy (label 0/1); we read google/boolq, the original, whose `answer` is a bool."""
+NAME = "boolq"
+HUB_REPO = "google/boolq"
+HUB_CONFIG = None
+HUB_SPLIT = "validation"
+HUB_FILES = "data/validation-*.parquet"
+REVISION = "main"
+SHA256 = "dbad2984e58eaa2184b6d0acfe2e94a73b9868381046255d6be6c3bed9088b68"
+COLUMNS = {"question": str, "answer": bool, "passage": str}
+RANDOM_BASELINE = 0.5
+CORE = True
+
+
+def render(row):
+    return {"context": f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:", "choices": ["no", "yes"],
+            "gold": int(row["answer"])}

@@ -1,0 +1,24 @@
+"""COPA (Roemmele et al. 2011), from SuperGLUE: the more plausible cause or effect of a premise. As lm-eval's copa:
+the premise without its final period, then " because" (cause) or " therefore" (effect); each choice is " " + the
+alternative with its first letter lower-cased, and lm-eval's target delimiter " " comes before it too, so the
+continuation starts with TWO spaces (lm-eval's own quirk, kept so that figures mean the same); gold: label."""
+NAME = "copa"
+HUB_REPO = "aps/super_glue"
+HUB_CONFIG = "copa"
+HUB_SPLIT = "validation"
+HUB_FILES = "copa/validation-*.parquet"
+REVISION = "main"
+SHA256 = "fbec30f4988f13714e8f51752cdcf1294ac237d4fb948353b7a55c5d0c0ee077"
+COLUMNS = {"premise": str, "choice1": str, "choice2": str, "question": str, "label": int}
+RANDOM_BASELINE = 0.5
+CORE = True
+
+
+def _lower_first(text):
+    return text[0].lower() + text[1:]
+
+
+def render(row):
+    connector = {"cause": "because", "effect": "therefore"}[row["question"]]
+    return {"context": row["premise"].strip()[:-1] + f" {connector}",
+            "choices": [" " + _lower_first(row["choice1"]), " " + _lower_first(row["choice2"])], "gold": row["label"]}

@@ -1,0 +1,136 @@
+"""evaluate.py end to end: 1 and 2 ranks (torchrun, gloo) write the same figures; a task added as one file (a
+benchmark we do not ship) scores; bad input is one error line and writes nothing. The scorer against a plain loop:
+tests/unit/test_eval_score.py."""
+import json
+import os
+
+import pytest
+
+from conftest import free_port, run_script
+from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, tiny_checkpoint, write_rows
+
+SCRIPT = "evaluate.py"
+TASKS = ["arc_easy", "boolq", "winogrande", "copa", "hellaswag"]
+LIMIT = 7  # odd: the rows do not divide evenly between two ranks
+
+NEW_TASK = '''"""Color questions (made up for this test): which color is the thing?"""
+NAME = "colors"
+HUB_REPO = "someone/colors"
+HUB_CONFIG = None
+HUB_SPLIT = "test"
+HUB_FILES = "data/test-*.parquet"
+REVISION = "main"
+SHA256 = None
+COLUMNS = {"thing": str, "options": list, "answer": int}
+RANDOM_BASELINE = "uniform"
+CORE = False
+
+
+def render(row):
+    return {"context": f"The color of {row['thing']} is", "choices": row["options"], "gold": row["answer"]}
+'''
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("evaluate")
+    ckpt, _ = tiny_checkpoint(str(folder), window_size=256)
+    data = data_dir_with(folder / "data", TASKS, limit=LIMIT)
+    write_rows(data, "lambada", LAMBADA_ROWS)
+    return folder, ckpt, data
+
+
+def evaluate(ckpt, data, out, *extra, torchrun=False):
+    args = [SCRIPT, ckpt, "--tasks", ",".join(TASKS + ["lambada"]), "--data_dir", data, "--out", out, "--quiet",
+            *extra]
+    if torchrun:
+        args = ["torchrun", "--nproc_per_node=2", "--master_port", str(free_port())] + args
+    return run_script(args, timeout=400)
+
+
+def test_two_ranks_write_what_one_rank_writes(setup):
+    folder, ckpt, data = setup
+    one = evaluate(ckpt, data, folder / "one")
+    two = evaluate(ckpt, data, folder / "two", torchrun=True)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    names = sorted(os.listdir(folder / "one"))
+    assert names == sorted([f"{t}.jsonl" for t in TASKS] + ["lambada.jsonl", "summary.json"])
+    assert sorted(os.listdir(folder / "two")) == names
+    for name in [n for n in names if n.endswith(".jsonl")]:
+        assert (folder / "one" / name).read_bytes() == (folder / "two" / name).read_bytes(), name
+    s1, s2 = (json.loads((folder / d / "summary.json").read_text()) for d in ("one", "two"))
+    assert (s1.pop("ranks"), s2.pop("ranks")) == (1, 2)
+    s1.pop("seconds"), s2.pop("seconds")
+    assert s1 == s2
+    assert s1["per_task"]["copa"]["n"] == LIMIT and s1["per_task"]["lambada"]["n"] == len(LAMBADA_ROWS)
+    first = json.loads((folder / "one" / "arc_easy.jsonl").read_text().splitlines()[0])
+    assert set(first) >= {"logprob", "tokens", "bytes", "gold", "pred", "pred_norm"} and len(first["logprob"]) == 4
+    assert first["bytes"] == [len(" cellular telephone"), len(" television"), len(" refrigerator"), len(" airplane")]
+    assert "core (mean centred accuracy over 6 tasks)" in one.stdout
+
+
+def test_a_task_added_as_one_file_scores(setup, tmp_path):
+    folder, ckpt, data = setup
+    tasks_dir = tmp_path / "my_tasks"
+    tasks_dir.mkdir()
+    (tasks_dir / "colors.py").write_text(NEW_TASK)
+    write_rows(data, "colors", [{"thing": "grass", "options": ["green", "red"], "answer": 0},
+                                {"thing": "the sky", "options": ["pink", "blue", "black"], "answer": 1}])
+    proc = run_script([SCRIPT, ckpt, "--tasks", "colors", "--data_dir", data, "--tasks_dir", tasks_dir,
+                       "--out", tmp_path / "out", "--quiet"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["per_task"]["colors"]["n"] == 2
+    assert summary["per_task"]["colors"]["baseline"] == pytest.approx((1 / 2 + 1 / 3) / 2)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "colors.jsonl").read_text().splitlines()]
+    assert [r["bytes"] for r in rows] == [[6, 4], [5, 5, 6]]  # " green", " red"; " pink", " blue", " black"
+
+
+def one_error(proc):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_bad_input_is_one_error_line_and_writes_nothing(setup, tmp_path):
+    folder, ckpt, data = setup
+    out = tmp_path / "out"
+
+    def run(*args):
+        return run_script([SCRIPT, ckpt, "--data_dir", data, "--out", out, "--quiet", *args], timeout=300)
+
+    assert "unknown task 'arc_hard'" in one_error(run("--tasks", "arc_easy,arc_hard"))
+    two_ranks = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), SCRIPT, ckpt,
+                            "--tasks", "arc_hard", "--data_dir", data, "--out", out], timeout=300)
+    assert two_ranks.returncode != 0 and two_ranks.stderr.count("error: unknown task 'arc_hard'") == 1
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "colors.py").write_text(NEW_TASK.replace('RANDOM_BASELINE = "uniform"\n', ""))
+    line = one_error(run("--tasks", "colors", "--tasks_dir", broken))
+    assert "colors.py has no RANDOM_BASELINE" in line
+    wrong = tmp_path / "wrong"
+    write_rows(wrong, "arc_easy", [{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}])  # PIQA's columns
+    line = one_error(run_script([SCRIPT, ckpt, "--tasks", "arc_easy", "--data_dir", wrong, "--out", out],
+                                timeout=300))
+    assert "arc_easy.jsonl line 1: no column 'question'" in line
+    row = {"premise": "It rained \ud800.", "choice1": "A.", "choice2": "B.", "question": "effect", "idx": 0, "label": 0}
+    (wrong / "copa.jsonl").write_text(json.dumps(row) + "\n")  # a lone surrogate: valid JSON, no UTF-8 for it
+    line = one_error(run_script([SCRIPT, ckpt, "--tasks", "copa", "--data_dir", wrong, "--out", out], timeout=300))
+    assert "tokenizer cannot encode copa row 1" in line
+    assert "data/evals" not in line and not out.exists()
+    out.mkdir()
+    assert "already exists; pass --overwrite" in one_error(run("--tasks", "copa"))
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("script", ["evaluate.py", "download_evals.py"])
+def test_help_and_a_bad_flag(script):
+    text = run_script([script, "--help"], check=True).stdout
+    assert "(default: None)" not in text and "--tasks" in text
+    for entry in text.split("\n  -"):
+        assert entry.count("default") <= 1, entry
+    proc = run_script([script, "--no_such_flag"] + (["c.pt"] if script == "evaluate.py" else []))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {script} --help)", proc.stderr

@@ -1,0 +1,134 @@
+"""The real validation rows of ../shared/data/evals as download_evals.py writes them, and a tiny checkpoint, for the
+tests of evaluate.py and download_evals.py."""
+import json
+import os
+import shutil
+
+from conftest import HELLASWAG_VAL, SHARED_DATA
+
+EVALS_DIR = os.path.join(SHARED_DATA, "evals")
+SHARED_TASKS = ["arc_easy", "arc_challenge", "boolq", "piqa", "winogrande", "openbookqa", "social_iqa",
+                "commonsense_qa", "copa"]
+# the Hub copy's columns and order (tests/hub_standin.py); label a string there
+HELLASWAG_HUB_COLUMNS = ["ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split",
+                         "split_type", "label"]
+
+
+def shared_rows(name, limit=None):
+    """The rows of a task as the Hub holds them (hellaswag: the upstream lines in the Hub's columns)."""
+    if name == "hellaswag":
+        rows = []
+        with open(HELLASWAG_VAL, encoding="utf-8") as f:
+            for line in f:
+                if limit is not None and len(rows) >= limit:
+                    break
+                r = json.loads(line)
+                r["label"] = str(r["label"])
+                rows.append({k: r[k] for k in HELLASWAG_HUB_COLUMNS})
+        return rows
+    with open(os.path.join(EVALS_DIR, f"{name}.jsonl"), encoding="utf-8") as f:
+        lines = f.readlines() if limit is None else [f.readline() for _ in range(limit)]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def write_rows(folder, name, rows):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{name}.jsonl"), "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def data_dir_with(folder, names, limit=None):
+    """A data/evals folder holding the first `limit` rows of each named task (whole files copied when no limit)."""
+    os.makedirs(folder, exist_ok=True)
+    for name in names:
+        if name != "hellaswag" and limit is None:
+            shutil.copyfile(os.path.join(EVALS_DIR, f"{name}.jsonl"), os.path.join(folder, f"{name}.jsonl"))
+        else:
+            write_rows(folder, name, shared_rows(name, limit))
+    return str(folder)
+
+
+LAMBADA_ROWS = [  # two passages in lambada_openai's layout (one `text` column), written for the tests
+    {"text": "He held the lantern up high so that everyone could see the path ahead. \"Follow the light,\" said "
+             "Tom"},
+    {"text": "She opened the old box and found letters from her grandmother, each tied with a red ribbon"},
+]
+
+
+def tiny_checkpoint(folder, window_size=128):
+    """(checkpoint, tokenizer) paths: a random 2-layer model, final windows 1 block, a 300-merge tokenizer."""
+    from conftest import FINEWEB_150
+    from helpers.random_checkpoint import save_random_checkpoint
+    from helpers.tiny_data import read_docs, save_tiny_tokenizer
+
+    tok = save_tiny_tokenizer(os.path.join(folder, "tok_v556.pkl"), read_docs(FINEWEB_150)[:20], 300)
+    ckpt = os.path.join(folder, "step_000010.pt")
+    save_random_checkpoint(ckpt, tok, num_layers=2, num_heads=2, model_dim=64, window_size=window_size)
+    return ckpt, tok
+
+
+def parquet_of(rows):
+    """A parquet file of rows, their columns and order as given (types as pyarrow infers them from the values)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), sink, row_group_size=200)
+    return sink.getvalue()
+
+
+def hub_path(task):
+    """A file name that the task's HUB_FILES glob matches, as the Hub names such files."""
+    return task.HUB_FILES.replace("-*", "-00000-of-00001").replace("/*", "/0000")
+
+
+def eval_repos(names, limit=None, change=None):
+    """{repo: {path: bytes}} serving each named task's rows at its HUB_FILES (tasks sharing a repo share it);
+    change=(task, row index, column, value) alters one row."""
+    from gptlab.evals import task_spec
+
+    repos = {}
+    for name in names:
+        task = task_spec.load_task(name)
+        rows = shared_rows(name, limit)
+        if change and change[0] == name:
+            rows[change[1]] = dict(rows[change[1]], **{change[2]: change[3]})
+        repos.setdefault(task.HUB_REPO, {"README.md": b"---\nlicense: other\n---\n# stand-in\n"})
+        repos[task.HUB_REPO][hub_path(task)] = parquet_of(rows)
+    return repos
+
+
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
+    """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
+    refs/convert/parquet branch holds the converted parquet of script datasets)."""
+    import urllib.parse
+
+    from hub_standin import HubStandin, _Handler
+
+    class Handler(_Handler):
+        def _target(self):  # the stand-in takes a revision for one path segment: keep a/b/c quoted as one
+            path, query = super()._target()
+            for rev in revisions:
+                path = path.replace(f"/{rev}/", "/" + urllib.parse.quote(rev, safe="") + "/")
+                if path.endswith(f"/{rev}"):
+                    path = path[:-len(rev)] + urllib.parse.quote(rev, safe="")
+            return path, query
+
+        def _repo(self, repo_id, revision):
+            revision = urllib.parse.unquote(revision)
+            return super()._repo(repo_id, "main" if revision in revisions else revision)
+
+    class Standin(HubStandin):
+        def start(self):  # the base class builds its handler on hub_standin._Handler: this one, for the call
+            import hub_standin
+
+            base, hub_standin._Handler = hub_standin._Handler, Handler
+            try:
+                return super().start()
+            finally:
+                hub_standin._Handler = base
+
+    return Standin(repos, prefix=prefix).start()

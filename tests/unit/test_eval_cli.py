@@ -1,0 +1,30 @@
+"""evaluate.py's CHECKPOINT_OR_RUN and its default output folder, by hand."""
+import os
+
+import pytest
+
+import evaluate
+from gptlab.core.errors import UserError
+
+
+def test_a_run_folder_means_its_highest_step(tmp_path):
+    run = tmp_path / "20261127_Quickstart"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ["step_000020.pt", "step_000120.pt", "step_000100", "step_000300.pt.tmp.1.x", "notes.txt"]:
+        (run / "checkpoints" / name).write_text("")
+    assert evaluate.resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000120.pt")
+    (run / "checkpoints" / "step_000200").mkdir()  # a sharded checkpoint is a folder
+    assert evaluate.resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000200")
+    assert evaluate.resolve_checkpoint("x/step_000010.pt") == "x/step_000010.pt"  # a checkpoint: itself
+    empty = tmp_path / "empty"
+    (empty / "checkpoints").mkdir(parents=True)
+    with pytest.raises(UserError, match="has no checkpoint"):
+        evaluate.resolve_checkpoint(str(empty))
+
+
+def test_default_out():
+    assert evaluate.default_out("experiments/R/checkpoints/step_000120.pt") == os.path.join("experiments", "R", "evals",
+                                                                                          "step_000120")
+    assert evaluate.default_out("experiments/R/checkpoints/step_000200/") == os.path.join("experiments", "R", "evals",
+                                                                                        "step_000200")
+    assert evaluate.default_out("models/step_000120.pt") == "models/step_000120_evals"

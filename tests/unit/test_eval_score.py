@@ -1,0 +1,148 @@
+"""The packed, batched scorer (gptlab/evals/score.py, suite.py) against a plain loop written here: one continuation at a
+time, alone in its own forward pass, split into context and continuation tokens as lm-eval splits them. And the
+packing and the metrics, worked out by hand."""
+import math
+
+import pytest
+import torch
+
+from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, tiny_checkpoint, write_rows
+from gptlab.evals import metrics, score, suite, task_spec
+from gptlab.evals.hellaswag import wilson_interval
+
+TASKS = ["boolq", "hellaswag", "winogrande", "copa", "arc_easy", "lambada"]
+LIMIT = 3
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory):
+    """The tiny model (every layer's final window one 128-token block), its encoding, and the tasks' requests."""
+    from gptlab.train import checkpointing
+    from gptlab.train.model_source import load_model
+
+    folder = tmp_path_factory.mktemp("eval_score")
+    ckpt, _ = tiny_checkpoint(str(folder), window_size=128)
+    data = data_dir_with(folder / "data", [t for t in TASKS if t != "lambada"], limit=LIMIT)
+    write_rows(data, "lambada", LAMBADA_ROWS)
+    model, _, ck = load_model(ckpt, "cpu")
+    tok = checkpointing.checkpoint_tokenizer(ck, ckpt)
+    tasks = [task_spec.load_task(t) for t in TASKS]
+    return model, tok, tasks, data
+
+
+def loop_loglikelihood(model, enc, eot, context, continuation):
+    """lm-eval's split, by hand; the sequence [eot] + context + continuation alone in one forward pass."""
+    n = len(context) - len(context.rstrip())
+    if n:
+        context, continuation = context[:-n], context[-n:] + continuation
+    whole = enc.encode_ordinary(context + continuation)
+    ctx = enc.encode_ordinary(context)
+    cont = whole[len(ctx):]
+    tokens = torch.tensor([[eot] + ctx + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(model.predict(tokens, eot)[0, :, :enc.n_vocab].float(), dim=-1)
+    total, greedy = 0.0, True
+    for k, token in enumerate(cont):
+        pos = len(ctx) + k  # predicts the token at pos + 1
+        total += float(logp[pos, token])
+        greedy = greedy and int(logp[pos].argmax()) == token
+    return total, greedy, len(cont), len(continuation.encode("utf-8"))
+
+
+def run(scored, **kwargs):
+    model, tok, tasks, data = scored
+    block, window = score.model_geometry(model)
+    from gptlab.train.model_source import logits_fn
+    kw = {"data_dir": data, "block": block, "window": window, "row_len": 256, **kwargs}
+    return suite.score_tasks(logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, **kw)
+
+
+@pytest.fixture(scope="module")
+def packed(scored):
+    return run(scored)
+
+
+def test_batched_equals_one_at_a_time(scored, packed):
+    model, tok, tasks, data = scored
+    assert score.model_geometry(model) == (128, 1)  # a one-block window: the packing must respect it
+    records, _, suite_figures = packed
+    checked = 0
+    for task in tasks:
+        _, reqs = suite.task_requests(task, 0, None, data)
+        for req, rec in zip(reqs, records[task.NAME]):
+            for j, (c, cont) in enumerate(zip(req["contexts"], req["continuations"])):
+                ll, greedy, n_tok, n_bytes = loop_loglikelihood(model, tok.encoding, tok.eot, c, cont)
+                assert rec["logprob"][j] == pytest.approx(ll, abs=2e-4, rel=1e-5), (task.NAME, rec["index"], j)
+                assert (rec["greedy"][j], rec["tokens"][j], rec["bytes"][j]) == (greedy, n_tok, n_bytes)
+                checked += 1
+    assert checked == suite_figures["sequences"] > 40
+
+
+def test_sliding_windows_matter_here(scored):
+    """Two 100-token sequences in a row of 256: packed back to back, the second would straddle the 128-token block
+    boundary and, with a one-block window, lose sight of its start; the scorer moves it to the boundary, so it
+    scores as alone, and a packing that ignored the window would not."""
+    model, tok = scored[:2]
+    from gptlab.train.model_source import logits_fn
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
+    text = " ".join(["the model reads this sentence and scores every word of it"] * 30)
+    tokens = [tok.eot] + tok.encoding.encode_ordinary(text)[:99]
+    seqs = [(tokens, 2), (tokens, 2)]
+    alone = score.score_sequences(fn, seqs[:1], eot=tok.eot, n_vocab=tok.encoding.n_vocab, row_len=256, block=128,
+                                  window=1)[0][0]
+    kw = {"eot": tok.eot, "n_vocab": tok.encoding.n_vocab, "row_len": 256, "block": 128}
+    aligned = score.score_sequences(fn, seqs, window=1, **kw)
+    careless = score.score_sequences(fn, seqs, window=None, **kw)
+    assert score.pack([100, 100], 256, 128, 1)[0] == [(0, 0), (0, 128)]
+    assert aligned[1][0] == pytest.approx(alone, abs=2e-4)
+    assert abs(careless[1][0] - alone) > 1e-2
+
+
+def test_longer_rows_and_forward_batches_give_the_same_scores(scored, packed, monkeypatch):
+    a = packed[0]
+    model, tok = scored[:2]
+    monkeypatch.setattr(score, "LOGITS_BUDGET_BYTES", 2 * 512 * tok.encoding.n_vocab * 4)  # two rows per forward
+    b, _, _ = run(scored, row_len=512, padded_vocab=tok.encoding.n_vocab)
+    for t in a:
+        for ra, rb in zip(a[t], b[t]):
+            assert ra["logprob"] == pytest.approx(rb["logprob"], abs=2e-4, rel=1e-5)
+
+
+def test_pack_by_hand():
+    # longest first; 30 fits neither row 0 (100 + 30 > 128) nor row 1 (60 + 50 + 30 > 128)
+    assert score.pack([100, 60, 50, 30], 128) == ([(0, 0), (1, 0), (1, 60), (2, 0)], [128] * 3)
+    # longest first: 5 opens row 0, the 4s fill row 1, 3 takes the 3 tokens left in row 0
+    assert score.pack([4, 5, 3, 4], 8) == ([(1, 0), (0, 0), (0, 5), (1, 4)], [8, 8])
+    # a sequence longer than a row: a row of its own, whole blocks
+    assert score.pack([10, 3], 8, block=4) == ([(0, 0), (1, 0)], [12, 8])
+    # blocks of 4, a one-block window: a 3-token sequence at offset 3 would straddle a block, so it starts at 4;
+    # a 5-token one never sees all of itself, so it goes only where a block starts
+    assert score.pack([3, 3], 16, block=4, window=1) == ([(0, 0), (0, 4)], [16])
+    assert score.pack([5, 2], 16, block=4, window=1) == ([(0, 0), (0, 5)], [16])
+    assert score.pack([5, 5, 2], 16, block=4, window=1) == ([(0, 0), (0, 8), (0, 13)], [16])  # rows fill forward
+
+
+def test_example_record_and_task_summary_by_hand():
+    req = {"choices": ["ab", "abcdef"], "gold": 0}
+    rec = metrics.example_record(7, req, [(-4.0, False), (-3.0, True)], [2, 5], [3, 7], "multiple_choice", 0.5)
+    assert (rec["pred"], rec["pred_norm"], rec["correct"], rec["correct_norm"]) == (1, 1, False, False)
+    assert rec["gold_bpb"] == pytest.approx(4.0 / math.log(2) / 3)
+    norm = metrics.example_record(0, {"choices": ["abcdefgh", "a"], "gold": 0}, [(-4.0, False), (-1.0, False)],
+                                  [1, 1], [9, 2], "multiple_choice", 0.5)
+    assert (norm["pred"], norm["pred_norm"]) == (1, 0)  # -0.5 per character beats -1.0
+    greedy = metrics.example_record(0, {"choices": [" w"], "gold": 0}, [(-9.0, True)], [1], [2], "greedy", 0.0)
+    assert greedy["correct"] and greedy["correct_norm"]
+    records = [{"correct": c, "correct_norm": c, "baseline": 0.5, "gold_bpb": b}
+               for c, b in [(True, 1.0), (True, 2.0), (True, 3.0), (False, 4.0)]]
+    s = metrics.task_summary(records, "multiple_choice")
+    assert s["acc"] == 0.75 and s["centred"] == pytest.approx(0.5)  # (0.75 - 0.5) / (1 - 0.5)
+    lo, hi = wilson_interval(3, 4)
+    assert s["centred_ci95"] == pytest.approx([2 * lo - 1, 2 * hi - 1])
+    se = math.sqrt(((1 - 2.5) ** 2 + (2 - 2.5) ** 2 + (3 - 2.5) ** 2 + (4 - 2.5) ** 2) / 3 / 4)
+    assert s["gold_bpb"] == 2.5 and s["gold_bpb_ci95"] == pytest.approx([2.5 - 1.96 * se, 2.5 + 1.96 * se], abs=1e-3)
+    both = metrics.suite_summary({"a": s, "b": {**s, "centred": 0.1, "gold_bpb": 1.5}})
+    assert both["core"] == pytest.approx(0.3) and both["gold_bpb"] == pytest.approx(2.0)
+    half = (2 * hi - 1 - (2 * lo - 1)) / 2  # one task's centred interval, half its width; two equal ones averaged
+    assert both["core_ci95"] == pytest.approx([0.3 - half / math.sqrt(2), 0.3 + half / math.sqrt(2)])
+    assert both["gold_bpb_ci95"] == pytest.approx([2.0 - 1.96 * se / math.sqrt(2), 2.0 + 1.96 * se / math.sqrt(2)],
+                                                  abs=1e-3)
