@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from gptlab.compare.runs import MISSING, Run
-from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
-                                  compare_groups, compare_hellaswag, format_p, group_of, pick_reference, runs_needed,
-                                  seed_groups)
+from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
+                                  compare_groups, compare_hellaswag, compare_settings, format_p, group_of,
+                                  holm_verdict, pick_reference, runs_needed, seed_groups, setting_key)
 from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write_text
 from gptlab.data.hellaswag import HELLASWAG_ROWS
@@ -205,16 +205,45 @@ class Leaderboard:
     comparisons: list = ()  # stats.GroupComparison of each other seed group against the reference's
     runs_needed: str = None  # the line saying how many runs a comparison of this noise needs
     alpha: float = SIGNIFICANCE_LEVEL  # the p below which a difference is a verdict (--alpha)
+    family: list = ()  # stats.SettingComparison: the settings compared, Holm-corrected
+    match: str = "all"
+    pairs: bool = False
 
 
-def _compare_groups_with_reference(reference, groups):
-    """Each seed group with 2+ finished seeds against the reference's group (else the group with the best mean)."""
-    measured = [g for g in groups if g.stats("val_bpb")]
-    if len(measured) < 2:
-        return []
-    base = group_of(reference, measured) if reference is not None else None
-    base = base or min(measured, key=lambda g: g.stats("val_bpb")[0])
-    return [c for c in (compare_groups(g, base) for g in measured if g is not base) if c is not None]
+def _compare_groups_with_reference(reference, groups, family):
+    """The seed groups (2+ finished seeds) of the family's comparisons that were tested: Welch's t-test and the
+    pooled HellaSwag test of each pair (vs the reference's group, or every pair with --pairs)."""
+    out = []
+    for c in family:
+        a, b = group_of(c.run, groups), group_of(c.other, groups)
+        if c.test is not None and a and b and a.stats("val_bpb") and b.stats("val_bpb"):
+            comparison = compare_groups(a, b)
+            if comparison is not None:
+                comparison.setting = c
+                out.append(comparison)
+    return out
+
+
+def bpb_cell(run, reference, groups, family, alpha, match):
+    """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
+    attr = "matched_bpb" if match == "flops" else "val_bpb"
+    cell = _unjudged(run, reference, "val_bpb")
+    if cell is not None:
+        return cell
+    group = group_of(run, groups)
+    if group is not None and group is group_of(reference, groups):
+        return f"{run.val_bpb - reference.val_bpb:+.4f} same config (seed noise)"
+    key = setting_key(run)
+    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+    if c is None or c.refused:
+        return c.refused if c is not None else "not compared"
+    mine, theirs = getattr(run, attr, None), getattr(reference, attr, None)
+    diff = mine - theirs if None not in (mine, theirs) else c.diff
+    asked = "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+    if c.test is None:
+        verdict = "lower" if diff < 0 else "higher" if diff > 0 else "equal"
+        return f"{diff:+.4f} ({verdict}; noise unknown){asked}"
+    return f"{diff:+.4f} {holm_verdict(c, alpha)}{asked}"
 
 
 def runs_needed_line(noise, detect_bpb):
@@ -228,15 +257,16 @@ def runs_needed_line(noise, detect_bpb):
 
 
 def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_notes=(), noise_pool=(),
-                      alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP):
+                      alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP, match="all", pairs=False):
     """The table for `runs`; seed groups (noise) come from `runs` plus `noise_pool` (the other runs on disk)."""
     shown = {os.path.realpath(r.path) for r in runs}
     pool = list(runs) + [r for r in noise_pool if os.path.realpath(r.path) not in shown]
     groups = [g for g in seed_groups(pool) if any(os.path.realpath(r.path) in shown for r in g.runs)]
-    reference = pick_reference(runs, baseline)
+    reference, chosen = pick_reference(runs, baseline, groups)
     noise = bpb_noise(reference, groups) if reference else None
+    family = compare_settings(runs, reference, groups, noise, match, pairs) if reference else []
     ordered = sort_runs(runs, sort, descending)
-    ref_label = "baseline" if baseline is not None else "best"
+    ref_label = "baseline"
     headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + [f"bpb vs {ref_label}", f"HellaSwag vs {ref_label}",
                                                            f"Cost per {BPB_STEP:g} bpb vs {ref_label}"]
     rows = []
@@ -247,15 +277,24 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         else:
             group = group_of(run, groups)
             same_config = group is not None and group is group_of(reference, groups)
-            cells += [compare_bpb(run, reference, noise, groups, alpha), compare_hellaswag(run, reference, alpha),
-                      cost_per_bpb(run, reference, same_config)]
+            cells += [bpb_cell(run, reference, groups, family, alpha, match),
+                      compare_hellaswag(run, reference, alpha), cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
     notes = []
     if reference is not None:
-        how = f"--baseline {reference.name}" if baseline is not None else \
-            f"the finished run with the lowest val bpb, {reference.name}"
-        notes.append(f"Runs are compared against {how}.")
+        notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
+                     if baseline is None else f"Runs are compared against {chosen}")
+        tested = sum(c.test is not None for c in family)
+        notes.append(("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
+                      "the baseline's") + f": {tested} test(s), Holm-corrected: a verdict is at the corrected p. "
+                      + {"all": "Settings of other lengths (steps, tokens) or sizes (parameters) are not compared "
+                                "(--match tokens, params, flops or none to ask).",
+                         "tokens": "--match tokens: settings of other sizes are compared at equal tokens, marked.",
+                         "params": "--match params: settings of other lengths are compared at equal size, marked.",
+                         "flops": "--match flops: val bpb at the baseline's training FLOPs, read off each run's "
+                                  "curve (bpb vs baseline is the difference there).",
+                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match])
         hellaswag_how = ("HellaSwag: a two-proportion z-test of the two runs' acc_norm over their n examples. "
                          f"\"better\" / \"worse\" when p < {alpha:g}, else \"not distinguishable\".")
         if noise is not None:
@@ -291,7 +330,8 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
     notes.extend(folder_notes)
     return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
-                       _compare_groups_with_reference(reference, groups), runs_needed_line(noise, detect_bpb), alpha)
+                       _compare_groups_with_reference(reference, groups, family), runs_needed_line(noise, detect_bpb),
+                       alpha, family, match, pairs)
 
 
 def noise_rows(groups):
@@ -311,22 +351,46 @@ NOISE_HEADERS = ["Model", "Runs", "Seeds", "Val bpb mean ± std", "HellaSwag acc
 
 
 def comparison_lines(board):
-    """One line per seed group compared with the reference's: Welch's t-test on val bpb, the pooled
-    two-proportion test on HellaSwag."""
+    """One line per comparison of the family (each setting against the baseline's, or every pair): seed groups by
+    Welch's t-test on val bpb (and the pooled two-proportion test on HellaSwag), a run alone by a t-test with the
+    measured noise; the Holm-corrected p decides the verdict; a comparison refused says why."""
+    detailed = {id(getattr(c, "setting", None)): c for c in board.comparisons}
     lines = []
-    for c in board.comparisons:
-        name, ref_name = c.group.runs[0].model_name, c.reference.runs[0].model_name
-        (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
-        verdict = ("lower" if c.bpb.diff < 0 else "higher") if c.bpb.p < board.alpha else "not distinguishable"
-        line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {ref_name} ({ref_mean:.4f} ± {ref_std:.4f}, "
-                f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
-                f"{format_p(c.bpb.p)} ({verdict})")
-        if c.hellaswag is not None:
-            line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
-                     f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled over "
-                     "the seeds)")
-        lines.append(line)
+    for s in board.family:
+        name, other = s.run.model_name, s.other.model_name
+        c = detailed.get(id(s))
+        if s.refused:
+            lines.append(f"{name} vs {other}: {s.refused}")
+            continue
+        p = s.p_holm if s.p_holm is not None else None
+        asked = "".join(f" [other {k}: {v}]" for k, v in s.differs.items())
+        if c is not None:
+            (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
+            verdict = ("lower" if c.bpb.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+            line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {other} ({ref_mean:.4f} ± {ref_std:.4f}, "
+                    f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
+                    f"{format_p(c.bpb.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})")
+            if c.hellaswag is not None:
+                line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
+                         f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled "
+                         "over the seeds)")
+            lines.append(line + asked)
+        elif s.test is None:
+            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, noise unknown{asked}")
+        else:
+            verdict = ("lower" if s.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, "
+                         f"{'Welch ' if s.test.how == 'Welch' else ''}t = {s.test.t:.2f}, df = {s.test.df:.1f}"
+                         f"{'' if s.test.how == 'Welch' else ' (measured noise)'}, {format_p(s.test.p)}"
+                         + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict}){asked}")
     return lines
+
+
+def comparisons_title(board):
+    tested = sum(s.test is not None for s in board.family)
+    what = "every pair of settings" if board.pairs else "each setting against the baseline's"
+    at = " at the baseline's training FLOPs" if board.match == "flops" else ""
+    return f"Settings compared ({what}, val bpb{at}; Holm's correction over {tested} test(s)):"
 
 
 def one_line(text):
@@ -398,8 +462,8 @@ def render_text(board, width=0, columns=None):
         ["  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise"]
     if board.runs_needed:
         out += [""] + _wrap(board.runs_needed, width)
-    if board.comparisons:
-        out += ["", "Seed groups compared (Welch's t-test on final val bpb):"]
+    if board.family:
+        out += ["", comparisons_title(board)]
         for line in comparison_lines(board):
             out += _wrap(f"  {line}", width, "    ")
     return "\n".join(out) + "\n"
@@ -425,9 +489,10 @@ def render_markdown(board, markdown_dir, title):
                "No seed groups yet: rerun a config with a different `--seed` to measure run-to-run noise.")
     if board.runs_needed:
         out += ["", _md_escape(board.runs_needed)]
-    if board.comparisons:
-        out += ["", "## Seed groups compared", "", "Welch's t-test on final val bpb; HellaSwag acc_norm answers "
-                "pooled over each group's seeds.", ""] + [f"- {_md_escape(line)}" for line in comparison_lines(board)]
+    if board.family:
+        out += ["", "## Settings compared", "", _md_escape(comparisons_title(board)) + " Welch's t-test for seed "
+                "groups, else a t-test with the measured noise; HellaSwag acc_norm answers pooled over each group's "
+                "seeds.", ""] + [f"- {_md_escape(line)}" for line in comparison_lines(board)]
     return "\n".join(out) + "\n"
 
 

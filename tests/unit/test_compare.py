@@ -17,7 +17,7 @@ def shown_p(p):
 
 def test_baseline_uses_noise_of_runs_not_shown(lab):
     board = cmp.compare(["20260101_100000_Baseline", "BetterIdea", "TinyTweak"], experiments_dir=lab,
-                        baseline="20260101_100000_Baseline", no_plot=True)["board"]
+                        baseline="20260101_100000_Baseline", no_plot=True, match="tokens")["board"]
     cells = cells_by_run(board)
     # The other two seeds of Baseline are not in the table but still measure its noise (std 0.004, 2 dof).
     assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
@@ -25,7 +25,10 @@ def test_baseline_uses_noise_of_runs_not_shown(lab):
     # BetterIdea (one run, 1.250) against Baseline's seed group (mean 1.300, n=3): t = -0.05 / (0.004 sqrt(1 + 1/3))
     p = t_p(-0.05 / (0.004 * math.sqrt(1 + 1 / 3)), 2)
     better = cells["20260102_090000_BetterIdea"]
-    assert better["bpb vs baseline"] == f"-0.0500 better, {shown_p(p)}" and 0.005 < p < 0.01
+    # two tests (BetterIdea, TinyTweak 1.255), the smaller p first: Holm multiplies it by 2; BetterIdea has another
+    # size (9M parameters), compared because --match tokens asks, and marked
+    assert better["bpb vs baseline"] == (f"-0.0500 better, Holm {shown_p(2 * p)} ({shown_p(p)}) [other size: 9M vs "
+                                         "7.34M params]") and 0.005 < p < 0.01
     # HellaSwag 0.330 vs 0.300 of 10042 each: Pearson's chi-square on the 2x2 table gives p ~ 5e-6
     assert better["HellaSwag vs baseline"] == "+0.0300 better, p < 0.0001"
     assert cells["20260101_100000_Baseline"]["bpb vs baseline"] == "reference"
@@ -38,7 +41,8 @@ def test_noise_unknown_without_seed_group(tmp_path):
         make_run(str(tmp_path), folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
     board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
     assert board.noise is None and board.groups == []
-    assert cells_by_run(board)["20260101_000001_B"]["bpb vs best"] == "+0.0010 (higher; noise unknown)"
+    # no run is named Base and neither has more seeds: the first started (A) is the baseline, not the better one
+    assert cells_by_run(board)["20260101_000001_B"]["bpb vs baseline"] == "+0.0010 (higher; noise unknown)"
     assert any("noise is unknown: repeat a run with another --seed" in n for n in board.notes)
 
 
@@ -111,9 +115,16 @@ def test_single_runs_are_judged_with_the_noise_pooled_over_seed_groups(tmp_path)
     verdict = {name: cells["bpb vs baseline"] for name, cells in cells_by_run(board).items()}
     p_under, p_over = t_p(0.51 / (std * math.sqrt(2)), 3), t_p(0.53 / (std * math.sqrt(2)), 3)
     assert 0.05 < p_under < 0.06 and 0.04 < p_over < 0.05
-    assert verdict["20260103_000001_Under"] == f"+0.5100 not distinguishable, {shown_p(p_under)}"
-    assert verdict["20260103_000002_Over"] == f"+0.5300 worse, {shown_p(p_over)}"
-    assert verdict["20260103_000003_Below"] == f"-0.5300 better, {shown_p(p_over)}"
+    # Holm over the 5 tests (A's group and B's against Ref too), by hand: B (mean 2.1, t = 1.2 / (std sqrt(1/3 + 1)))
+    # has the smallest p, then p_over = p_below, p_under, A's (t = 0.2 / (std sqrt(1/2 + 1))); Over's 4 p_over,
+    # Below's max(4 p_over, 3 p_over), Under's max(4 p_over, 2 p_under): all 4 p_over = 0.18, none below 0.05
+    # (uncorrected, Over and Below were)
+    p_b, p_a = t_p(1.2 / (std * math.sqrt(4 / 3)), 3), t_p(0.2 / (std * math.sqrt(1.5)), 3)
+    assert p_b < p_over < p_under < p_a and 5 * p_b < 4 * p_over and 2 * p_under < 4 * p_over < p_a
+    holm = 4 * p_over
+    assert verdict["20260103_000001_Under"] == f"+0.5100 not distinguishable, Holm {shown_p(holm)} ({shown_p(p_under)})"
+    assert verdict["20260103_000002_Over"] == f"+0.5300 not distinguishable, Holm {shown_p(holm)} ({shown_p(p_over)})"
+    assert verdict["20260103_000003_Below"] == f"-0.5300 not distinguishable, Holm {shown_p(holm)} ({shown_p(p_over)})"
 
 
 def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
@@ -132,8 +143,10 @@ def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
     scale = 0.01 * math.sqrt(1 + 1 / 3)
     p_near, p_far = t_p(0.0490 / scale, 2), t_p(0.0505 / scale, 2)
     assert p_near > 0.05 > p_far
-    assert verdict["20260102_000000_Near"] == f"+0.0490 not distinguishable, {shown_p(p_near)}"
-    assert verdict["20260102_000001_Far"] == f"+0.0505 worse, {shown_p(p_far)}"
+    # Holm over the 2 tests, by hand: p_far < p_near, so 2 p_far, then max(2 p_far, p_near)
+    assert verdict["20260102_000000_Near"] == (f"+0.0490 not distinguishable, Holm {shown_p(max(2 * p_far, p_near))} "
+                                               f"({shown_p(p_near)})")
+    assert verdict["20260102_000001_Far"] == f"+0.0505 not distinguishable, Holm {shown_p(2 * p_far)} ({shown_p(p_far)})"
     assert verdict["20260101_000001_Base"] == "-0.0100 same config (seed noise)"
 
 
