@@ -12,7 +12,7 @@ import sys
 
 from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
 from gptlab.compare.stats import MATCH_MODES
-from gptlab.compare.tables import COLUMN_IDS
+from gptlab.compare.tables import COLUMN_IDS, SUMMARY_FORMATS
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path, path
 
 # What the numeric flags accept (finite numbers only: nan and inf are refused by the types).
@@ -50,6 +50,9 @@ def parse_args(argv):
                              "parameters), tokens (sizes may differ), params (lengths may differ), flops (val bpb "
                              "at the baseline's training FLOPs, read off each curve), none (final figures, "
                              "whatever differs); what differs is marked in the verdict")
+    parser.add_argument("--summary", choices=SUMMARY_FORMATS, metavar="csv|md|tex",
+                        help="print only a table of the settings (mean ± std, n, 95%% CI, Δ vs baseline, p, Holm p, "
+                             "verdict) as CSV, Markdown or LaTeX; nothing is written or drawn")
     parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help=f"write the curves to this PNG (default when RUNs are named: {PLOT_FILE} in each "
                              "compared run's folder)")
@@ -97,6 +100,8 @@ def check_flags(args):
                         "arguments")
     if args.overhead < 0 or (args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0):
         raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
+    if args.summary and (args.scaling or args.diff):
+        raise UserError("--summary tabulates the leaderboard's settings; drop --scaling / --diff")
     if args.budget and not args.scaling:
         raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
 
@@ -108,7 +113,7 @@ def main(argv=None):
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,
             overhead_minutes=args.overhead, alpha=args.alpha, detect_bpb=args.detect_bpb, scaling=args.scaling,
             budget=args.budget, columns=args.columns, width=0 if args.wide else None, match=args.match,
-            pairs=args.pairs)
+            pairs=args.pairs, summary=args.summary)
 
 
 if __name__ == "__main__":

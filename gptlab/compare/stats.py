@@ -470,10 +470,11 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
 
 
 def holm_verdict(c, alpha, lower_is_better=True):
-    """'better, p = 0.012' (one test) or 'better, Holm p = 0.036 (p = 0.012)' (a family), at the corrected p."""
+    """'better, p = 0.012' (one test) or 'better, Holm p = 0.036' (a family: the corrected p, which decides; the
+    raw p is in the lines under the table and in --summary)."""
     if c.p_holm is None:
         return None
     word = _verdict(c.test.diff, c.p_holm, alpha, lower_is_better).split(",")[0]
     if c.m <= 1:  # a family of one: Holm's p is the p
         return f"{word}, {format_p(c.test.p)}"
-    return f"{word}, Holm {format_p(c.p_holm)} ({format_p(c.test.p)})"
+    return f"{word}, Holm {format_p(c.p_holm)}"

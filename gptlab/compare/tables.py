@@ -2,6 +2,7 @@
 import datetime
 import math
 import os
+import statistics
 import textwrap
 from dataclasses import dataclass
 
@@ -148,13 +149,17 @@ SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "
                 "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
                 "bpt": "bytes_per_token", "compression": "bytes_per_token"}
 # The leaderboard's columns against the reference, after COLUMNS; ids of board.headers, in order.
-VERSUS_COLUMNS = ("bpb_vs", "hellaswag_vs", "cost_per_bpb")
+VERSUS_COLUMNS = ("setting_bpb", "bpb_vs", "hellaswag_vs", "cost_per_bpb")
 COLUMN_IDS = ("rank", *COLUMNS, *VERSUS_COLUMNS)
 # The text view keeps the columns in this order while they fit the terminal. Run (the folder name: date, time and
 # model name) is what a command takes to act on a row, so it comes before Model and Date, which it repeats.
-TEXT_PRIORITY = ("rank", "run", "val_bpb", "bpb_vs", "hellaswag", "hellaswag_vs", "status", "tokens", "params",
-                 "wall_time", "cost", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
+TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost", "hellaswag_vs", "status",
+                 "tokens", "params", "wall_time", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
                  "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
+# Piped (into head, less, a file) without --wide or --columns: these, unwrapped (issue 39: 21 columns hard-wrapped)
+COMPACT_COLUMNS = ("run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost")
+# Never left out as "the same in every row": what a row is
+ALWAYS_SHOWN = ("rank", "run", "val_bpb")
 
 
 def _column_key(name):
@@ -224,6 +229,13 @@ def _compare_groups_with_reference(reference, groups, family):
     return out
 
 
+def setting_bpb(run, groups):
+    """The val bpb of the run's setting over its seeds: mean ± std (n in the Noise table), or — for a run alone."""
+    group = group_of(run, groups)
+    stats = group.stats("val_bpb") if group else None
+    return f"{stats[0]:.4f} ± {stats[1]:.4f}" if stats else MISSING
+
+
 def bpb_cell(run, reference, groups, family, alpha, match):
     """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
     attr = "matched_bpb" if match == "flops" else "val_bpb"
@@ -267,11 +279,12 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
     family = compare_settings(runs, reference, groups, noise, match, pairs) if reference else []
     ordered = sort_runs(runs, sort, descending)
     ref_label = "baseline"
-    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + [f"bpb vs {ref_label}", f"HellaSwag vs {ref_label}",
+    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + ["Setting bpb ± std", f"bpb vs {ref_label}",
+                                                           f"HellaSwag vs {ref_label}",
                                                            f"Cost per {BPB_STEP:g} bpb vs {ref_label}"]
     rows = []
     for rank, run in enumerate(ordered, start=1):
-        cells = [str(rank)] + [str(COLUMNS[c][1](run)) for c in COLUMNS]
+        cells = [str(rank)] + [str(COLUMNS[c][1](run)) for c in COLUMNS] + [setting_bpb(run, groups)]
         if reference is None:
             cells += [MISSING, MISSING, MISSING]
         else:
@@ -402,9 +415,15 @@ def one_line(text):
 def text_table(headers, rows, keep=None):
     """Columns `keep` (indices, in that order; default all) as a plain-text table, cells left-aligned as given
     (control characters escaped, so each row is one line)."""
+    import tabulate as tabulate_module
+
     keep = range(len(headers)) if keep is None else keep
-    return tabulate([[one_line(row[i]) for i in keep] for row in rows], [one_line(headers[i]) for i in keep],
-                    "simple", disable_numparse=True, stralign="left")
+    padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0  # columns as wide as their text: the
+    try:  # two spaces between them already separate them, and a narrow terminal gets 2 characters a column back
+        return tabulate([[one_line(row[i]) for i in keep] for row in rows], [one_line(headers[i]) for i in keep],
+                        "simple", disable_numparse=True, stralign="left")
+    finally:
+        tabulate_module.MIN_PADDING = padding
 
 
 def fit_columns(headers, rows, width, order):
@@ -419,13 +438,31 @@ def fit_columns(headers, rows, width, order):
     return kept
 
 
-def _fitted(headers, rows, width, order, names):
-    """The table of the columns of `order` that fit `width`, and a line naming the others (`names`); width 0: every
-    column, as they come."""
-    keep = fit_columns(headers, rows, width, order) if width else range(len(headers))
-    left = [names[i] for i in range(len(headers)) if i not in keep]
-    return [text_table(headers, rows, keep)] + (_wrap(f"Left out to fit {width} characters: {', '.join(left)} "
-                                                      "(--wide shows every column).", width) if left else [])
+def constant_columns(headers, rows, order, always=()):
+    """Indices of `order` whose cell is the same in every row (2 rows or more), `always` excepted."""
+    if len(rows) < 2:
+        return []
+    return [i for i in order if i not in always and len({row[i] for row in rows}) == 1]
+
+
+def _fitted(headers, rows, width, order, names, always=()):
+    """The table of the columns of `order` that fit `width`, and a line naming the others (`names`); a column the
+    same in every row is not given room but named once, with its value; width 0: every column, as they come."""
+    if not width:
+        return [text_table(headers, rows, range(len(headers)))]
+    same = constant_columns(headers, rows, order, always)
+    keep = fit_columns(headers, rows, width, [i for i in order if i not in same])
+    left = [names[i] for i in range(len(headers)) if i not in keep and i not in same]
+    out = [text_table(headers, rows, keep)]
+    valued = [i for i in same if rows[0][i] != MISSING]
+    if valued:
+        out += _wrap("Same in every row: " + ", ".join(f"{one_line(headers[i])} {one_line(rows[0][i])}"
+                                                       for i in valued) + ".", width)
+    if len(valued) < len(same):
+        out += _wrap(f"No value in any row: {', '.join(names[i] for i in same if i not in valued)}.", width)
+    if left:
+        out += _wrap(f"Left out to fit {width} characters: {', '.join(left)} (--wide shows every column).", width)
+    return out
 
 
 def _wrap(text, width, indent=""):
@@ -448,22 +485,29 @@ def markdown_table(headers, rows):
     return "\n".join(lines)
 
 
-def render_text(board, width=0, columns=None):
+def render_text(board, width=0, columns=None, compact=False):
     """The leaderboard, noise and comparisons as text: the `columns` ids given, else with a `width` (the terminal's)
-    the columns of TEXT_PRIORITY that fit it, paragraphs wrapped to it; else (width 0) every column."""
+    the columns of TEXT_PRIORITY that fit it (those the same in every row named once), paragraphs wrapped to it;
+    else `compact` (a pipe) COMPACT_COLUMNS; else (width 0) every column."""
+    if compact and not columns:
+        columns = COMPACT_COLUMNS
     out = [text_table(board.headers, board.rows, [0] + [COLUMN_IDS.index(c) for c in columns])] if columns else \
-        _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS)
+        _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS,
+                [COLUMN_IDS.index(c) for c in ALWAYS_SHOWN])
+    if compact and columns == COMPACT_COLUMNS:
+        out.append("(compact: output is not a terminal; --wide prints every column, --columns picks them)")
     out.append("")
     for note in board.notes:
         out += _wrap(f"note: {note}", width, "      ")
     out += ["", "Noise (runs that differ only by seed):"]
     groups = noise_rows(board.groups)
-    out += _fitted(NOISE_HEADERS, groups, width, range(len(NOISE_HEADERS)), NOISE_HEADERS) if groups else \
+    out += _fitted(NOISE_HEADERS, groups, width, range(len(NOISE_HEADERS)), NOISE_HEADERS,
+                   range(len(NOISE_HEADERS))) if groups else \
         ["  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise"]
     if board.runs_needed:
         out += [""] + _wrap(board.runs_needed, width)
     if board.family:
-        out += ["", comparisons_title(board)]
+        out += [""] + _wrap(comparisons_title(board), width)
         for line in comparison_lines(board):
             out += _wrap(f"  {line}", width, "    ")
     return "\n".join(out) + "\n"
@@ -498,3 +542,111 @@ def render_markdown(board, markdown_dir, title):
 
 def write_leaderboard(board, path, title):
     atomic_write_text(path, render_markdown(board, os.path.dirname(os.path.abspath(path)), title), overwrite=True)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+SUMMARY_FORMATS = ("csv", "md", "tex")
+
+
+@dataclass
+class SettingSummary:
+    name: str
+    n: int
+    mean: float
+    std: float  # None for one seed
+    ci: tuple  # 95% interval of the mean (Student t), None for one seed
+    diff: float = None  # mean minus the baseline setting's; None for the baseline itself or when not compared
+    p: float = None
+    p_holm: float = None
+    verdict: str = ""
+
+
+def summary_rows(board):
+    """One SettingSummary per finished setting (a seed group, or a run alone), the baseline's first, then in the
+    table's order: val bpb over its seeds, the 95% interval of the mean, and its comparison with the baseline's."""
+    from scipy import stats as scipy_stats  # heavy: only for a summary
+
+    if board.reference is None:
+        return []
+    settings = {}
+    for run in [board.reference] + list(board.runs):
+        if run.final and run.val_bpb is not None:
+            settings.setdefault(setting_key(run), run)
+    names, rows = {}, []
+    for key, run in settings.items():
+        group = group_of(run, board.groups)
+        values = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
+        n, mean = len(values), sum(values) / len(values)
+        std = statistics.stdev(values) if n >= 2 else None
+        half = None if std is None else float(scipy_stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+        names[run.model_name] = names.get(run.model_name, 0) + 1
+        name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
+        row = SettingSummary(name, n, mean, std, None if half is None else (mean - half, mean + half))
+        c = next((c for c in board.family if c.other is board.reference and setting_key(c.run) == key), None)
+        if run is board.reference:
+            row.verdict = "baseline"
+        elif c is not None and c.refused:
+            row.verdict = c.refused
+        elif c is not None:
+            row.diff = c.diff
+            if c.test is not None:
+                row.p, row.p_holm = c.test.p, c.p_holm
+                row.verdict = ("better" if c.diff < 0 else "worse") if c.p_holm < board.alpha else \
+                    "not distinguishable"
+            else:
+                row.verdict = "noise unknown"
+        rows.append(row)
+    return rows
+
+
+def _fmt(value, spec):
+    return "" if value is None else format(value, spec)
+
+
+def _latex(text):
+    """`text` safe in a LaTeX table cell: its special characters escaped."""
+    out = []
+    for ch in escape_controls(text):
+        out.append({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                    "<": "$<$", ">": "$>$", "±": r"$\pm$", "Δ": r"$\Delta$", MISSING: "--"}.get(ch, ch))
+    return "".join(out)
+
+
+def render_summary(board, fmt):
+    """The settings' summary as CSV (one number a column), Markdown or LaTeX (mean ± std, n, 95% CI, Δ, p, Holm p,
+    verdict)."""
+    rows = summary_rows(board)
+    what = "val bpb at the baseline's training FLOPs" if board.match == "flops" else "final val bpb"
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["setting", "n", "val_bpb_mean", "val_bpb_std", "ci95_low", "ci95_high", "diff_vs_baseline",
+                         "p", "p_holm", "verdict"])
+        for r in rows:
+            writer.writerow([r.name, r.n, _fmt(r.mean, ".6g"), _fmt(r.std, ".6g"),
+                             _fmt(r.ci and r.ci[0], ".6g"), _fmt(r.ci and r.ci[1], ".6g"), _fmt(r.diff, ".6g"),
+                             _fmt(r.p, ".6g"), _fmt(r.p_holm, ".6g"), r.verdict])
+        return buf.getvalue()
+    cells = [[r.name, str(r.n), f"{r.mean:.4f}" + ("" if r.std is None else f" ± {r.std:.4f}"),
+              MISSING if r.ci is None else f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]",
+              MISSING if r.diff is None else f"{r.diff:+.4f}", _p_cell(r.p), _p_cell(r.p_holm), r.verdict]
+             for r in rows]
+    headers = ["Setting", "n", "Val bpb mean ± std", "95% CI of the mean", "Δ vs baseline", "p", "Holm p", "Verdict"]
+    caption = (f"{what}; each setting against the baseline {rows[0].name if rows else MISSING} (Welch's t-test, or "
+               f"a t-test with the measured noise for a single run); Holm's correction over the tests; verdict at "
+               f"p < {board.alpha:g}")
+    if fmt == "md":
+        return markdown_table(headers, cells) + f"\n\n{_md_escape(caption)}.\n"
+    lines = [r"\begin{table}", r"\centering", r"\begin{tabular}{lrllrrrl}", r"\hline",
+             " & ".join(map(_latex, headers)) + r" \\", r"\hline"]
+    lines += [" & ".join(map(_latex, row)) + r" \\" for row in cells]
+    lines += [r"\hline", r"\end{tabular}", rf"\caption{{{_latex(caption)}.}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _p_cell(p):
+    return MISSING if p is None else "< 0.0001" if p < 1e-4 else f"{p:.2g}"

@@ -15,7 +15,9 @@ from gptlab.train.records import METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
 
 
 def run_compare(lab, *args):
-    proc = run_script(["compare_experiments.py", "--experiments", lab, *args])
+    # --wide: every column (piped without it, the compact key columns)
+    proc = run_script(["compare_experiments.py", "--experiments", lab, *(args if "--columns" in args else
+                                                                          ("--wide", *args))])
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -183,7 +185,7 @@ def test_damaged_files_are_reported_not_fatal(tmp_path):
         f.write('{"status": "fini')  # results.json cut off: the run is judged from its metrics instead
     backdate(path, 3600)
     make_run(root, "20260101_000001_HeaderOnly", {"model_name": "HeaderOnly"}, [], age_s=3600)
-    proc = run_script(["compare_experiments.py", "--experiments", root, "--no-write"])
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--no-write", "--wide"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Damaged: no config.json" in out
