@@ -4,6 +4,9 @@
     python compare_experiments.py experiments/*_Baseline* experiments/*_MyIdea --plot out.png
     python compare_experiments.py --sort hellaswag --desc
     python compare_experiments.py --columns run,val_bpb,bpb_vs,cost   # these columns (--wide: every column)
+    python compare_experiments.py --pairs                            # every pair of settings, Holm-corrected
+    python compare_experiments.py --match flops                      # at the baseline's training FLOPs
+    python compare_experiments.py --summary md                       # the settings' table (csv, md or tex)
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
     python compare_experiments.py --usd_per_gpu_hour 2.5 --overhead  # cost at your price, + gpt-lab's 60 min setup
     python compare_experiments.py experiments/*_Scale* --scaling --budget 50gpuh   # scaling fit and a prediction

@@ -299,7 +299,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
                      if baseline is None else f"Runs are compared against {chosen}")
         tested = sum(c.test is not None for c in family)
-        notes.append(("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
+        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
                       "the baseline's") + f": {tested} test(s), Holm-corrected: a verdict is at the corrected p. "
                       + {"all": "Settings of other lengths (steps, tokens) or sizes (parameters) are not compared "
                                 "(--match tokens, params, flops or none to ask).",
@@ -307,11 +307,12 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
                          "params": "--match params: settings of other lengths are compared at equal size, marked.",
                          "flops": "--match flops: val bpb at the baseline's training FLOPs, read off each run's "
                                   "curve (bpb vs baseline is the difference there).",
-                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match])
+                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match]))
+        notes = [n for n in notes if n]
         hellaswag_how = ("HellaSwag: a two-proportion z-test of the two runs' acc_norm over their n examples. "
                          f"\"better\" / \"worse\" when p < {alpha:g}, else \"not distinguishable\".")
         if noise is not None:
-            notes.append("val bpb p: Welch's t-test of the two runs' seed groups when both have 2+ seeds, else a "
+            notes.append("val bpb p: Welch's t-test of the two settings' seed groups when both have 2+ seeds, else a "
                          f"t-test of their means with the run-to-run std {noise.std:.4f} ({noise.source}; a run "
                          "without a seed group counts as one value); runs of one seed group are the same config. "
                          + hellaswag_how)
