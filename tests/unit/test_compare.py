@@ -168,44 +168,44 @@ def test_keeping_checkpoints_does_not_split_a_seed_group():
     assert seed_group_key(dict(committed, model_dim=2 * committed["model_dim"])) != seed_group_key(committed)
 
 
-def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
-    """What the PNG holds, read back from the figure: rows val bpb / train loss / HellaSwag acc_norm, columns
-    tokens / training time; each run's points are its metrics.csv values (worked out here from the fixture's
-    formulas: evals every 10 of 40 steps of 2048 tokens and 0.5 s, val bpb = final + 1.5 (1 - step/40)^2)."""
+def test_plot_draws_each_setting_s_mean_and_band_with_a_y_range_from_the_end_of_training(tmp_path, monkeypatch):
+    """What the PNG holds, read back from the figure (issue 39: one colour per run, folder names in the legend, the
+    y-axis stretched by step 0): panels val bpb / train loss / HellaSwag / learning rate against tokens; one line
+    per setting, the mean over its 3 seeds, and a band mean ± std. Worked out from the fixture's formulas: evals
+    every 10 of 40 steps of 2048 tokens, val bpb = final + 1.5 (1 - step/40)^2, lr 0.01; finals 1.300, 1.310,
+    1.305 (std 0.005) and 0.015 lower."""
     from gptlab.compare import plots
 
+    root = str(tmp_path)
+    finals = {"Base": [1.300, 1.310, 1.305], "Idea": [1.285, 1.295, 1.290]}
+    for day, (name, values) in enumerate(finals.items(), start=1):
+        for seed, bpb in enumerate(values):
+            config = variant(model_name=name, seed=seed, num_layers=day + 3)
+            make_run(root, f"2026010{day}_0{seed}0000_{name}", config, metrics_rows(40, bpb, 0.30),
+                     finished_results(config, bpb, 0.30))
     figures = []
     real_draw = plots._draw_curves
     monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
-    runs = [cmp.load_run(os.path.join(lab, name))
-            for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
-    cmp.plot_runs(runs, [os.path.join(lab, "p.png")], size=(1000, 800))
+    runs = [cmp.load_run(os.path.join(root, n)) for n in sorted(os.listdir(root))]
+    cmp.plot_runs(runs, [os.path.join(root, "p.png")], size=(1000, 800))
     (fig,) = figures
-    axes = [fig.axes[i:i + 2] for i in (0, 2, 4)]
-    titles = [[ax.get_title() for ax in row] for row in axes]
-    assert titles[0][0].startswith("validation bits per byte") and titles[1][0].startswith("train loss")
-    assert titles[2][0].startswith("HellaSwag acc_norm")
-    assert [ax.get_xlabel() for ax in axes[0]] == ["tokens seen", "training wall time (s, evals excluded)"]
-    eval_steps = [0, 10, 20, 30, 40]
-    for i, final in enumerate([1.250, 1.255]):
-        bpb_line = axes[0][0].lines[i]
-        assert list(bpb_line.get_xdata()) == [s * 2048 for s in eval_steps]
-        assert list(bpb_line.get_ydata()) == pytest.approx([final + 1.5 * (1 - s / 40) ** 2 for s in eval_steps])
-        assert list(axes[0][1].lines[i].get_xdata()) == pytest.approx([s * 0.5 for s in eval_steps])
-        raw = axes[1][0].lines[2 * i]  # raw, then smoothed (40 points: no smoothing window)
-        assert list(raw.get_xdata()) == [s * 2048 for s in range(1, 41)]
-        assert list(raw.get_ydata()) == pytest.approx(
-            [final * 2.3 + 4.0 * math.exp(-5 * s / 40) + 0.15 * math.sin(s * 2.7) for s in range(1, 41)])
-        assert list(axes[1][0].lines[2 * i + 1].get_ydata()) == pytest.approx(list(raw.get_ydata()))
-    acc_final = [0.330, 0.325]
-    hs_lines = [ln for ln in axes[2][0].lines if len(ln.get_xdata()) == 5]
-    for line, final in zip(hs_lines, acc_final):
-        assert list(line.get_ydata()) == pytest.approx([final - 0.05 * (1 - s / 40) for s in eval_steps])
-    diamonds = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in axes[2][0].lines if ln.get_marker() == "D"]
-    assert diamonds == [([81920], [pytest.approx(0.330)]), ([81920], [pytest.approx(0.325)])]
-    chance = [ln for ln in axes[2][0].lines if list(ln.get_ydata()) == [0.25, 0.25]]
-    assert len(chance) == 1 and chance[0].get_linestyle() == "--"
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.name for r in runs]
+    bpb, loss, hellaswag, lr = fig.axes[:4]
+    assert [ax.get_xlabel() for ax in (bpb, loss, hellaswag, lr)] == ["tokens seen"] * 4
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Base (3 seeds)", "Idea (3 seeds)"]
+    steps = [0, 10, 20, 30, 40]
+    assert len(bpb.lines) == 2 and len(bpb.collections) == 2  # a line and a band per setting
+    for line, values in zip(bpb.lines, finals.values()):
+        assert list(line.get_xdata()) == [s * 2048 for s in steps]
+        mean = sum(values) / 3
+        assert list(line.get_ydata()) == pytest.approx([mean + 1.5 * (1 - s / 40) ** 2 for s in steps])
+    band = bpb.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(1.305 + 0 - 0.005) and band.max() == pytest.approx(1.305 + 1.5 + 0.005)
+    # y from the second half of training (steps 20-40): Idea's 1.290 - 0.005 to Base's 1.305 + 0.375 + 0.005, 10%
+    # margin; step 0 (1.305 + 1.5) is off the top
+    low, high = 1.285, 1.685
+    assert bpb.get_ylim() == pytest.approx((low - 0.1 * (high - low), high + 0.1 * (high - low)))
+    assert [list(line.get_ydata()) for line in lr.lines] == [[0.01] * 40] * 2
+    assert list(hellaswag.lines[0].get_ydata()) == pytest.approx([0.30 - 0.05 * (1 - s / 40) for s in steps])
 
 
 def test_a_partial_hellaswag_is_marked_and_not_compared_with_the_full_set(tmp_path):
