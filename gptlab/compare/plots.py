@@ -125,11 +125,16 @@ def _draw_curves(plt, runs, size, dpi):
             if not xs:
                 continue
             ax.plot(xs, means, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None, markersize=3)
-            if len(members) > 1 and any(stds):
+            if len(xs) == 1:  # measured once (a final HellaSwag): a band has no width, so an error bar
+                ax.errorbar(xs, means, yerr=stds, color=color, marker="D", markersize=6, capsize=4)
+            elif len(members) > 1 and any(stds):
                 ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                                 color=color, alpha=0.2, linewidth=0)
             ax.focus = getattr(ax, "focus", []) + [(x, m - s, m + s) for x, m, s in zip(xs, means, stds)]
+    most = max((x for r in runs if r.metrics is not None for x in r.metrics.series("tokens", "step")[0]), default=0)
     for ax, (ycol, ylabel, title) in zip(axes.flat, panels):
+        if most > 0:  # one x-range for every panel, a final-only HellaSwag included
+            ax.set_xlim(-0.02 * most, 1.03 * most)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_xlabel("tokens seen")
         ax.set_ylabel(ylabel)
