@@ -114,3 +114,25 @@ def test_fit_columns_fills_the_width_exactly():
     assert tables.fit_columns(headers, rows, 18, [2, 0, 1]) == [2, 0]
     assert tables.fit_columns(headers, rows, 12, [2, 0, 1]) == [2, 1]  # C and A fill 14: A is left out, B still fits
     assert tables.fit_columns(headers, rows, 4, [2, 0, 1]) == [1]
+
+
+def test_the_comparison_flags_from_the_command_line(tmp_path):
+    """--summary csv prints only the settings' table; --pairs and --match reach the leaderboard; a bad --match or
+    --summary with --scaling is one error line."""
+    root = str(tmp_path)
+    for day, (name, shift) in enumerate((("Base", 0.0), ("Idea", -0.015)), start=1):
+        for seed, bpb in enumerate((1.300, 1.310, 1.305)):
+            config = variant(model_name=name, seed=seed, num_layers=day + 3)
+            make_run(root, f"2026010{day}_0{seed}0000_{name}", config, metrics_rows(10, bpb + shift, 0.3),
+                     finished_results(config, bpb + shift, 0.3))
+    proc = run_script(["compare_experiments.py", "--experiments", root, "--summary", "csv"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("setting,n,val_bpb_mean") and [l.split(",")[0] for l in lines[1:]] == ["Base", "Idea"]
+    assert not os.path.exists(os.path.join(root, cmp.LEADERBOARD_FILE))
+    out = run_compare(root, 200, "--pairs", "--match", "flops", "--no-write")
+    assert "Settings compared (every pair of settings, val bpb at the baseline's training FLOPs" in out
+    for args, message in ((["--match", "bogus"], "--match"), (["--summary", "md", "--scaling"], "--summary")):
+        proc = run_script(["compare_experiments.py", "--experiments", root, *args])
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
