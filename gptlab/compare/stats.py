@@ -429,6 +429,8 @@ def setting_key(run):
 def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
     """The family of comparisons: every finished setting against the reference's (or every pair with `pairs`), on
     final val bpb (`match` "flops": at the reference's training FLOPs), Holm-corrected over the tests made."""
+    if not reference.final:  # its figures are not final: nothing is judged against it (the cells say so)
+        return []
     finished = [r for r in runs if r.final and r.val_bpb is not None]
     settings = {}
     for run in finished:
@@ -438,12 +440,12 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
     heads = [reference] + list(settings.values())
     couples = [(a, b) for i, b in enumerate(heads) for a in heads[i + 1:]] if pairs else \
         [(a, reference) for a in heads[1:]]
-    attr = "val_bpb"
+    attr, flops = "val_bpb", None
     if match == "flops":
         flops = statistics.median([r.train_flops for r in (group_of(reference, groups) or SeedGroup([reference])).runs
                                    if r.final and r.train_flops] or [0]) or None
-        for run in finished:
-            run.matched_bpb = bpb_at_flops(run, flops) if flops else None
+        for run in finished + [r for g in groups for r in g.runs]:  # the seed groups' runs not shown too
+            run.matched_bpb = bpb_at_flops(run, flops) if flops and run.final else None
         attr = "matched_bpb"
     family = []
     for a, b in couples:
@@ -454,8 +456,9 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
         if clash:
             c.refused = "not compared: " + ", ".join(clash)
         elif not x or not y:
-            c.refused = f"not compared: did not reach the baseline's training FLOPs ({flops:.3g})" if match == "flops" \
-                else "not compared: no final val bpb"
+            c.refused = ("not compared: the baseline records no training FLOPs" if flops is None else
+                         f"not compared: did not reach the baseline's training FLOPs ({flops:.3g})") \
+                if match == "flops" else "not compared: no final val bpb"
         else:
             c.diff, c.n = statistics.mean(x) - statistics.mean(y), (len(x), len(y))
             if len(x) >= 2 and len(y) >= 2:

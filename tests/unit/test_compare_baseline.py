@@ -125,3 +125,20 @@ def test_match_flops_reads_val_bpb_off_the_curve_at_the_baselines_compute(tmp_pa
     board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="flops")["board"]
     assert cells_by_run(board)["20260103_000000_Short"]["bpb vs baseline"].startswith(
         "not compared: did not reach the baseline's training FLOPs (1e+12)")
+
+
+def test_match_flops_without_the_baselines_flops_and_with_seeds_not_shown(tmp_path):
+    """A baseline without training FLOPs (no train_flops, no per-step figures, no parameters): nothing is compared
+    at matched compute, and the cell says why; seeds on disk but not named still count (no error)."""
+    root = str(tmp_path)
+    for seed, bpb in enumerate(BASE):
+        config = variant(model_name="Base", seed=seed, n_params=None)
+        results = finished_results(config, bpb, 0.3)
+        results.pop("n_params")
+        make_run(root, f"20260101_0{seed}0000_Base", config, [r for r in metrics_rows(40, bpb, 0.3)
+                                                              if r.get("train_loss") is None], results)
+    _group(root, "Idea", [v - 0.01 for v in BASE], 2, num_layers=5)
+    board = cmp.compare(["20260101_000000_Base", "20260102_000000_Idea"], experiments_dir=root, no_plot=True,
+                        write=False, match="flops")["board"]
+    assert cells_by_run(board)["20260102_000000_Idea"]["bpb vs baseline"] == \
+        "not compared: the baseline records no training FLOPs"
