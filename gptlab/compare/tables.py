@@ -236,6 +236,18 @@ def setting_bpb(run, groups):
     return f"{stats[0]:.4f} ± {stats[1]:.4f}" if stats else MISSING
 
 
+def _like_with_like(cell, run, reference, family):
+    """The HellaSwag cell of a run whose setting's val bpb comparison was refused for another length or size: the
+    same refusal (a longer run is expected to score higher too); asked for (--match), the same mark."""
+    key = setting_key(run)
+    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+    if c is None or cell in ("reference", MISSING):
+        return cell
+    if c.refused and c.refused.startswith("not compared: other"):
+        return c.refused
+    return cell + "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+
+
 def bpb_cell(run, reference, groups, family, alpha, match):
     """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
     attr = "matched_bpb" if match == "flops" else "val_bpb"
@@ -291,7 +303,8 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
             group = group_of(run, groups)
             same_config = group is not None and group is group_of(reference, groups)
             cells += [bpb_cell(run, reference, groups, family, alpha, match),
-                      compare_hellaswag(run, reference, alpha), cost_per_bpb(run, reference, same_config)]
+                      _like_with_like(compare_hellaswag(run, reference, alpha), run, reference, family),
+                      cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
     notes = []

@@ -95,6 +95,7 @@ def test_other_lengths_and_sizes_are_not_compared_as_if_equal_unless_asked(tmp_p
     cells = cells_by_run(board)
     assert cells["20260102_000000_Long"]["bpb vs baseline"] == "not compared: other length (120 vs 40 steps)"
     assert cells["20260103_000000_Wide"]["bpb vs baseline"] == "not compared: other size (9M vs 7.34M params)"
+    assert cells["20260102_000000_Long"]["HellaSwag vs baseline"] == "not compared: other length (120 vs 40 steps)"
     assert "Long vs Base: not compared: other length (120 vs 40 steps)" in comparison_lines(board)
     # asked: --match tokens compares Wide (same length), still not Long; --match none both, each marked
     cells = cells_by_run(cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="tokens")["board"])
