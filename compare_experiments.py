@@ -4,6 +4,9 @@
     python compare_experiments.py experiments/*_Baseline* experiments/*_MyIdea --plot out.png
     python compare_experiments.py --sort hellaswag --desc
     python compare_experiments.py --columns run,val_bpb,bpb_vs,cost   # these columns (--wide: every column)
+    python compare_experiments.py --pairs                            # every pair of settings, Holm-corrected
+    python compare_experiments.py --match flops                      # at the baseline's training FLOPs
+    python compare_experiments.py --summary md                       # the settings' table (csv, md or tex)
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
     python compare_experiments.py --usd_per_gpu_hour 2.5 --overhead  # cost at your price, + gpt-lab's 60 min setup
     python compare_experiments.py experiments/*_Scale* --scaling --budget 50gpuh   # scaling fit and a prediction
@@ -11,7 +14,8 @@
 import sys
 
 from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
-from gptlab.compare.tables import COLUMN_IDS
+from gptlab.compare.stats import MATCH_MODES
+from gptlab.compare.tables import COLUMN_IDS, SUMMARY_FORMATS
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path, path
 
 # What the numeric flags accept (finite numbers only: nan and inf are refused by the types).
@@ -38,7 +42,20 @@ def parse_args(argv):
     view.add_argument("--columns", metavar="A,B,...", help="print these leaderboard columns, in this order: "
                       f"{', '.join(COLUMN_IDS[1:])}")
     parser.add_argument("--baseline", type=path, metavar="RUN",
-                        help="compare every run against this one (default: the finished run with the best val bpb)")
+                        help="compare every setting against this run's (default: the baseline group the docs "
+                             "recommend: runs named Base / Baseline, else the setting with the most seeds, the "
+                             "first started of a tie; never the luckiest run)")
+    parser.add_argument("--pairs", action="store_true",
+                        help="compare every pair of settings, not only each against the baseline's (Holm-corrected "
+                             "over all the pairs)")
+    parser.add_argument("--match", choices=MATCH_MODES, default="all",
+                        help="what two settings must share to be compared: all (default: steps, tokens and "
+                             "parameters), tokens (sizes may differ), params (lengths may differ), flops (val bpb "
+                             "at the baseline's training FLOPs, read off each curve), none (final figures, "
+                             "whatever differs); what differs is marked in the verdict")
+    parser.add_argument("--summary", choices=SUMMARY_FORMATS, metavar="csv|md|tex",
+                        help="print only a table of the settings (mean ± std, n, 95%% CI, Δ vs baseline, p, Holm p, "
+                             "verdict) as CSV, Markdown or LaTeX; nothing is written or drawn")
     parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help=f"write the curves to this PNG (default when RUNs are named: {PLOT_FILE} in each "
                              "compared run's folder)")
@@ -61,7 +78,7 @@ def parse_args(argv):
     g.add_argument("--alpha", type=float_in(0, 1, low_open=True, high_open=True,
                                             message="{value} must be between 0 and 1 (e.g. 0.05)"),
                    default=SIGNIFICANCE_LEVEL,
-                   help="p below this is 'better' / 'worse' in the vs-best columns")
+                   help="p below this is 'better' / 'worse' in the vs-baseline columns (after Holm's correction)")
     g.add_argument("--detect_bpb", type=DETECT_BPB, default=BPB_STEP, metavar="BPB",
                    help=f"the val bpb difference the 'runs needed' line is for (p < {RECORD_P:g}, 80%% power)")
     g = parser.add_argument_group("scaling laws")
@@ -70,9 +87,10 @@ def parse_args(argv):
                    "scaling.png in --experiments (or --plot PATH) instead of the leaderboard")
     g.add_argument("--budget", metavar="B", help="with --scaling: predict val bpb, with its interval, for a budget "
                    "in FLOPs (1e18), GPU-hours (50gpuh) or dollars ($20)")
-    parser.epilog = (f"vs-best columns: 'better'/'worse' when p < --alpha ({SIGNIFICANCE_LEVEL:g}): Welch's t-test "
-                     "of the two runs' seed groups (runs differing only by --seed), else a t-test with the measured "
-                     "seed-to-seed noise; HellaSwag: a two-proportion z-test.")
+    parser.epilog = (f"vs-baseline columns: 'better'/'worse' when the Holm-corrected p < --alpha "
+                     f"({SIGNIFICANCE_LEVEL:g}): Welch's t-test of the two settings' seed groups (runs differing only "
+                     "by --seed), else a t-test with the measured seed-to-seed noise; HellaSwag: a two-proportion "
+                     "z-test. See docs/comparing.md, Statistics.")
     args = parser.parse_args(argv)
     check_flags(args)
     return args
@@ -85,6 +103,8 @@ def check_flags(args):
                         "arguments")
     if args.overhead < 0 or (args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0):
         raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
+    if args.summary and (args.scaling or args.diff):
+        raise UserError("--summary tabulates the leaderboard's settings; drop --scaling / --diff")
     if args.budget and not args.scaling:
         raise UserError("--budget goes with --scaling (a prediction from the scaling fit); add --scaling")
 
@@ -95,7 +115,8 @@ def main(argv=None):
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,
             overhead_minutes=args.overhead, alpha=args.alpha, detect_bpb=args.detect_bpb, scaling=args.scaling,
-            budget=args.budget, columns=args.columns, width=0 if args.wide else None)
+            budget=args.budget, columns=args.columns, width=0 if args.wide else None, match=args.match,
+            pairs=args.pairs, summary=args.summary)
 
 
 if __name__ == "__main__":

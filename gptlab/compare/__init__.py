@@ -1,9 +1,9 @@
 """Read experiment run folders and compare them: leaderboard, seed-group noise, significance, curves, diffs.
 
 runs.py    one run folder → Run (load_run); listing and resolving the run folders to compare
-stats.py   seed groups, run-to-run noise, p-values of val bpb / HellaSwag differences, runs needed, the reference
-scaling.py scaling-law fits (L(C), Chinchilla's L(N, D)) with delta-method intervals, budget predictions, the PNG
-tables.py  leaderboard columns (cost, significance) and sorting, building the table, text and LEADERBOARD.md
+stats.py   seed groups, noise, p-values, Holm's correction over settings, the baseline, runs needed
+scaling.py scaling-law fits (L(C), L(N, D)), refused when undetermined, intervals, predictions, the PNG
+tables.py  leaderboard columns and sorting, building the table, text, LEADERBOARD.md, --summary
 plots.py   the curves PNG (matplotlib, imported only when drawing); --size parsing
 diff.py    config and code-backup diff of two runs
 report.py  compare(), the entry point of compare_experiments.py

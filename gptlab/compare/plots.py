@@ -1,5 +1,5 @@
-"""Curves of runs (val bpb, train loss, HellaSwag against tokens and wall time) in one PNG; matplotlib is imported
-only when a plot is drawn."""
+"""Curves of settings (val bpb, train loss, HellaSwag, learning rate against tokens; mean ± std over each setting's
+seeds) in one PNG; matplotlib is imported only when a plot is drawn."""
 import math
 import re
 
@@ -16,7 +16,7 @@ def parse_size(text):
         raise UserError(f"--size {text!r} is not WIDTHxHEIGHT in pixels; use e.g. --size 1600x1200")
     width, height = int(match.group(1)), int(match.group(2))
     if not (MIN_PLOT_SIZE[0] <= width <= 10000 and MIN_PLOT_SIZE[1] <= height <= 10000):
-        raise UserError(f"--size {width}x{height} is out of range: six labelled panels need at least "
+        raise UserError(f"--size {width}x{height} is out of range: four labelled panels need at least "
                         f"{MIN_PLOT_SIZE[0]}x{MIN_PLOT_SIZE[1]} (at most 10000 per side); use e.g. 1600x1200")
     return width, height
 
@@ -36,22 +36,8 @@ def _smooth(values):
     return out
 
 
-def _time_unit(max_seconds):
-    if max_seconds >= 2 * 3600:
-        return 3600.0, "h"
-    if max_seconds >= 2 * 60:
-        return 60.0, "min"
-    return 1.0, "s"
-
-
-def _use_log(xs):
-    """Log x when the points span more than ~2 decades (early steps would otherwise be squashed into one pixel)."""
-    positive = [x for x in xs if x > 0]
-    return len(positive) >= 2 and max(positive) / min(positive) > 100
-
-
 def plot_runs(runs, paths, size=(1600, 1200)):
-    """One PNG of val bpb / train loss / HellaSwag acc_norm (rows) against tokens and wall time (columns)."""
+    """One PNG of val bpb / train loss / HellaSwag acc_norm / learning rate against tokens, per setting."""
     import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
@@ -66,83 +52,103 @@ def plot_runs(runs, paths, size=(1600, 1200)):
         plt.close(fig)
 
 
+def settings_of(runs):
+    """[(label, runs)] of the runs grouped by setting (configs equal but the seed), in order of appearance; the
+    label is the model name with the number of runs (and #2, #3 for a second setting of one name)."""
+    from gptlab.compare.stats import setting_key
+
+    groups = {}
+    for run in runs:
+        groups.setdefault(setting_key(run), []).append(run)
+    labels, seen = [], {}
+    for members in groups.values():
+        name = members[0].model_name
+        seen[name] = seen.get(name, 0) + 1
+        unfinished = sum(not r.final for r in members)
+        labels.append((f"{name}{'' if seen[name] == 1 else f' #{seen[name]}'} ({len(members)} "
+                       f"{'seeds' if len(members) > 1 else 'run'}" + (f", {unfinished} not finished" if unfinished
+                                                                      else "") + ")", members))
+    return labels
+
+
+def mean_band(series):
+    """(xs, means, stds) over the runs' (xs, ys) series: at each x any run measured, the mean and the std of the
+    values there (0 where only one run has a value)."""
+    at = {}
+    for xs, ys in series:
+        for x, y in zip(xs, ys):
+            at.setdefault(x, []).append(y)
+    xs = sorted(at)
+    means = [sum(at[x]) / len(at[x]) for x in xs]
+    stds = [math.sqrt(sum((v - m) ** 2 for v in at[x]) / (len(at[x]) - 1)) if len(at[x]) > 1 else 0.0
+            for x, m in zip(xs, means)]
+    return xs, means, stds
+
+
+def focus_ylim(points, share=0.5):
+    """A y-range from the points (x, low, high) in the last `share` of the x-range (the end of training, where the
+    settings are compared), 10% margin: step 0's loss does not squash the final differences into a pixel."""
+    if not points:
+        return None
+    end = max(x for x, _, _ in points)
+    start = min(x for x, _, _ in points)
+    late = [(lo, hi) for x, lo, hi in points if x >= start + (1 - share) * (end - start)]
+    low, high = min(lo for lo, _ in late), max(hi for _, hi in late)
+    margin = 0.1 * (high - low) or 0.05 * abs(high) or 0.1
+    return low - margin, high + margin
+
+
 def _draw_curves(plt, runs, size, dpi):
-    from matplotlib.lines import Line2D  # heavy: as in plot_runs
-    from matplotlib.ticker import EngFormatter, NullFormatter  # heavy: as in plot_runs
+    """2×2 panels against tokens: val bpb, train loss (smoothed), HellaSwag acc_norm, learning rate; one colour per
+    setting, its mean over the seeds as a line and mean ± std as a band; y-ranges from the second half of training."""
+    from matplotlib.lines import Line2D  # heavy (~0.4 s with pyplot): only when a PNG is drawn
+    from matplotlib.ticker import EngFormatter  # heavy: as above
 
-    fig, axes = plt.subplots(3, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi,
-                             gridspec_kw={"height_ratios": [1.2, 1.2, 1.0]})
-    colors = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
-    all_times = [t for r in runs for t in r.metrics.series("elapsed_s", "elapsed_s")[0]]
-    time_scale, time_unit = _time_unit(max(all_times, default=0.0))
+    fig, axes = plt.subplots(2, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
+    settings = settings_of(runs)
+    colors = plt.get_cmap("tab10" if len(settings) <= 10 else "tab20").colors
     many_tokenizers = len({r.tokenizer_id for r in runs if r.tokenizer_id}) > 1
-    # metrics.csv's elapsed_s is the training wall time (evaluations excluded, as modded-nanogpt times runs)
-    xaxes = [("tokens", "tokens seen"), ("elapsed_s", f"training wall time ({time_unit}, evals excluded)")]
     panels = [("val_bpb", "val bpb (bits/byte)", "validation bits per byte (lower is better)"),
-              ("train_loss", "train loss (nats/token)",
-               "train loss (faint: raw, solid: smoothed)"
+              ("train_loss", "train loss (nats/token)", "train loss, smoothed"
                + ("\nper token: not comparable across tokenizers (val bpb is)" if many_tokenizers else "")),
-              ("hellaswag_acc_norm", "HellaSwag acc_norm",
-               "HellaSwag acc_norm (higher is better; ◆ = final ± 95% CI)")]
-    plotted = [[False, False] for _ in panels]
-    # Tokens on log x per panel when its points span decades (early training would be one pixel wide otherwise);
-    # wall time stays linear, where the end of training (the comparison that matters) gets the most room.
-    log_tokens = [_use_log([x for r in runs for x in r.metrics.series("tokens", ycol)[0]]) for ycol, _, _ in panels]
-
+              ("hellaswag_acc_norm", "HellaSwag acc_norm", "HellaSwag acc_norm over training (higher is better)"),
+              ("lr", "lr multiplier (× each group's base lr)", "learning-rate schedule (metrics.csv's lr)")]
     handles = []
-    for color_index, run in enumerate(runs):
-        color = colors[color_index % len(colors)]
-        label = run.name + ("" if run.final else f" ({run.status})")
+    for index, (label, members) in enumerate(settings):
+        color = colors[index % len(colors)]
         handles.append(Line2D([], [], color=color, linewidth=2, label=label))
-        for col, (xcol, _) in enumerate(xaxes):
-            scale = time_scale if xcol == "elapsed_s" else 1.0
-            for row, (ycol, _, _) in enumerate(panels):
-                ax = axes[row][col]
-                log_x = log_tokens[row] and xcol == "tokens"
-                # A point needs x and y in the same metrics row (the trainer logs tokens/time on every row).
-                xs, ys = run.metrics.series(xcol, ycol)
-                if log_x:  # step 0 (x = 0) has no place on a log axis
-                    xs, ys = [x for x in xs if x > 0], [y for x, y in zip(xs, ys) if x > 0]
-                xs = [x / scale for x in xs]
-                if ycol == "train_loss":
-                    if xs:
-                        ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.7)
-                        ax.plot(xs, _smooth(ys), color=color, linewidth=1.6)
-                elif xs:
-                    ax.plot(xs, ys, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None,
-                            markersize=3.5)
-                if ycol == "hellaswag_acc_norm" and run.final and run.hs_acc_norm is not None and run.hs_ci:
-                    if xcol == "tokens":
-                        final_x = run.tokens
-                    else:  # on the same clock as the curve: the last row where HellaSwag was measured
-                        hs_times = run.metrics.series("elapsed_s", "hellaswag_acc_norm")[0]
-                        final_x = hs_times[-1] / scale if hs_times else None
-                    if final_x is not None and (final_x > 0 or not log_x):
-                        lo, hi = run.hs_ci
-                        ax.errorbar([final_x], [run.hs_acc_norm], color=color, marker="D", markersize=6, capsize=4,
-                                    yerr=[[run.hs_acc_norm - lo], [hi - run.hs_acc_norm]], linewidth=1.5)
-                        xs = xs + [final_x]
-                plotted[row][col] = plotted[row][col] or bool(xs)
-
-    for col, (xcol, xlabel) in enumerate(xaxes):
-        for row, (ycol, ylabel, title) in enumerate(panels):
-            ax = axes[row][col]
-            log_x = log_tokens[row] and xcol == "tokens"
-            if log_x:
-                ax.set_xscale("log")
-                ax.xaxis.set_minor_formatter(NullFormatter())
-            if xcol == "tokens":
-                ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-            ax.set_xlabel(xlabel + (" (log scale)" if log_x else ""))
-            ax.set_ylabel(ylabel)
-            ax.set_title(title, fontsize="medium")
-            ax.grid(True, which="major", alpha=0.3)
-            if ycol == "hellaswag_acc_norm":
-                ax.axhline(0.25, color="gray", linestyle="--", linewidth=1, label="chance (0.25)")
-                ax.legend(loc="lower right", fontsize="small")
-            if not plotted[row][col]:
-                ax.text(0.5, 0.5, "not measured yet", transform=ax.transAxes, ha="center", va="center",
-                        color="gray")
+        for ax, (ycol, _, _) in zip(axes.flat, panels):
+            series = [r.metrics.series("tokens", ycol) for r in members if r.metrics is not None]
+            if ycol == "train_loss":
+                series = [(xs, _smooth(ys)) for xs, ys in series]
+            xs, means, stds = mean_band(series)
+            if not xs:
+                continue
+            ax.plot(xs, means, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None, markersize=3)
+            if len(xs) == 1:  # measured once (a final HellaSwag): a band has no width, so an error bar
+                ax.errorbar(xs, means, yerr=stds, color=color, marker="D", markersize=6, capsize=4)
+            elif len(members) > 1 and any(stds):
+                ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                                color=color, alpha=0.2, linewidth=0)
+            ax.focus = getattr(ax, "focus", []) + [(x, m - s, m + s) for x, m, s in zip(xs, means, stds)]
+    most = max((x for r in runs if r.metrics is not None for x in r.metrics.series("tokens", "step")[0]), default=0)
+    for ax, (ycol, ylabel, title) in zip(axes.flat, panels):
+        if most > 0:  # one x-range for every panel, a final-only HellaSwag included
+            ax.set_xlim(-0.02 * most, 1.03 * most)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.set_xlabel("tokens seen")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize="medium")
+        ax.grid(True, which="major", alpha=0.3)
+        limits = focus_ylim(getattr(ax, "focus", []), share=1.0 if ycol == "lr" else 0.5)
+        if limits is None:
+            ax.text(0.5, 0.5, "not in metrics.csv" if ycol == "lr" else "not measured yet", transform=ax.transAxes,
+                    ha="center", va="center", color="gray")
+        elif ycol != "lr":
+            ax.set_ylim(*limits)
+        if ycol == "hellaswag_acc_norm" and limits is not None and limits[0] <= 0.25 <= limits[1]:
+            ax.axhline(0.25, color="gray", linestyle="--", linewidth=1, label="chance (0.25)")
+            ax.legend(loc="lower right", fontsize="small")
 
     # One legend for all panels, below them, with as many entries per line as the width allows.
     font_px = plt.rcParams["font.size"] * dpi / 72

@@ -10,10 +10,10 @@ from gptlab.compare.diff import diff_runs
 from gptlab.compare.plots import PLOT_FILE, parse_size, plot_runs
 from gptlab.compare.runs import BadRunFolder, list_run_folders, load_run, price_run, resolve_run, resolve_runs
 from gptlab.compare.scaling import plot_scaling, render_scaling, scaling_report
-from gptlab.compare.stats import SIGNIFICANCE_LEVEL
+from gptlab.compare.stats import MATCH_MODES, SIGNIFICANCE_LEVEL
 from gptlab.compare.tables import (BPB_STEP, LEADERBOARD_FILE, build_leaderboard, render_text, sort_column,
                                    write_leaderboard)
-from gptlab.compare.tables import text_columns
+from gptlab.compare.tables import SUMMARY_FORMATS, render_summary, text_columns
 from gptlab.compare.tokenizers import shard_bytes_per_token
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable
@@ -53,7 +53,7 @@ def add_bytes_per_token(runs):
 def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending=False, baseline=None, plot=None,
             no_plot=False, size="1600x1200", write=None, overwrite=False, diff=None, now=None, out=None,
             usd_per_gpu_hour=None, overhead_minutes=0.0, alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP,
-            scaling=False, budget=None, columns=None, width=None):
+            scaling=False, budget=None, columns=None, width=None, match="all", pairs=False, summary=None):
     """Print the leaderboard (and noise), write LEADERBOARD.md and plots; or print a diff, or a scaling fit.
     `columns`: "a,b,c", the leaderboard columns to print; else those that fit `width` characters (default: the
     terminal's when `out` is sys.stdout, COLUMNS honoured; 0: every column). Returns a summary dict. The numbers are
@@ -65,8 +65,10 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
         return {"diff": (path_a, path_b)}
     sort_id = sort_column(sort) if sort else ("val_bpb" if descending else None)
     column_ids = text_columns(columns) if columns is not None else None
-    if width is None:  # no terminal (a pipe, a file): no width to fit, every column
+    compact = False
+    if width is None:  # no terminal (a pipe, a file): no width to fit, the compact key columns
         width = shutil.get_terminal_size((0, 0)).columns if out is sys.stdout else 0
+        compact = out is sys.stdout and not width
     plot_size = parse_size(size)
     if plot:
         check_writable(plot, overwrite)  # before any work
@@ -101,8 +103,16 @@ def compare(run_specs=(), experiments_dir=EXPERIMENTS_DIR, sort=None, descending
         noise_pool = _load_runs([p for p in (os.path.join(experiments_dir, n) for n in sorted(os.listdir(experiments_dir)))
                                  if is_run_folder(p) and os.path.exists(os.path.join(p, RESULTS_FILE))],
                                 now, [], with_metrics=False)
-    board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool, alpha, detect_bpb)
-    out.write(render_text(board, width, column_ids))
+    if match not in MATCH_MODES:
+        raise UserError(f"--match {match!r} is not one of {', '.join(MATCH_MODES)}")
+    board = build_leaderboard(runs, sort_id, descending, baseline_run, folder_notes, noise_pool, alpha, detect_bpb,
+                              match, pairs)
+    if summary:  # a table to paste: nothing else printed, written or drawn
+        if summary not in SUMMARY_FORMATS:
+            raise UserError(f"--summary {summary!r} is not one of {', '.join(SUMMARY_FORMATS)}")
+        out.write(render_summary(board, summary))
+        return {"board": board, "written": []}
+    out.write(render_text(board, width, column_ids, compact))
     written = []
     if write is None:
         write = not run_specs

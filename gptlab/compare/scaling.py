@@ -1,9 +1,17 @@
 """Scaling laws fitted to finished runs: L(C) = E + A·C^(−α) over training FLOPs, and Chinchilla's
 L(N, D) = E + A/N^α + B/D^β over parameters and tokens (Hoffmann et al. 2022, eq. 2), with 95% intervals.
 
-Fitting: least squares on val bpb (scipy.optimize.curve_fit, trust region), started from the best point of a grid
-over the exponents where the rest of the law is linear (so the start is the global least-squares fit of that
-grid). Uncertainty: the delta method. The parameters' covariance is curve_fit's s²(JᵀJ)⁻¹ (s² = residual sum of
+Fitting: least squares on val bpb (scipy.optimize.curve_fit, trust region, exponents within [0, MAX_EXPONENT]),
+started from the best point of a grid over the exponents where the rest of the law is linear (so the start is the
+global least-squares fit of that grid).
+
+Identifiability first (fit_problem): a fit whose exponent ran to its bound, whose parameters overflow, whose
+Jacobian is singular or ill-conditioned, whose exponent's 95% profile-likelihood interval reaches a bound (the
+runs do not determine it), whose standard errors exceed the parameters, or whose runs have fewer than 3 distinct
+sizes or lengths (Chinchilla) is reported in one line, without intervals; a budget farther beyond the runs than
+their own span gets no interval either. Only a fit that passes gets intervals. Uncertainty: the delta method
+(valid there: the fit is interior and locally linear; the tests check it against a bootstrap over runs), and for
+the exponents the profile likelihood. The parameters' covariance is curve_fit's s²(JᵀJ)⁻¹ (s² = residual sum of
 squares / (runs − parameters), J the Jacobian at the fit); a prediction's variance is gᵀ·cov·g with g its gradient
 in the parameters (scipy.optimize.approx_fprime); the 95% band of the fitted curve is ± t(0.975, runs − parameters)
 × sqrt(gᵀ·cov·g), and the interval for one new run adds s² under the root.
@@ -28,6 +36,14 @@ CONFIDENCE = 0.95
 # A prediction is made within this factor of the fitted runs' FLOPs (nine decades either way): beyond it the law
 # is not evidence of anything, and the figures run into the float range.
 MAX_EXTRAPOLATION = 1e9
+# Exponents are fitted within [0, MAX_EXPONENT]: beyond 3, C^-α is a step between the smallest run and the rest,
+# not a power law (published LLM exponents are 0.05 to 0.5), and A = a·C0^α runs into the float range.
+MAX_EXPONENT = 3.0
+# The Jacobian's condition number (columns scaled to unit length) above which the parameters are not separately
+# determined: healthy fits of 5 to 9 runs are ~1e2, degenerate designs ~1e10 and more.
+MAX_CONDITION = 1e6
+# Each of Chinchilla's exponents (with E) needs this many distinct values of its own variable.
+MIN_DISTINCT = 3
 
 
 # ------------------------------------------------------------------------------------------------ fitting
@@ -42,6 +58,9 @@ class Fit:
     model: object  # model(theta, x)
     x: np.ndarray
     y: np.ndarray
+    exponents: tuple = ()  # indices of the exponents in theta
+    profile: tuple = None  # (grid of each exponent, RSS over the grid with the linear parameters at their best)
+    problem: str = None  # why the runs do not determine this fit (fit_problem), or None
 
     @property
     def residual_std(self):
@@ -52,7 +71,7 @@ class Fit:
         fn(theta, x) (default: the law itself); half-widths are None without a degree of freedom."""
         fn = fn or self.model
         value = np.atleast_1d(fn(self.theta, x))
-        if self.cov is None:
+        if self.cov is None or self.problem:
             return value, None, None
         from scipy import optimize, stats  # heavy (~0.7 s): only for the intervals of a fit
 
@@ -64,19 +83,24 @@ class Fit:
         return value, t * np.sqrt(variance), t * np.sqrt(variance + self.rss / self.dof)
 
     def std_errors(self):
-        return None if self.cov is None else np.sqrt(np.diag(self.cov))
+        return None if self.cov is None or self.problem else np.sqrt(np.diag(self.cov))
 
 
-def _fit(law, names, model, start, x, y):
-    """Least squares from `start` by scipy's curve_fit, with its covariance s²(JᵀJ)⁻¹; the covariance is None
-    without a degree of freedom or when J is singular."""
+def _fit(law, names, model, start, x, y, exponents):
+    """Least squares from `start` by scipy's curve_fit (the parameters at indices `exponents` within [0,
+    MAX_EXPONENT]), with its covariance s²(JᵀJ)⁻¹; the covariance is None without a degree of freedom or when J is
+    singular."""
     from scipy.optimize import OptimizeWarning, curve_fit  # heavy (~0.4 s): only when a law is fitted
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OptimizeWarning)  # "covariance could not be estimated": None below
         try:
             # central differences: J (so the covariance) right to ~1e-10, which an ill-determined fit needs
+            low, high = np.full(len(start), -np.inf), np.full(len(start), np.inf)
+            low[exponents], high[exponents] = 0.0, MAX_EXPONENT
+            start = np.clip(start, low, high)
             theta, cov = curve_fit(lambda x_, *th: model(np.array(th), x_), x, y, p0=start, method="trf",
+                                   bounds=(low, high),
                                    jac="3-point", ftol=1e-15, xtol=1e-15, gtol=1e-15, maxfev=20_000)
         except RuntimeError as e:
             raise UserError(f"the least-squares fit of the {law} law did not converge ({e}); add runs over a wider "
@@ -86,7 +110,7 @@ def _fit(law, names, model, start, x, y):
     dof = len(y) - len(theta)
     if dof <= 0 or not np.all(np.isfinite(cov)):
         cov = None
-    return Fit(law, names, theta, cov, rss, dof, model, x, y)
+    return Fit(law, names, theta, cov, rss, dof, model, x, y, exponents)
 
 
 def compute_law(theta, c):
@@ -95,26 +119,33 @@ def compute_law(theta, c):
     return e + a * np.power(c, -alpha)
 
 
+def _linear_fits(bases, y):
+    """Least squares of y on each basis of `bases` (grid points × runs × columns): (coefficients, RSS), the RSS
+    infinite where a coefficient after the first (the law's A, B) is not positive."""
+    coef = np.einsum("gkn,n->gk", np.linalg.pinv(bases), y)
+    rss = np.sum((y - np.einsum("gnk,gk->gn", bases, coef)) ** 2, axis=1)
+    rss[~np.all(coef[:, 1:] > 0, axis=1) | ~np.isfinite(rss)] = np.inf
+    return coef, rss
+
+
 def fit_compute_law(flops, bpb, scale=None):
     """Fit L(C) = E + A·C^(−α). Works in c = C / scale (default: the geometric mean of the FLOPs), where A·C^(−α)
     = a·c^(−α), A = a·scale^α."""
     flops, bpb = np.asarray(flops, float), np.asarray(bpb, float)
     scale = scale or float(np.exp(np.mean(np.log(flops))))
     c = flops / scale
-    best = None
-    for alpha in np.linspace(0.005, 3.0, 600):  # for each exponent the law is linear in (E, a)
-        basis = np.stack([np.ones_like(c), np.power(c, -alpha)], axis=1)
-        (e, a), *_ = np.linalg.lstsq(basis, bpb, rcond=None)
-        if a <= 0:
-            continue
-        rss = float(np.sum((bpb - basis @ np.array([e, a])) ** 2))
-        if best is None or rss < best[0]:
-            best = (rss, np.array([e, a, alpha]))
-    if best is None:
+    alphas = np.linspace(MAX_EXPONENT / 1200, MAX_EXPONENT, 1200)  # for each exponent the law is linear in (E, a)
+    with np.errstate(all="ignore"):
+        bases = np.stack([np.ones((alphas.size, c.size)), np.power(c[None, :], -alphas[:, None])], axis=2)
+        coef, rss = _linear_fits(bases, bpb)
+    if not np.any(np.isfinite(rss)):
         raise UserError("the runs' val bpb does not fall with compute, so L(C) = E + A·C^(-α) cannot be fitted; "
                         "compare runs of one family that differ in scale")
-    fit = _fit("compute", ["E", "a", "alpha"], compute_law, best[1], c, bpb)
+    best = int(np.argmin(rss))
+    fit = _fit("compute", ["E", "a", "alpha"], compute_law, np.array([*coef[best], alphas[best]]), c, bpb, [2])
     fit.scale = scale
+    fit.profile = ((alphas,), rss)
+    fit.problem = fit_problem(fit, ("E", "A", "α"))
     return fit
 
 
@@ -128,23 +159,94 @@ def fit_chinchilla_law(n_params, tokens, bpb):
     n_params, tokens, bpb = (np.asarray(v, float) for v in (n_params, tokens, bpb))
     scales = (float(np.exp(np.mean(np.log(n_params)))), float(np.exp(np.mean(np.log(tokens)))))
     nd = np.stack([n_params / scales[0], tokens / scales[1]], axis=1)
-    best = None
-    grid = np.linspace(0.02, 2.0, 100)
-    for alpha in grid:
-        for beta in grid:
-            basis = np.stack([np.ones(len(bpb)), np.power(nd[:, 0], -alpha), np.power(nd[:, 1], -beta)], axis=1)
-            coef, *_ = np.linalg.lstsq(basis, bpb, rcond=None)
-            if coef[1] <= 0 or coef[2] <= 0:
-                continue
-            rss = float(np.sum((bpb - basis @ coef) ** 2))
-            if best is None or rss < best[0]:
-                best = (rss, np.array([coef[0], coef[1], alpha, coef[2], beta]))
-    if best is None:
+    grid = np.linspace(MAX_EXPONENT / 150, MAX_EXPONENT, 150)
+    alpha, beta = (g.ravel() for g in np.meshgrid(grid, grid, indexing="ij"))
+    with np.errstate(all="ignore"):
+        bases = np.stack([np.ones((alpha.size, bpb.size)), np.power(nd[None, :, 0], -alpha[:, None]),
+                          np.power(nd[None, :, 1], -beta[:, None])], axis=2)
+        coef, rss = _linear_fits(bases, bpb)
+    if not np.any(np.isfinite(rss)):
         raise UserError("val bpb does not fall with both parameters and tokens in these runs, so Chinchilla's "
                         "L(N, D) cannot be fitted")
-    fit = _fit("chinchilla", ["E", "a", "alpha", "b", "beta"], chinchilla_law, best[1], nd, bpb)
+    best = int(np.argmin(rss))
+    start = np.array([coef[best, 0], coef[best, 1], alpha[best], coef[best, 2], beta[best]])
+    fit = _fit("chinchilla", ["E", "a", "alpha", "b", "beta"], chinchilla_law, start, nd, bpb, [2, 4])
     fit.scales = scales
+    fit.profile = ((grid, grid), rss.reshape(grid.size, grid.size))
+    fit.problem = fit_problem(fit, ("E", "A", "α", "B", "β"))
     return fit
+
+
+# ------------------------------------------------------------------------------------------------ identifiability
+def _jacobian(fit):
+    """d law / d theta at the fit, by central differences."""
+    columns = []
+    for i in range(len(fit.theta)):
+        step = np.zeros_like(fit.theta)
+        step[i] = 1e-6 * max(1.0, abs(fit.theta[i]))
+        columns.append((fit.model(fit.theta + step, fit.x) - fit.model(fit.theta - step, fit.x)) / (2 * step[i]))
+    return np.stack(columns, axis=1)
+
+
+def profile_interval(fit, k):
+    """The 95% profile-likelihood interval of the k-th exponent: the exponents where the residual sum of squares,
+    minimised over the other parameters, is at most RSS·(1 + F(0.95; 1, dof)/dof) (the likelihood-ratio test of a
+    Gaussian fit); (low, high, whether it reaches an end of [0, MAX_EXPONENT]). None without a degree of freedom."""
+    from scipy import stats  # heavy: only for the intervals of a fit
+
+    if fit.dof <= 0 or fit.profile is None:
+        return None
+    grids, rss = fit.profile
+    profile = rss if rss.ndim == 1 else np.min(rss, axis=1 - k)
+    floor = min(fit.rss, float(np.min(profile)))
+    inside = profile <= floor * (1 + stats.f.ppf(CONFIDENCE, 1, fit.dof) / fit.dof) + 1e-300
+    best = int(np.argmin(profile))
+    low = high = best
+    while low > 0 and inside[low - 1]:
+        low -= 1
+    while high < len(inside) - 1 and inside[high + 1]:
+        high += 1
+    grid = grids[k]
+    return float(grid[low]), float(grid[high]), low == 0 or high == len(grid) - 1
+
+
+def fit_problem(fit, symbols):
+    """Why the runs do not determine this fit (one clause), or None: an exponent at its bound, parameters beyond
+    the float range, a singular or ill-conditioned Jacobian, an exponent's profile-likelihood interval reaching a
+    bound, or a standard error above its parameter."""
+    exponents = list(fit.exponents)
+    with np.errstate(all="ignore"):
+        real = [fit.theta[i] * (fit.scale if fit.law == "compute" else fit.scales[(i - 1) // 2]) ** fit.theta[i + 1]
+                if i in (1, 3) else fit.theta[i] for i in range(len(fit.theta))]
+    bad = [symbols[i] for i, v in enumerate(real) if not np.isfinite(v)]
+    if bad:
+        return f"its parameters overflow ({', '.join(f'{b} = inf' for b in bad)})"
+    for i in exponents:
+        if fit.theta[i] >= MAX_EXPONENT * (1 - 1e-6):
+            return (f"{symbols[i]} ran to its bound {MAX_EXPONENT:g} (the curve is a step between the smallest runs "
+                    "and the rest, not a power law)")
+        if fit.theta[i] <= 1e-6:
+            return f"{symbols[i]} ran to 0 (val bpb does not fall with scale in these runs)"
+    with np.errstate(all="ignore"):
+        jac = _jacobian(fit)
+        norms = np.linalg.norm(jac, axis=0)
+        cond = np.linalg.cond(jac / norms) if np.all(norms > 0) and np.all(np.isfinite(jac)) else np.inf
+    if not cond <= MAX_CONDITION:
+        return (f"its Jacobian is singular or ill-conditioned (condition number {cond:.2g}): the parameters trade off "
+                "against each other")
+    for k, i in enumerate(exponents):
+        interval = profile_interval(fit, k)
+        if interval and interval[2]:
+            return (f"{symbols[i]}'s 95% profile-likelihood interval [{interval[0]:.3g}, {interval[1]:.3g}] reaches "
+                    f"the end of [0, {MAX_EXPONENT:g}]: the runs do not determine it")
+    if fit.cov is not None:
+        errors = np.sqrt(np.diag(fit.cov))
+        over = [i for i in range(len(fit.theta)) if errors[i] > abs(fit.theta[i])]
+        if over:
+            i = over[0]
+            name = symbols[i] if symbols[i] in ("E", "α", "β") else symbols[i].lower()
+            return f"a standard error exceeds its parameter (σ({name}) = {errors[i]:.2g} > |{name}| = {abs(fit.theta[i]):.2g})"
+    return None
 
 
 def compute_optimal(fit, flops):
@@ -276,9 +378,15 @@ def scaling_report(runs, budget=None, usd_per_gpu_hour=None):
     usable = [p for p in points if p.n_params and p.tokens]
     design = np.stack([np.ones(len(usable)), np.log([p.n_params for p in usable] or [1]),
                        np.log([p.tokens for p in usable] or [1])], axis=1) if usable else None
+    sizes, lengths = len({p.n_params for p in usable}), len({p.tokens for p in usable})
     if len(usable) < MIN_RUNS_CHINCHILLA or np.linalg.matrix_rank(design) < 3:
         report.chinchilla_note = (f"Chinchilla's L(N, D) needs at least {MIN_RUNS_CHINCHILLA} runs that vary both "
                                   "parameters and tokens independently (not all on one tokens-per-parameter line)")
+    elif min(sizes, lengths) < MIN_DISTINCT:
+        # with 2 lengths, E + B/D^β takes 2 values for its 3 parameters: B, β and E are not separately determined
+        report.chinchilla_note = (f"Chinchilla's L(N, D) is not fitted: these runs have {sizes} distinct sizes and "
+                                  f"{lengths} distinct lengths (tokens), and each of its exponents needs at least "
+                                  f"{MIN_DISTINCT} values of its own variable to be told apart from E")
     else:
         report.chinchilla_fit = _fitted(fit_chinchilla_law, [p.n_params for p in usable],
                                         [p.tokens for p in usable], [p.bpb for p in usable])
@@ -332,14 +440,21 @@ def _interval(value, half):
     return "" if half is None else f" [{value - half:.4f}, {value + half:.4f}]"
 
 
-def _undetermined(fit):
-    """True when some parameter's standard error exceeds its value: the runs do not pin the law down."""
-    errors = fit.std_errors()
-    return errors is not None and bool(np.any(errors > np.abs(fit.theta)))
+def problem_line(fit):
+    """The one line saying that the runs do not determine `fit`, and that no interval is shown."""
+    return (f"  these runs do not pin the law down: {fit.problem}; no intervals are shown (add runs over a wider "
+            "range of scales)")
 
 
-UNDETERMINED = ("  (these runs do not pin the law down: a standard error exceeds its parameter, so the intervals are "
-                "very wide; add runs over a wider range of scales)")
+def far_beyond(points, flops):
+    """Why `flops` is too far from the runs for an interval (farther beyond them than their own span), or None."""
+    low, high = min(p.flops for p in points), max(p.flops for p in points)
+    span, beyond = high / low, max(flops / high, low / flops)
+    if beyond <= max(span, 1.0):
+        return None
+    side = "beyond the largest" if flops > high else "below the smallest"
+    return (f"{flops:.3g} FLOPs is {beyond:.3g}× {side} fitted run, farther than the runs' own span ({span:.3g}×), "
+            "where the law fitted to them is no evidence")
 
 
 def _param_lines(fit, real_values):
@@ -365,8 +480,11 @@ def render_scaling(report):
            "  " + _param_lines(fit, [("E", e), ("A", a * fit.scale ** alpha), ("α", alpha)])
            + (f"; residual std {fit.residual_std:.4f} bpb, {fit.dof} degree(s) of freedom" if fit.dof else
               "; no degree of freedom left: no interval")]
-    if _undetermined(fit):
-        out.append(UNDETERMINED)
+    interval = profile_interval(fit, 0)
+    if fit.problem:
+        out.append(problem_line(fit))
+    elif interval:
+        out.append(f"  α's 95% profile-likelihood interval: [{interval[0]:.4g}, {interval[1]:.4g}]")
     width = max(len(p.name) for p in report.points)
     out += ["", f"  {'run':<{width}} {'FLOPs':>10} {'val bpb':>8} {'fit':>8}"]
     predicted = fit.predict(fit.x)[0]
@@ -380,29 +498,39 @@ def render_scaling(report):
                                          ("B", b2 * ch.scales[1] ** be), ("β", be)])
                 + (f"; residual std {ch.residual_std:.4f} bpb, {ch.dof} degree(s) of freedom" if ch.dof else
                    "; no degree of freedom left: no interval (a sixth run gives one)")]
-        if _undetermined(ch):
-            out.append(UNDETERMINED)
+        if ch.problem:
+            out.append(problem_line(ch))
     elif report.chinchilla_note:
         out += ["", f"({report.chinchilla_note}.)"]
     if report.budget:
         flops, how = report.budget
         value, band, single = fit.predict(np.array([flops / fit.scale]))
-        out += ["", f"Prediction for {how}" + ("" if how == f"{flops:.3g} FLOPs" else f" = {flops:.3g} FLOPs") + ":",
-                f"  L(C): val bpb {value[0]:.4f}" + (f"; 95% band of the fit{_interval(value[0], band[0])}, 95% "
-                                                     f"interval for one run{_interval(value[0], single[0])}"
-                                                     if band is not None else "")]
-        if not min(p.flops for p in report.points) <= flops <= max(p.flops for p in report.points):
-            out.append("  (an extrapolation beyond the fitted runs' FLOPs: the interval assumes the law holds there)")
+        far = far_beyond(report.points, flops)
+        out += ["", f"Prediction for {how}" + ("" if how == f"{flops:.3g} FLOPs" else f" = {flops:.3g} FLOPs") + ":"]
+        if fit.problem:
+            out.append("  L(C): no prediction: these runs do not determine the law (above)")
+        elif far:
+            out.append(f"  L(C): val bpb {value[0]:.4f}, no interval: {far}")
+        else:
+            out.append(f"  L(C): val bpb {value[0]:.4f}" + (f"; 95% band of the fit{_interval(value[0], band[0])}, 95% "
+                                                            f"interval for one run{_interval(value[0], single[0])}"
+                                                            if band is not None else ""))
+            if not min(p.flops for p in report.points) <= flops <= max(p.flops for p in report.points):
+                out.append("  (an extrapolation beyond the fitted runs' FLOPs: the interval assumes the law holds "
+                           "there)")
         if report.chinchilla_fit is not None:
-            out.append(_chinchilla_prediction(report.chinchilla_fit, flops))
+            out.append(_chinchilla_prediction(report.chinchilla_fit, flops, far))
     out += [f"note: {n}" for n in report.notes]
-    out.append("Intervals: delta method, parameter covariance s²(JᵀJ)⁻¹, Student t with runs − parameters degrees "
-               "of freedom.")
+    out.append("Intervals, only for fits these runs determine: delta method, parameter covariance s²(JᵀJ)⁻¹, "
+               "Student t with runs − parameters degrees of freedom; α's by profile likelihood (F test).")
     return "\n".join(out) + "\n"
 
 
-def _chinchilla_prediction(ch, flops):
-    """The line of L(N, D)'s prediction at the compute-optimal N and D for `flops`, or why there is none."""
+def _chinchilla_prediction(ch, flops, far=None):
+    """The line of L(N, D)'s prediction at the compute-optimal N and D for `flops`, or why there is none (or why
+    it has no interval: `far`)."""
+    if ch.problem:
+        return "  L(N, D): no prediction: these runs do not determine the law (above)"
     n_fn, d_fn, loss_fn = compute_optimal(ch, flops)
     with np.errstate(all="ignore"):
         problem = _prediction_problem(float(np.atleast_1d(loss_fn(ch.theta))[0]), float(ch.theta[0]))
@@ -411,7 +539,8 @@ def _chinchilla_prediction(ch, flops):
     loss, band, single = ch.predict(None, loss_fn)
     return (f"  L(N, D) at the compute-optimal N = {n_fn(ch.theta):.3g} parameters, "
             f"D = {d_fn(ch.theta):.3g} tokens (C = 6ND): val bpb {loss[0]:.4f}"
-            + (f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
+            + (f", no interval: {far}" if far else
+               f"; 95% band{_interval(loss[0], band[0])}, one run{_interval(loss[0], single[0])}"
                if band is not None else ""))
 
 
@@ -424,30 +553,57 @@ def _label_axes(ax, xlabel, title):
     ax.legend(fontsize="small")
 
 
+def data_ylim(values):
+    """A y-range from the values shown (runs, and a prediction), 10% of their spread either side: a fit that runs
+    off (a step, a band of ±1e5) is cut at the edge instead of setting the axis."""
+    low, high = float(np.min(values)), float(np.max(values))
+    margin = 0.1 * (high - low) or 0.05 * abs(high) or 0.1
+    return low - margin, high + margin
+
+
 def plot_scaling(report, path, size=(1200, 800)):
     """Points, the L(C) fit with its 95% band (and one run's interval at the budget), in a PNG."""
     import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
+    fig = draw_scaling(plt, report, size)
+    with atomic_write(path, "wb", overwrite=True) as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+    return path
+
+
+def draw_scaling(plt, report, size=(1200, 800)):
+    """The figure of plot_scaling; axes from the data: the runs' val bpb (and a prediction that has an interval)."""
     fit = report.compute_fit
     panels = 2 if report.chinchilla_fit is not None else 1
     fig, axes = plt.subplots(1, panels, figsize=(size[0] / 100, size[1] / 100), dpi=100, squeeze=False)
     ax = axes[0][0]
     flops = np.array([p.flops for p in report.points])
+    bpb = [p.bpb for p in report.points]
     lo, hi = flops.min(), flops.max()
-    if report.budget:
-        lo, hi = min(lo, report.budget[0]), max(hi, report.budget[0])
+    shown = list(bpb)
+    predicted = None
+    if report.budget and not fit.problem:
+        predicted = fit.predict(np.array([report.budget[0] / fit.scale]))
+        if predicted[2] is not None and not far_beyond(report.points, report.budget[0]):
+            lo, hi = min(lo, report.budget[0]), max(hi, report.budget[0])
+            shown += [predicted[0][0] - predicted[2][0], predicted[0][0] + predicted[2][0]]
+        else:
+            predicted = None
     grid = np.geomspace(lo / 1.5, hi * 1.5, 200)
-    value, band, _ = fit.predict(grid / fit.scale)
-    ax.scatter(flops, [p.bpb for p in report.points], color="black", zorder=3, label="runs")
-    ax.plot(grid, value, color="tab:blue", label="fit E + A·C^(−α)")
+    with np.errstate(all="ignore"):
+        value, band, _ = fit.predict(grid / fit.scale)
+    ax.scatter(flops, bpb, color="black", zorder=3, label="runs")
+    ax.plot(grid, value, color="tab:blue", label="fit E + A·C^(−α)" + (" (not determined by these runs)"
+                                                                       if fit.problem else ""))
     if band is not None:
         ax.fill_between(grid, value - band, value + band, color="tab:blue", alpha=0.2, label="95% band of the fit")
-    if report.budget:
-        at, single = report.budget[0], fit.predict(np.array([report.budget[0] / fit.scale]))
-        ax.errorbar([at], single[0], yerr=None if single[2] is None else [single[2]], color="tab:red", marker="D",
+    if predicted is not None:
+        ax.errorbar([report.budget[0]], predicted[0], yerr=[predicted[2]], color="tab:red", marker="D",
                     capsize=4, label="prediction (95% interval for one run)")
+    ax.set_ylim(*data_ylim(shown))
     _label_axes(ax, "training FLOPs", "L(C) = E + A·C^(−α)")
     if report.chinchilla_fit is not None:
         ch, ax = report.chinchilla_fit, axes[0][1]
@@ -459,10 +615,9 @@ def plot_scaling(report, path, size=(1200, 800)):
             pts = [p for p in report.points if p.n_params == n and p.tokens]
             ax.scatter([p.tokens for p in pts], [p.bpb for p in pts], color=color, zorder=3)
             nd = np.stack([np.full_like(d_grid, n / ch.scales[0]), d_grid / ch.scales[1]], axis=1)
-            ax.plot(d_grid, chinchilla_law(ch.theta, nd), color=color, label=f"N = {n:.3g}")
+            with np.errstate(all="ignore"):
+                ax.plot(d_grid, chinchilla_law(ch.theta, nd), color=color, label=f"N = {n:.3g}")
+        ax.set_ylim(*data_ylim([p.bpb for p in report.points if p.n_params and p.tokens]))
         _label_axes(ax, "training tokens D", "L(N, D) = E + A/N^α + B/D^β")
     fig.tight_layout()
-    with atomic_write(path, "wb", overwrite=True) as f:
-        fig.savefig(f, format="png", dpi=100)
-    plt.close(fig)
-    return path
+    return fig

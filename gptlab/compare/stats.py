@@ -314,9 +314,170 @@ def compare_groups(group, reference):
     return result
 
 
-def pick_reference(runs, baseline=None):
-    """The run everything is compared against: --baseline, else the finished run with the lowest val bpb."""
+# --match: what two settings must share for their final val bpb to be compared (see docs/comparing.md, Statistics)
+MATCH_MODES = ("all", "tokens", "params", "flops", "none")
+BASELINE_NAMES = ("base", "baseline")  # the docs' baseline sweep: `sweep.py --name Base --seeds 0,1,2`
+
+
+def _is_baseline_name(name):
+    name = (name or "").lower()
+    return any(name == b or name.startswith(b + "_") for b in BASELINE_NAMES)
+
+
+def _seed_count(run, groups):
+    group = group_of(run, groups)
+    return len(group.values("val_bpb")) if group else 1
+
+
+def pick_reference(runs, baseline=None, groups=()):
+    """(the run everything is compared against, how it was chosen): --baseline, else a run of the baseline group
+    the docs recommend, chosen before looking at any result (never the luckiest run, whose luck would bias every
+    comparison): a group named Base / Baseline (EXPERIMENTING.md's baseline sweep), else the group with the most
+    finished seeds (the best-measured), ties to the one started first; its first-started finished run."""
     if baseline is not None:
-        return baseline
+        return baseline, f"--baseline {baseline.name}"
     finished = [r for r in runs if r.final and r.val_bpb is not None]
-    return min(finished, key=lambda r: r.val_bpb) if finished else None
+    if not finished:
+        return None, None
+    named = [r for r in finished if _is_baseline_name(r.model_name)]
+    pool = named or finished
+    best = min(pool, key=lambda r: (-_seed_count(r, groups), r.started or "", r.name))
+    group = group_of(best, groups)
+    members = [r for r in (group.runs if group else [best]) if r.final and r.val_bpb is not None]
+    reference = min(members, key=lambda r: (r.started or "", r.name))
+    why = "named like the docs' baseline sweep (Base / Baseline)" if named else \
+        "the setting with the most finished seeds, the first started of a tie"
+    return reference, f"the baseline group {reference.model_name} ({why}; --baseline RUN picks another)"
+
+
+# ---------------------------------------------------------------------------------------------- families
+def holm(pvalues):
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given: sorted ascending, the i-th (from 0) of m
+    becomes max over j <= i of min(1, (m - j) p_(j))."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def _human_count(value):
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:g}"
+
+
+def scale_differences(run, reference):
+    """{'length': '40 vs 120 steps', 'size': '1.47M vs 1.7M params'} for what differs between two runs' training
+    steps, tokens and parameters (unknown figures do not differ)."""
+    out = {}
+    steps = (run.config.get("train_steps"), reference.config.get("train_steps"))
+    if None not in steps and steps[0] != steps[1]:
+        out["length"] = f"{steps[0]} vs {steps[1]} steps"
+    elif None not in (run.tokens, reference.tokens) and run.tokens != reference.tokens:
+        out["length"] = f"{_human_count(run.tokens)} vs {_human_count(reference.tokens)} tokens"
+    if None not in (run.n_params, reference.n_params) and run.n_params != reference.n_params:
+        out["size"] = f"{_human_count(run.n_params)} vs {_human_count(reference.n_params)} params"
+    return out
+
+
+def bpb_at_flops(run, flops):
+    """The run's val bpb after `flops` training FLOPs, read off its curve (metrics.csv's val rows, FLOPs in
+    proportion to tokens), linear in log FLOPs between evaluations; its final val bpb when it ended within 0.1% of
+    `flops`; None when its curve does not reach them."""
+    if not run.train_flops or not run.tokens:
+        return None
+    if abs(run.train_flops - flops) <= 1e-3 * flops:
+        return run.val_bpb
+    xs, ys = run.metrics.series("tokens", "val_bpb") if run.metrics is not None else ([], [])
+    points = [(run.train_flops * t / run.tokens, y) for t, y in zip(xs, ys) if t and t > 0]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= flops <= x1 and x1 > x0:
+            w = math.log(flops / x0) / math.log(x1 / x0)
+            return y0 + w * (y1 - y0)
+    return None
+
+
+@dataclass
+class SettingComparison:
+    """One setting (a seed group, or a run alone) against another on final val bpb (or at matched FLOPs): the
+    test, its raw and Holm-corrected p, and what differs in scale; `refused` says why no test was made."""
+    run: object  # a run of the setting
+    other: object  # a run of the setting compared against (the reference's, vs the baseline)
+    diff: float = None
+    test: TTest = None
+    p_holm: float = None
+    refused: str = None
+    differs: dict = None
+    n: tuple = None  # (values, values of other)
+    m: int = 0  # tests in the family Holm corrects over
+
+
+def _values(run, groups, attr):
+    group = group_of(run, groups)
+    values = [v for v in (group.values(attr) if group else []) if v is not None]
+    own = getattr(run, attr, None)
+    return values if len(values) >= 2 else ([own] if own is not None else [])
+
+
+def setting_key(run):
+    return seed_group_key(run.config) or run.path
+
+
+def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
+    """The family of comparisons: every finished setting against the reference's (or every pair with `pairs`), on
+    final val bpb (`match` "flops": at the reference's training FLOPs), Holm-corrected over the tests made."""
+    if not reference.final:  # its figures are not final: nothing is judged against it (the cells say so)
+        return []
+    finished = [r for r in runs if r.final and r.val_bpb is not None]
+    settings = {}
+    for run in finished:
+        settings.setdefault(setting_key(run), run)
+    ref_key = setting_key(reference)
+    settings.pop(ref_key, None)
+    heads = [reference] + list(settings.values())
+    couples = [(a, b) for i, b in enumerate(heads) for a in heads[i + 1:]] if pairs else \
+        [(a, reference) for a in heads[1:]]
+    attr, flops = "val_bpb", None
+    if match == "flops":
+        flops = statistics.median([r.train_flops for r in (group_of(reference, groups) or SeedGroup([reference])).runs
+                                   if r.final and r.train_flops] or [0]) or None
+        for run in finished + [r for g in groups for r in g.runs]:  # the seed groups' runs not shown too
+            run.matched_bpb = bpb_at_flops(run, flops) if flops and run.final else None
+        attr = "matched_bpb"
+    family = []
+    for a, b in couples:
+        c = SettingComparison(a, b, differs=scale_differences(a, b))
+        held = {"all": ("length", "size"), "tokens": ("length",), "params": ("size",)}.get(match, ())
+        clash = [f"other {k} ({v})" for k, v in c.differs.items() if k in held]
+        x, y = _values(a, groups, attr), _values(b, groups, attr)
+        if clash:
+            c.refused = "not compared: " + ", ".join(clash)
+        elif not x or not y:
+            c.refused = ("not compared: the baseline records no training FLOPs" if flops is None else
+                         f"not compared: did not reach the baseline's training FLOPs ({flops:.3g})") \
+                if match == "flops" else "not compared: no final val bpb"
+        else:
+            c.diff, c.n = statistics.mean(x) - statistics.mean(y), (len(x), len(y))
+            if len(x) >= 2 and len(y) >= 2:
+                c.test = welch_t_test(x, y)
+            elif noise is not None:
+                c.test = t_test_with_noise(x, y, noise)
+        family.append(c)
+    tested = [c for c in family if c.test is not None]
+    for c, p in zip(tested, holm([c.test.p for c in tested])):
+        c.p_holm, c.m = p, len(tested)
+    return family
+
+
+def holm_verdict(c, alpha, lower_is_better=True):
+    """'better, p = 0.012' (one test) or 'better, Holm p = 0.036' (a family: the corrected p, which decides; the
+    raw p is in the lines under the table and in --summary)."""
+    if c.p_holm is None:
+        return None
+    word = _verdict(c.test.diff, c.p_holm, alpha, lower_is_better).split(",")[0]
+    if c.m <= 1:  # a family of one: Holm's p is the p
+        return f"{word}, {format_p(c.test.p)}"
+    return f"{word}, Holm {format_p(c.p_holm)}"

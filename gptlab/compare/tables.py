@@ -2,6 +2,7 @@
 import datetime
 import math
 import os
+import statistics
 import textwrap
 from dataclasses import dataclass
 
@@ -9,9 +10,9 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from gptlab.compare.runs import MISSING, Run
-from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, bpb_noise, compare_bpb,
-                                  compare_groups, compare_hellaswag, format_p, group_of, pick_reference, runs_needed,
-                                  seed_groups)
+from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
+                                  compare_groups, compare_hellaswag, compare_settings, format_p, group_of,
+                                  holm_verdict, pick_reference, runs_needed, seed_groups, setting_key)
 from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write_text
 from gptlab.data.hellaswag import HELLASWAG_ROWS
@@ -148,13 +149,17 @@ SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "
                 "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
                 "bpt": "bytes_per_token", "compression": "bytes_per_token"}
 # The leaderboard's columns against the reference, after COLUMNS; ids of board.headers, in order.
-VERSUS_COLUMNS = ("bpb_vs", "hellaswag_vs", "cost_per_bpb")
+VERSUS_COLUMNS = ("setting_bpb", "bpb_vs", "hellaswag_vs", "cost_per_bpb")
 COLUMN_IDS = ("rank", *COLUMNS, *VERSUS_COLUMNS)
 # The text view keeps the columns in this order while they fit the terminal. Run (the folder name: date, time and
 # model name) is what a command takes to act on a row, so it comes before Model and Date, which it repeats.
-TEXT_PRIORITY = ("rank", "run", "val_bpb", "bpb_vs", "hellaswag", "hellaswag_vs", "status", "tokens", "params",
-                 "wall_time", "cost", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
+TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost", "hellaswag_vs", "status",
+                 "tokens", "params", "wall_time", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
                  "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
+# Piped (into head, less, a file) without --wide or --columns: these, unwrapped (issue 39: 21 columns hard-wrapped)
+COMPACT_COLUMNS = ("run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost")
+# Never left out as "the same in every row": what a row is
+ALWAYS_SHOWN = ("rank", "run", "val_bpb")
 
 
 def _column_key(name):
@@ -205,16 +210,64 @@ class Leaderboard:
     comparisons: list = ()  # stats.GroupComparison of each other seed group against the reference's
     runs_needed: str = None  # the line saying how many runs a comparison of this noise needs
     alpha: float = SIGNIFICANCE_LEVEL  # the p below which a difference is a verdict (--alpha)
+    family: list = ()  # stats.SettingComparison: the settings compared, Holm-corrected
+    match: str = "all"
+    pairs: bool = False
 
 
-def _compare_groups_with_reference(reference, groups):
-    """Each seed group with 2+ finished seeds against the reference's group (else the group with the best mean)."""
-    measured = [g for g in groups if g.stats("val_bpb")]
-    if len(measured) < 2:
-        return []
-    base = group_of(reference, measured) if reference is not None else None
-    base = base or min(measured, key=lambda g: g.stats("val_bpb")[0])
-    return [c for c in (compare_groups(g, base) for g in measured if g is not base) if c is not None]
+def _compare_groups_with_reference(reference, groups, family):
+    """The seed groups (2+ finished seeds) of the family's comparisons that were tested: Welch's t-test and the
+    pooled HellaSwag test of each pair (vs the reference's group, or every pair with --pairs)."""
+    out = []
+    for c in family:
+        a, b = group_of(c.run, groups), group_of(c.other, groups)
+        if c.test is not None and a and b and a.stats("val_bpb") and b.stats("val_bpb"):
+            comparison = compare_groups(a, b)
+            if comparison is not None:
+                comparison.setting = c
+                out.append(comparison)
+    return out
+
+
+def setting_bpb(run, groups):
+    """The val bpb of the run's setting over its seeds: mean ± std (n in the Noise table), or — for a run alone."""
+    group = group_of(run, groups)
+    stats = group.stats("val_bpb") if group else None
+    return f"{stats[0]:.4f} ± {stats[1]:.4f}" if stats else MISSING
+
+
+def _like_with_like(cell, run, reference, family):
+    """The HellaSwag cell of a run whose setting's val bpb comparison was refused for another length or size: the
+    same refusal (a longer run is expected to score higher too); asked for (--match), the same mark."""
+    key = setting_key(run)
+    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+    if c is None or cell in ("reference", MISSING):
+        return cell
+    if c.refused and c.refused.startswith("not compared: other"):
+        return c.refused
+    return cell + "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+
+
+def bpb_cell(run, reference, groups, family, alpha, match):
+    """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
+    attr = "matched_bpb" if match == "flops" else "val_bpb"
+    cell = _unjudged(run, reference, "val_bpb")
+    if cell is not None:
+        return cell
+    group = group_of(run, groups)
+    if group is not None and group is group_of(reference, groups):
+        return f"{run.val_bpb - reference.val_bpb:+.4f} same config (seed noise)"
+    key = setting_key(run)
+    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+    if c is None or c.refused:
+        return c.refused if c is not None else "not compared"
+    mine, theirs = getattr(run, attr, None), getattr(reference, attr, None)
+    diff = mine - theirs if None not in (mine, theirs) else c.diff
+    asked = "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+    if c.test is None:
+        verdict = "lower" if diff < 0 else "higher" if diff > 0 else "equal"
+        return f"{diff:+.4f} ({verdict}; noise unknown){asked}"
+    return f"{diff:+.4f} {holm_verdict(c, alpha)}{asked}"
 
 
 def runs_needed_line(noise, detect_bpb):
@@ -228,38 +281,51 @@ def runs_needed_line(noise, detect_bpb):
 
 
 def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_notes=(), noise_pool=(),
-                      alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP):
+                      alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP, match="all", pairs=False):
     """The table for `runs`; seed groups (noise) come from `runs` plus `noise_pool` (the other runs on disk)."""
     shown = {os.path.realpath(r.path) for r in runs}
     pool = list(runs) + [r for r in noise_pool if os.path.realpath(r.path) not in shown]
     groups = [g for g in seed_groups(pool) if any(os.path.realpath(r.path) in shown for r in g.runs)]
-    reference = pick_reference(runs, baseline)
+    reference, chosen = pick_reference(runs, baseline, groups)
     noise = bpb_noise(reference, groups) if reference else None
+    family = compare_settings(runs, reference, groups, noise, match, pairs) if reference else []
     ordered = sort_runs(runs, sort, descending)
-    ref_label = "baseline" if baseline is not None else "best"
-    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + [f"bpb vs {ref_label}", f"HellaSwag vs {ref_label}",
+    ref_label = "baseline"
+    headers = ["#"] + [COLUMNS[c][0] for c in COLUMNS] + ["Setting bpb ± std", f"bpb vs {ref_label}",
+                                                           f"HellaSwag vs {ref_label}",
                                                            f"Cost per {BPB_STEP:g} bpb vs {ref_label}"]
     rows = []
     for rank, run in enumerate(ordered, start=1):
-        cells = [str(rank)] + [str(COLUMNS[c][1](run)) for c in COLUMNS]
+        cells = [str(rank)] + [str(COLUMNS[c][1](run)) for c in COLUMNS] + [setting_bpb(run, groups)]
         if reference is None:
             cells += [MISSING, MISSING, MISSING]
         else:
             group = group_of(run, groups)
             same_config = group is not None and group is group_of(reference, groups)
-            cells += [compare_bpb(run, reference, noise, groups, alpha), compare_hellaswag(run, reference, alpha),
+            cells += [bpb_cell(run, reference, groups, family, alpha, match),
+                      _like_with_like(compare_hellaswag(run, reference, alpha), run, reference, family),
                       cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
     notes = []
     if reference is not None:
-        how = f"--baseline {reference.name}" if baseline is not None else \
-            f"the finished run with the lowest val bpb, {reference.name}"
-        notes.append(f"Runs are compared against {how}.")
+        notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
+                     if baseline is None else f"Runs are compared against {chosen}")
+        tested = sum(c.test is not None for c in family)
+        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
+                      "the baseline's") + f": {tested} test(s), Holm-corrected: a verdict is at the corrected p. "
+                      + {"all": "Settings of other lengths (steps, tokens) or sizes (parameters) are not compared "
+                                "(--match tokens, params, flops or none to ask).",
+                         "tokens": "--match tokens: settings of other sizes are compared at equal tokens, marked.",
+                         "params": "--match params: settings of other lengths are compared at equal size, marked.",
+                         "flops": "--match flops: val bpb at the baseline's training FLOPs, read off each run's "
+                                  "curve (bpb vs baseline is the difference there).",
+                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match]))
+        notes = [n for n in notes if n]
         hellaswag_how = ("HellaSwag: a two-proportion z-test of the two runs' acc_norm over their n examples. "
                          f"\"better\" / \"worse\" when p < {alpha:g}, else \"not distinguishable\".")
         if noise is not None:
-            notes.append("val bpb p: Welch's t-test of the two runs' seed groups when both have 2+ seeds, else a "
+            notes.append("val bpb p: Welch's t-test of the two settings' seed groups when both have 2+ seeds, else a "
                          f"t-test of their means with the run-to-run std {noise.std:.4f} ({noise.source}; a run "
                          "without a seed group counts as one value); runs of one seed group are the same config. "
                          + hellaswag_how)
@@ -291,7 +357,8 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
     notes.extend(folder_notes)
     return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
-                       _compare_groups_with_reference(reference, groups), runs_needed_line(noise, detect_bpb), alpha)
+                       _compare_groups_with_reference(reference, groups, family), runs_needed_line(noise, detect_bpb),
+                       alpha, family, match, pairs)
 
 
 def noise_rows(groups):
@@ -311,22 +378,46 @@ NOISE_HEADERS = ["Model", "Runs", "Seeds", "Val bpb mean ± std", "HellaSwag acc
 
 
 def comparison_lines(board):
-    """One line per seed group compared with the reference's: Welch's t-test on val bpb, the pooled
-    two-proportion test on HellaSwag."""
+    """One line per comparison of the family (each setting against the baseline's, or every pair): seed groups by
+    Welch's t-test on val bpb (and the pooled two-proportion test on HellaSwag), a run alone by a t-test with the
+    measured noise; the Holm-corrected p decides the verdict; a comparison refused says why."""
+    detailed = {id(getattr(c, "setting", None)): c for c in board.comparisons}
     lines = []
-    for c in board.comparisons:
-        name, ref_name = c.group.runs[0].model_name, c.reference.runs[0].model_name
-        (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
-        verdict = ("lower" if c.bpb.diff < 0 else "higher") if c.bpb.p < board.alpha else "not distinguishable"
-        line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {ref_name} ({ref_mean:.4f} ± {ref_std:.4f}, "
-                f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
-                f"{format_p(c.bpb.p)} ({verdict})")
-        if c.hellaswag is not None:
-            line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
-                     f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled over "
-                     "the seeds)")
-        lines.append(line)
+    for s in board.family:
+        name, other = s.run.model_name, s.other.model_name
+        c = detailed.get(id(s))
+        if s.refused:
+            lines.append(f"{name} vs {other}: {s.refused}")
+            continue
+        p = s.p_holm if s.p_holm is not None else None
+        asked = "".join(f" [other {k}: {v}]" for k, v in s.differs.items())
+        if c is not None:
+            (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
+            verdict = ("lower" if c.bpb.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+            line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {other} ({ref_mean:.4f} ± {ref_std:.4f}, "
+                    f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
+                    f"{format_p(c.bpb.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})")
+            if c.hellaswag is not None:
+                line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
+                         f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled "
+                         "over the seeds)")
+            lines.append(line + asked)
+        elif s.test is None:
+            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, noise unknown{asked}")
+        else:
+            verdict = ("lower" if s.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, "
+                         f"{'Welch ' if s.test.how == 'Welch' else ''}t = {s.test.t:.2f}, df = {s.test.df:.1f}"
+                         f"{'' if s.test.how == 'Welch' else ' (measured noise)'}, {format_p(s.test.p)}"
+                         + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict}){asked}")
     return lines
+
+
+def comparisons_title(board):
+    tested = sum(s.test is not None for s in board.family)
+    what = "every pair of settings" if board.pairs else "each setting against the baseline's"
+    at = " at the baseline's training FLOPs" if board.match == "flops" else ""
+    return f"Settings compared ({what}, val bpb{at}; Holm's correction over {tested} test(s)):"
 
 
 def one_line(text):
@@ -338,9 +429,15 @@ def one_line(text):
 def text_table(headers, rows, keep=None):
     """Columns `keep` (indices, in that order; default all) as a plain-text table, cells left-aligned as given
     (control characters escaped, so each row is one line)."""
+    import tabulate as tabulate_module
+
     keep = range(len(headers)) if keep is None else keep
-    return tabulate([[one_line(row[i]) for i in keep] for row in rows], [one_line(headers[i]) for i in keep],
-                    "simple", disable_numparse=True, stralign="left")
+    padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0  # columns as wide as their text: the
+    try:  # two spaces between them already separate them, and a narrow terminal gets 2 characters a column back
+        return tabulate([[one_line(row[i]) for i in keep] for row in rows], [one_line(headers[i]) for i in keep],
+                        "simple", disable_numparse=True, stralign="left")
+    finally:
+        tabulate_module.MIN_PADDING = padding
 
 
 def fit_columns(headers, rows, width, order):
@@ -355,13 +452,31 @@ def fit_columns(headers, rows, width, order):
     return kept
 
 
-def _fitted(headers, rows, width, order, names):
-    """The table of the columns of `order` that fit `width`, and a line naming the others (`names`); width 0: every
-    column, as they come."""
-    keep = fit_columns(headers, rows, width, order) if width else range(len(headers))
-    left = [names[i] for i in range(len(headers)) if i not in keep]
-    return [text_table(headers, rows, keep)] + (_wrap(f"Left out to fit {width} characters: {', '.join(left)} "
-                                                      "(--wide shows every column).", width) if left else [])
+def constant_columns(headers, rows, order, always=()):
+    """Indices of `order` whose cell is the same in every row (2 rows or more), `always` excepted."""
+    if len(rows) < 2:
+        return []
+    return [i for i in order if i not in always and len({row[i] for row in rows}) == 1]
+
+
+def _fitted(headers, rows, width, order, names, always=()):
+    """The table of the columns of `order` that fit `width`, and a line naming the others (`names`); a column the
+    same in every row is not given room but named once, with its value; width 0: every column, as they come."""
+    if not width:
+        return [text_table(headers, rows, range(len(headers)))]
+    same = constant_columns(headers, rows, order, always)
+    keep = fit_columns(headers, rows, width, [i for i in order if i not in same])
+    left = [names[i] for i in range(len(headers)) if i not in keep and i not in same]
+    out = [text_table(headers, rows, keep)]
+    valued = [i for i in same if rows[0][i] != MISSING]
+    if valued:
+        out += _wrap("Same in every row: " + ", ".join(f"{one_line(headers[i])} {one_line(rows[0][i])}"
+                                                       for i in valued) + ".", width)
+    if len(valued) < len(same):
+        out += _wrap(f"No value in any row: {', '.join(names[i] for i in same if i not in valued)}.", width)
+    if left:
+        out += _wrap(f"Left out to fit {width} characters: {', '.join(left)} (--wide shows every column).", width)
+    return out
 
 
 def _wrap(text, width, indent=""):
@@ -384,22 +499,29 @@ def markdown_table(headers, rows):
     return "\n".join(lines)
 
 
-def render_text(board, width=0, columns=None):
+def render_text(board, width=0, columns=None, compact=False):
     """The leaderboard, noise and comparisons as text: the `columns` ids given, else with a `width` (the terminal's)
-    the columns of TEXT_PRIORITY that fit it, paragraphs wrapped to it; else (width 0) every column."""
+    the columns of TEXT_PRIORITY that fit it (those the same in every row named once), paragraphs wrapped to it;
+    else `compact` (a pipe) COMPACT_COLUMNS; else (width 0) every column."""
+    if compact and not columns:
+        columns = COMPACT_COLUMNS
     out = [text_table(board.headers, board.rows, [0] + [COLUMN_IDS.index(c) for c in columns])] if columns else \
-        _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS)
+        _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS,
+                [COLUMN_IDS.index(c) for c in ALWAYS_SHOWN])
+    if compact and columns == COMPACT_COLUMNS:
+        out.append("(compact: output is not a terminal; --wide prints every column, --columns picks them)")
     out.append("")
     for note in board.notes:
         out += _wrap(f"note: {note}", width, "      ")
     out += ["", "Noise (runs that differ only by seed):"]
     groups = noise_rows(board.groups)
-    out += _fitted(NOISE_HEADERS, groups, width, range(len(NOISE_HEADERS)), NOISE_HEADERS) if groups else \
+    out += _fitted(NOISE_HEADERS, groups, width, range(len(NOISE_HEADERS)), NOISE_HEADERS,
+                   range(len(NOISE_HEADERS))) if groups else \
         ["  no seed groups yet: rerun a config with a different --seed to measure run-to-run noise"]
     if board.runs_needed:
         out += [""] + _wrap(board.runs_needed, width)
-    if board.comparisons:
-        out += ["", "Seed groups compared (Welch's t-test on final val bpb):"]
+    if board.family:
+        out += [""] + _wrap(comparisons_title(board), width)
         for line in comparison_lines(board):
             out += _wrap(f"  {line}", width, "    ")
     return "\n".join(out) + "\n"
@@ -425,11 +547,120 @@ def render_markdown(board, markdown_dir, title):
                "No seed groups yet: rerun a config with a different `--seed` to measure run-to-run noise.")
     if board.runs_needed:
         out += ["", _md_escape(board.runs_needed)]
-    if board.comparisons:
-        out += ["", "## Seed groups compared", "", "Welch's t-test on final val bpb; HellaSwag acc_norm answers "
-                "pooled over each group's seeds.", ""] + [f"- {_md_escape(line)}" for line in comparison_lines(board)]
+    if board.family:
+        out += ["", "## Settings compared", "", _md_escape(comparisons_title(board)) + " Welch's t-test for seed "
+                "groups, else a t-test with the measured noise; HellaSwag acc_norm answers pooled over each group's "
+                "seeds.", ""] + [f"- {_md_escape(line)}" for line in comparison_lines(board)]
     return "\n".join(out) + "\n"
 
 
 def write_leaderboard(board, path, title):
     atomic_write_text(path, render_markdown(board, os.path.dirname(os.path.abspath(path)), title), overwrite=True)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+SUMMARY_FORMATS = ("csv", "md", "tex")
+
+
+@dataclass
+class SettingSummary:
+    name: str
+    n: int
+    mean: float
+    std: float  # None for one seed
+    ci: tuple  # 95% interval of the mean (Student t), None for one seed
+    diff: float = None  # mean minus the baseline setting's; None for the baseline itself or when not compared
+    p: float = None
+    p_holm: float = None
+    verdict: str = ""
+
+
+def summary_rows(board):
+    """One SettingSummary per finished setting (a seed group, or a run alone), the baseline's first, then in the
+    table's order: val bpb over its seeds, the 95% interval of the mean, and its comparison with the baseline's."""
+    from scipy import stats as scipy_stats  # heavy: only for a summary
+
+    if board.reference is None:
+        return []
+    settings = {}
+    for run in [board.reference] + list(board.runs):
+        if run.final and run.val_bpb is not None:
+            settings.setdefault(setting_key(run), run)
+    names, rows = {}, []
+    for key, run in settings.items():
+        group = group_of(run, board.groups)
+        values = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
+        n, mean = len(values), sum(values) / len(values)
+        std = statistics.stdev(values) if n >= 2 else None
+        half = None if std is None else float(scipy_stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+        names[run.model_name] = names.get(run.model_name, 0) + 1
+        name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
+        row = SettingSummary(name, n, mean, std, None if half is None else (mean - half, mean + half))
+        c = next((c for c in board.family if c.other is board.reference and setting_key(c.run) == key), None)
+        if run is board.reference:
+            row.verdict = "baseline"
+        elif c is not None and c.refused:
+            row.verdict = c.refused
+        elif c is not None:
+            row.diff = c.diff
+            if c.test is not None:
+                row.p, row.p_holm = c.test.p, c.p_holm
+                row.verdict = ("better" if c.diff < 0 else "worse") if c.p_holm < board.alpha else \
+                    "not distinguishable"
+            else:
+                row.verdict = "noise unknown"
+        rows.append(row)
+    return rows
+
+
+def _fmt(value, spec):
+    return "" if value is None else format(value, spec)
+
+
+def _latex(text):
+    """`text` safe in a LaTeX table cell: its special characters escaped."""
+    out = []
+    for ch in escape_controls(text):
+        out.append({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                    "<": "$<$", ">": "$>$", "±": r"$\pm$", "Δ": r"$\Delta$", MISSING: "--"}.get(ch, ch))
+    return "".join(out)
+
+
+def render_summary(board, fmt):
+    """The settings' summary as CSV (one number a column), Markdown or LaTeX (mean ± std, n, 95% CI, Δ, p, Holm p,
+    verdict)."""
+    rows = summary_rows(board)
+    what = "val bpb at the baseline's training FLOPs" if board.match == "flops" else "final val bpb"
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(["setting", "n", "val_bpb_mean", "val_bpb_std", "ci95_low", "ci95_high", "diff_vs_baseline",
+                         "p", "p_holm", "verdict"])
+        for r in rows:
+            writer.writerow([r.name, r.n, _fmt(r.mean, ".6g"), _fmt(r.std, ".6g"),
+                             _fmt(r.ci and r.ci[0], ".6g"), _fmt(r.ci and r.ci[1], ".6g"), _fmt(r.diff, ".6g"),
+                             _fmt(r.p, ".6g"), _fmt(r.p_holm, ".6g"), r.verdict])
+        return buf.getvalue()
+    cells = [[r.name, str(r.n), f"{r.mean:.4f}" + ("" if r.std is None else f" ± {r.std:.4f}"),
+              MISSING if r.ci is None else f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]",
+              MISSING if r.diff is None else f"{r.diff:+.4f}", _p_cell(r.p), _p_cell(r.p_holm), r.verdict]
+             for r in rows]
+    headers = ["Setting", "n", "Val bpb mean ± std", "95% CI of the mean", "Δ vs baseline", "p", "Holm p", "Verdict"]
+    caption = (f"{what}; each setting against the baseline {rows[0].name if rows else MISSING} (Welch's t-test, or "
+               f"a t-test with the measured noise for a single run); Holm's correction over the tests; verdict at "
+               f"p < {board.alpha:g}")
+    if fmt == "md":
+        return markdown_table(headers, cells) + f"\n\n{_md_escape(caption)}.\n"
+    lines = [r"\begin{table}", r"\centering", r"\begin{tabular}{lrllrrrl}", r"\hline",
+             " & ".join(map(_latex, headers)) + r" \\", r"\hline"]
+    lines += [" & ".join(map(_latex, row)) + r" \\" for row in cells]
+    lines += [r"\hline", r"\end{tabular}", rf"\caption{{{_latex(caption)}.}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _p_cell(p):
+    return MISSING if p is None else "< 0.0001" if p < 1e-4 else f"{p:.2g}"

@@ -17,7 +17,7 @@ def shown_p(p):
 
 def test_baseline_uses_noise_of_runs_not_shown(lab):
     board = cmp.compare(["20260101_100000_Baseline", "BetterIdea", "TinyTweak"], experiments_dir=lab,
-                        baseline="20260101_100000_Baseline", no_plot=True)["board"]
+                        baseline="20260101_100000_Baseline", no_plot=True, match="tokens")["board"]
     cells = cells_by_run(board)
     # The other two seeds of Baseline are not in the table but still measure its noise (std 0.004, 2 dof).
     assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
@@ -25,9 +25,12 @@ def test_baseline_uses_noise_of_runs_not_shown(lab):
     # BetterIdea (one run, 1.250) against Baseline's seed group (mean 1.300, n=3): t = -0.05 / (0.004 sqrt(1 + 1/3))
     p = t_p(-0.05 / (0.004 * math.sqrt(1 + 1 / 3)), 2)
     better = cells["20260102_090000_BetterIdea"]
-    assert better["bpb vs baseline"] == f"-0.0500 better, {shown_p(p)}" and 0.005 < p < 0.01
+    # two tests (BetterIdea, TinyTweak 1.255), the smaller p first: Holm multiplies it by 2; BetterIdea has another
+    # size (9M parameters), compared because --match tokens asks, and marked
+    assert better["bpb vs baseline"] == (f"-0.0500 better, Holm {shown_p(2 * p)} [other size: 9M vs "
+                                         "7.34M params]") and 0.005 < p < 0.01
     # HellaSwag 0.330 vs 0.300 of 10042 each: Pearson's chi-square on the 2x2 table gives p ~ 5e-6
-    assert better["HellaSwag vs baseline"] == "+0.0300 better, p < 0.0001"
+    assert better["HellaSwag vs baseline"] == "+0.0300 better, p < 0.0001 [other size: 9M vs 7.34M params]"
     assert cells["20260101_100000_Baseline"]["bpb vs baseline"] == "reference"
     assert "HellaSwag vs baseline" in board.headers and len(board.groups) == 1
 
@@ -38,7 +41,8 @@ def test_noise_unknown_without_seed_group(tmp_path):
         make_run(str(tmp_path), folder, config, metrics_rows(10, bpb, 0.3), finished_results(config, bpb, 0.3))
     board = cmp.compare([], experiments_dir=str(tmp_path), no_plot=True, write=False)["board"]
     assert board.noise is None and board.groups == []
-    assert cells_by_run(board)["20260101_000001_B"]["bpb vs best"] == "+0.0010 (higher; noise unknown)"
+    # no run is named Base and neither has more seeds: the first started (A) is the baseline, not the better one
+    assert cells_by_run(board)["20260101_000001_B"]["bpb vs baseline"] == "+0.0010 (higher; noise unknown)"
     assert any("noise is unknown: repeat a run with another --seed" in n for n in board.notes)
 
 
@@ -111,9 +115,16 @@ def test_single_runs_are_judged_with_the_noise_pooled_over_seed_groups(tmp_path)
     verdict = {name: cells["bpb vs baseline"] for name, cells in cells_by_run(board).items()}
     p_under, p_over = t_p(0.51 / (std * math.sqrt(2)), 3), t_p(0.53 / (std * math.sqrt(2)), 3)
     assert 0.05 < p_under < 0.06 and 0.04 < p_over < 0.05
-    assert verdict["20260103_000001_Under"] == f"+0.5100 not distinguishable, {shown_p(p_under)}"
-    assert verdict["20260103_000002_Over"] == f"+0.5300 worse, {shown_p(p_over)}"
-    assert verdict["20260103_000003_Below"] == f"-0.5300 better, {shown_p(p_over)}"
+    # Holm over the 5 tests (A's group and B's against Ref too), by hand: B (mean 2.1, t = 1.2 / (std sqrt(1/3 + 1)))
+    # has the smallest p, then p_over = p_below, p_under, A's (t = 0.2 / (std sqrt(1/2 + 1))); Over's 4 p_over,
+    # Below's max(4 p_over, 3 p_over), Under's max(4 p_over, 2 p_under): all 4 p_over = 0.18, none below 0.05
+    # (uncorrected, Over and Below were)
+    p_b, p_a = t_p(1.2 / (std * math.sqrt(4 / 3)), 3), t_p(0.2 / (std * math.sqrt(1.5)), 3)
+    assert p_b < p_over < p_under < p_a and 5 * p_b < 4 * p_over and 2 * p_under < 4 * p_over < p_a
+    holm = 4 * p_over
+    assert verdict["20260103_000001_Under"] == f"+0.5100 not distinguishable, Holm {shown_p(holm)}"
+    assert verdict["20260103_000002_Over"] == f"+0.5300 not distinguishable, Holm {shown_p(holm)}"
+    assert verdict["20260103_000003_Below"] == f"-0.5300 not distinguishable, Holm {shown_p(holm)}"
 
 
 def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
@@ -132,8 +143,9 @@ def test_a_single_run_against_the_reference_s_seed_group(tmp_path):
     scale = 0.01 * math.sqrt(1 + 1 / 3)
     p_near, p_far = t_p(0.0490 / scale, 2), t_p(0.0505 / scale, 2)
     assert p_near > 0.05 > p_far
-    assert verdict["20260102_000000_Near"] == f"+0.0490 not distinguishable, {shown_p(p_near)}"
-    assert verdict["20260102_000001_Far"] == f"+0.0505 worse, {shown_p(p_far)}"
+    # Holm over the 2 tests, by hand: p_far < p_near, so 2 p_far, then max(2 p_far, p_near)
+    assert verdict["20260102_000000_Near"] == (f"+0.0490 not distinguishable, Holm {shown_p(max(2 * p_far, p_near))}")
+    assert verdict["20260102_000001_Far"] == f"+0.0505 not distinguishable, Holm {shown_p(2 * p_far)}"
     assert verdict["20260101_000001_Base"] == "-0.0100 same config (seed noise)"
 
 
@@ -156,44 +168,44 @@ def test_keeping_checkpoints_does_not_split_a_seed_group():
     assert seed_group_key(dict(committed, model_dim=2 * committed["model_dim"])) != seed_group_key(committed)
 
 
-def test_plot_draws_each_run_s_curves_in_the_right_panels(lab, monkeypatch):
-    """What the PNG holds, read back from the figure: rows val bpb / train loss / HellaSwag acc_norm, columns
-    tokens / training time; each run's points are its metrics.csv values (worked out here from the fixture's
-    formulas: evals every 10 of 40 steps of 2048 tokens and 0.5 s, val bpb = final + 1.5 (1 - step/40)^2)."""
+def test_plot_draws_each_setting_s_mean_and_band_with_a_y_range_from_the_end_of_training(tmp_path, monkeypatch):
+    """What the PNG holds, read back from the figure (issue 39: one colour per run, folder names in the legend, the
+    y-axis stretched by step 0): panels val bpb / train loss / HellaSwag / learning rate against tokens; one line
+    per setting, the mean over its 3 seeds, and a band mean ± std. Worked out from the fixture's formulas: evals
+    every 10 of 40 steps of 2048 tokens, val bpb = final + 1.5 (1 - step/40)^2, lr 0.01; finals 1.300, 1.310,
+    1.305 (std 0.005) and 0.015 lower."""
     from gptlab.compare import plots
 
+    root = str(tmp_path)
+    finals = {"Base": [1.300, 1.310, 1.305], "Idea": [1.285, 1.295, 1.290]}
+    for day, (name, values) in enumerate(finals.items(), start=1):
+        for seed, bpb in enumerate(values):
+            config = variant(model_name=name, seed=seed, num_layers=day + 3)
+            make_run(root, f"2026010{day}_0{seed}0000_{name}", config, metrics_rows(40, bpb, 0.30),
+                     finished_results(config, bpb, 0.30))
     figures = []
     real_draw = plots._draw_curves
     monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
-    runs = [cmp.load_run(os.path.join(lab, name))
-            for name in ("20260102_090000_BetterIdea", "20260102_100000_TinyTweak")]
-    cmp.plot_runs(runs, [os.path.join(lab, "p.png")], size=(1000, 800))
+    runs = [cmp.load_run(os.path.join(root, n)) for n in sorted(os.listdir(root))]
+    cmp.plot_runs(runs, [os.path.join(root, "p.png")], size=(1000, 800))
     (fig,) = figures
-    axes = [fig.axes[i:i + 2] for i in (0, 2, 4)]
-    titles = [[ax.get_title() for ax in row] for row in axes]
-    assert titles[0][0].startswith("validation bits per byte") and titles[1][0].startswith("train loss")
-    assert titles[2][0].startswith("HellaSwag acc_norm")
-    assert [ax.get_xlabel() for ax in axes[0]] == ["tokens seen", "training wall time (s, evals excluded)"]
-    eval_steps = [0, 10, 20, 30, 40]
-    for i, final in enumerate([1.250, 1.255]):
-        bpb_line = axes[0][0].lines[i]
-        assert list(bpb_line.get_xdata()) == [s * 2048 for s in eval_steps]
-        assert list(bpb_line.get_ydata()) == pytest.approx([final + 1.5 * (1 - s / 40) ** 2 for s in eval_steps])
-        assert list(axes[0][1].lines[i].get_xdata()) == pytest.approx([s * 0.5 for s in eval_steps])
-        raw = axes[1][0].lines[2 * i]  # raw, then smoothed (40 points: no smoothing window)
-        assert list(raw.get_xdata()) == [s * 2048 for s in range(1, 41)]
-        assert list(raw.get_ydata()) == pytest.approx(
-            [final * 2.3 + 4.0 * math.exp(-5 * s / 40) + 0.15 * math.sin(s * 2.7) for s in range(1, 41)])
-        assert list(axes[1][0].lines[2 * i + 1].get_ydata()) == pytest.approx(list(raw.get_ydata()))
-    acc_final = [0.330, 0.325]
-    hs_lines = [ln for ln in axes[2][0].lines if len(ln.get_xdata()) == 5]
-    for line, final in zip(hs_lines, acc_final):
-        assert list(line.get_ydata()) == pytest.approx([final - 0.05 * (1 - s / 40) for s in eval_steps])
-    diamonds = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in axes[2][0].lines if ln.get_marker() == "D"]
-    assert diamonds == [([81920], [pytest.approx(0.330)]), ([81920], [pytest.approx(0.325)])]
-    chance = [ln for ln in axes[2][0].lines if list(ln.get_ydata()) == [0.25, 0.25]]
-    assert len(chance) == 1 and chance[0].get_linestyle() == "--"
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [r.name for r in runs]
+    bpb, loss, hellaswag, lr = fig.axes[:4]
+    assert [ax.get_xlabel() for ax in (bpb, loss, hellaswag, lr)] == ["tokens seen"] * 4
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Base (3 seeds)", "Idea (3 seeds)"]
+    steps = [0, 10, 20, 30, 40]
+    assert len(bpb.lines) == 2 and len(bpb.collections) == 2  # a line and a band per setting
+    for line, values in zip(bpb.lines, finals.values()):
+        assert list(line.get_xdata()) == [s * 2048 for s in steps]
+        mean = sum(values) / 3
+        assert list(line.get_ydata()) == pytest.approx([mean + 1.5 * (1 - s / 40) ** 2 for s in steps])
+    band = bpb.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(1.305 + 0 - 0.005) and band.max() == pytest.approx(1.305 + 1.5 + 0.005)
+    # y from the second half of training (steps 20-40): Idea's 1.290 - 0.005 to Base's 1.305 + 0.375 + 0.005, 10%
+    # margin; step 0 (1.305 + 1.5) is off the top
+    low, high = 1.285, 1.685
+    assert bpb.get_ylim() == pytest.approx((low - 0.1 * (high - low), high + 0.1 * (high - low)))
+    assert [list(line.get_ydata()) for line in lr.lines] == [[0.01] * 40] * 2
+    assert list(hellaswag.lines[0].get_ydata()) == pytest.approx([0.30 - 0.05 * (1 - s / 40) for s in steps])
 
 
 def test_a_partial_hellaswag_is_marked_and_not_compared_with_the_full_set(tmp_path):

@@ -17,17 +17,18 @@ def _group(root, name, seed_values, hellaswag_n=10042, **changes):
 
 def test_the_seed_group_lines_follow_alpha(tmp_path):
     """Base [1.300, 1.310, 1.305] vs Idea [1.285, 1.295, 1.290]: both variances 2.5e-5, so Welch's df = 4 and
-    t = 0.015 / sqrt(2 x 2.5e-5 / 3) = 3.674, p = 0.021 (closed form): "(higher)" at --alpha 0.05, "(not
-    distinguishable)" at --alpha 0.01, as the table's cells say."""
+    t = 0.015 / sqrt(2 x 2.5e-5 / 3) = 3.674, p = 0.021 (closed form): "(lower)" at --alpha 0.05, "(not
+    distinguishable)" at --alpha 0.01, as the table's cells say. Base is the baseline (the docs' name for it),
+    not the better Idea."""
     root = str(tmp_path)
     _group(root, "Base", list(zip((0, 1, 2), [1.300, 1.310, 1.305])))
     _group(root, "Idea", list(zip((0, 1, 2), [1.285, 1.295, 1.290])), model_dim=192)
     p = t_p(0.015 / math.sqrt(2 * 2.5e-5 / 3), 4)
     assert 0.01 < p < 0.05
-    for alpha, word in ((0.05, "higher"), (0.01, "not distinguishable")):
+    for alpha, word in ((0.05, "lower"), (0.01, "not distinguishable")):
         board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, alpha=alpha)["board"]
         (line,) = comparison_lines(board)
-        assert line.startswith("Base (1.3050 ± 0.0050, n=3) vs Idea (1.2900 ± 0.0050, n=3): val bpb +0.0150")
+        assert line.startswith("Idea (1.2900 ± 0.0050, n=3) vs Base (1.3050 ± 0.0050, n=3): val bpb -0.0150")
         assert f"p = {p:.2g} ({word})" in line, (alpha, line)
 
 

@@ -155,12 +155,17 @@ def test_training_flops_of_older_runs_come_from_their_metrics():
 
 
 def test_runs_that_do_not_pin_the_law_down_are_called_so():
-    """Five runs over a factor of 4 in FLOPs with noise 0.02: the exponent's standard error exceeds it."""
+    """Five runs over a factor of 4 in FLOPs with noise 0.02: the exponent is not determined (curve_fit without
+    bounds puts its standard error above it; bounded, it runs to the bound), so the fit is called so and shows no
+    interval (it used to print the intervals with a warning)."""
     rng = np.random.default_rng(3)
     flops = np.geomspace(1e15, 4e15, 5)
     points = [scaling.ScalingPoint(f"r{i}", f, "results.json", None, None, float(b), None, None, None)
               for i, (f, b) in enumerate(zip(flops, true_loss(flops) + rng.normal(0, 0.02, 5)))]
     fit = scaling.fit_compute_law([p.flops for p in points], [p.bpb for p in points])
-    assert np.any(fit.std_errors() > np.abs(fit.theta))
+    from scipy.optimize import curve_fit
+    theta, cov = curve_fit(lambda c, e, a, alpha: e + a * c ** -alpha, flops / fit.scale, [p.bpb for p in points],
+                           p0=[2, 0.1, 1], maxfev=20_000)
+    assert np.any(np.sqrt(np.diag(cov)) > np.abs(theta)) and fit.problem and fit.std_errors() is None
     text = scaling.render_scaling(scaling.ScalingReport(points, [], fit))
-    assert "these runs do not pin the law down" in text
+    assert "these runs do not pin the law down" in text and "±" not in text

@@ -161,21 +161,22 @@ def _group(root, name, seed_values, hellaswag, **changes):
 def test_two_seed_groups_are_compared_with_welch_and_pooled_hellaswag(tmp_path):
     """Base (3 seeds) and Idea (3 seeds): Welch's t-test on their val bpb (t and df by hand), HellaSwag answers
     pooled over the seeds (3 x 10042 each side) in a two-proportion test (Pearson's chi-square by hand); the rows
-    say better, p = ...; the runs-needed line uses Idea's noise (the reference group's)."""
+    say better, p = ...; Base is the baseline (the docs' name for it, not the better Idea) and the runs-needed line
+    uses its noise (the reference group's)."""
     root = str(tmp_path)
     base, idea = [1.300, 1.310, 1.305], [1.270, 1.281, 1.276]
     _group(root, "Base", list(zip((0, 1, 2), base)), [0.300, 0.302, 0.298])
     _group(root, "Idea", list(zip((0, 1, 2), idea)), [0.310, 0.312, 0.311], model_dim=192)
     board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
-    t, df = _welch_by_hand(base, idea)
-    assert board.reference.model_name == "Idea" and board.reference.val_bpb == 1.270
+    t, df = _welch_by_hand(idea, base)
+    assert board.reference.model_name == "Base" and board.reference.val_bpb == 1.300  # the first started
     (comparison,) = board.comparisons
     assert comparison.bpb.t == pytest.approx(t, rel=1e-12) and comparison.bpb.df == pytest.approx(df, rel=1e-12)
     assert 3 < df < 4 and t_p(t, 3) > comparison.bpb.p > t_p(t, 4)
     cells = cells_by_run(board)
     p_text = f"p = {comparison.bpb.p:.2g}"
-    assert cells[[n for n in cells if n.endswith("_Base") and cells[n]["Val bpb"] == "1.3100"][0]][
-        "bpb vs best"] == f"+0.0400 worse, {p_text}"
+    assert cells[[n for n in cells if n.endswith("_Idea") and cells[n]["Val bpb"] == "1.2700"][0]][
+        "bpb vs baseline"] == f"-0.0300 better, {p_text}"
     k_base = round(0.300 * 10042) + round(0.302 * 10042) + round(0.298 * 10042)
     k_idea = round(0.310 * 10042) + round(0.312 * 10042) + round(0.311 * 10042)
     a, b, c, d = k_base, 30126 - k_base, k_idea, 30126 - k_idea
@@ -183,8 +184,8 @@ def test_two_seed_groups_are_compared_with_welch_and_pooled_hellaswag(tmp_path):
     assert comparison.hellaswag.p == pytest.approx(math.erfc(math.sqrt(chi2 / 2)), rel=1e-9)
     assert comparison.hs_answers == (30126, 30126)
     text = cmp.render_text(board)
-    assert "Seed groups compared" in text and f"Welch t = {t:.2f}, df = {df:.1f}, {p_text}" in text
-    std = statistics.stdev(idea)
+    assert "Settings compared" in text and f"Welch t = {t:.2f}, df = {df:.1f}, {p_text}" in text
+    std = statistics.stdev(base)
     n = st.runs_needed(0.01, std)
     assert st.t_test_power(0.01, std, n, 0.01) >= 0.8 > st.t_test_power(0.01, std, n - 1, 0.01)
     assert f"{n} runs per side" in board.runs_needed and "p < 0.01 with 80% power" in board.runs_needed
@@ -200,7 +201,7 @@ def test_alpha_moves_the_verdict(tmp_path):
     assert 0.01 < p < 0.05
     _group(root, "Base", list(zip((0, 1, 2), base)), [0.3] * 3)
     _group(root, "Idea", list(zip((0, 1, 2), idea)), [0.3] * 3, model_dim=192)
-    for alpha, word in ((0.05, "worse"), (0.01, "not distinguishable")):
+    for alpha, word in ((0.05, "better"), (0.01, "not distinguishable")):
         board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, alpha=alpha)["board"]
-        row = cells_by_run(board)[os.path.basename(sorted(p for p in os.listdir(root) if p.endswith("_Base"))[0])]
-        assert row["bpb vs best"].startswith(f"+0.0150 {word}, p = {p:.2g}"), row["bpb vs best"]
+        row = cells_by_run(board)[os.path.basename(sorted(p for p in os.listdir(root) if p.endswith("_Idea"))[0])]
+        assert row["bpb vs baseline"].startswith(f"-0.0150 {word}, p = {p:.2g}"), row["bpb vs baseline"]

@@ -1,0 +1,145 @@
+"""Comparisons a reviewer would accept (issue 39): a baseline group chosen before looking at the results (not the
+luckiest run), each setting against it or every pair (--pairs) with Holm's correction worked by hand, runs of
+other lengths or sizes not compared as if equal unless --match asks, and val bpb at matched training FLOPs."""
+import math
+
+import pytest
+
+from gptlab import compare as cmp
+from gptlab.compare import stats
+from gptlab.compare.tables import comparison_lines
+from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
+
+BASE = [1.300, 1.310, 1.305]  # variance 2.5e-5: against a group of the same variance Welch's df is exactly 4
+
+
+def _group(root, name, values, day, steps=40, **changes):
+    for seed, bpb in enumerate(values):
+        config = variant(model_name=name, seed=seed, train_steps=steps, **changes)
+        make_run(root, f"2026010{day}_0{seed}0000_{name}", config, metrics_rows(steps, bpb, 0.3),
+                 finished_results(config, bpb, 0.3, tokens=steps * 2048, steps=steps,
+                                  train_flops=1e12 * steps / 40 * config["n_params"] / 7_340_032))
+
+
+def _p_of_shift(shift):
+    """Welch's two-sided p of BASE shifted by `shift` against BASE: t = shift / sqrt(2 x 2.5e-5 / 3), df = 4."""
+    return t_p(shift / math.sqrt(2 * 2.5e-5 / 3), 4)
+
+
+def test_holm_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04: x4 = 0.02, x3 = 0.03, x2 = 0.06, x1 = 0.04 -> max so far 0.06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.3, 0.9]) == pytest.approx([0.6, 0.9]) and stats.holm([0.8, 0.7]) == pytest.approx([1.0, 1.0])
+
+
+def test_the_default_baseline_is_the_docs_baseline_group_not_the_luckiest_run(tmp_path):
+    root = str(tmp_path)
+    _group(root, "Lucky", [1.100], 1, num_layers=6)  # one run, first started, the best val bpb
+    _group(root, "Base", BASE, 2)
+    _group(root, "Idea", [v - 0.015 for v in BASE], 3, num_layers=5)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
+    assert board.reference.name == "20260102_000000_Base"
+    assert any("the baseline group Base (named like the docs' baseline sweep" in n for n in board.notes)
+    # no group named Base: the setting with the most seeds (Idea's 3 against Lucky's 1), not the lucky run
+    board = cmp.compare(["*_Lucky", "*_Idea"], experiments_dir=root, no_plot=True, write=False)["board"]
+    assert board.reference.name == "20260103_000000_Idea"
+
+
+def test_every_setting_against_the_baseline_with_holm(tmp_path):
+    """A (-0.015), B (-0.010) and C (+0.020) against Base, each 3 seeds: Welch p's by hand, Holm over 3."""
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1)
+    for day, (name, shift) in enumerate((("A", -0.015), ("B", -0.010), ("C", 0.020)), start=2):
+        _group(root, name, [v + shift for v in BASE], day, num_layers=day + 3)
+    p_a, p_b, p_c = (_p_of_shift(s) for s in (0.015, 0.010, 0.020))
+    assert p_c < p_a < p_b
+    holm_c, holm_a = 3 * p_c, max(3 * p_c, 2 * p_a)
+    holm_b = max(holm_a, p_b)
+    assert holm_a < 0.05 < holm_b and p_b < 0.05 * 1.5
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
+    cells = cells_by_run(board)
+    shown = stats.format_p
+    assert cells["20260102_000000_A"]["bpb vs baseline"] == f"-0.0150 better, Holm {shown(holm_a)}"
+    assert cells["20260103_000000_B"]["bpb vs baseline"] == (f"-0.0100 not distinguishable, Holm {shown(holm_b)}")
+    assert cells["20260104_000000_C"]["bpb vs baseline"] == f"+0.0200 worse, Holm {shown(holm_c)}"
+    lines = comparison_lines(board)
+    assert len(lines) == 3 and all(line.split(" (")[0] in "ABC" and " vs Base (" in line for line in lines)
+    assert f"Holm {shown(holm_b)} (not distinguishable)" in lines[1]
+
+
+def test_pairs_compares_every_pair_with_holm_over_all_of_them(tmp_path):
+    """Base, A (-0.015), C (+0.020): pairs Base-A, Base-C and A-C (shift 0.035), Holm over 3."""
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1)
+    _group(root, "A", [v - 0.015 for v in BASE], 2, num_layers=5)
+    _group(root, "C", [v + 0.020 for v in BASE], 3, num_layers=6)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, pairs=True)["board"]
+    pairs = {(c.run.model_name, c.other.model_name): c for c in board.family}
+    assert set(pairs) == {("A", "Base"), ("C", "Base"), ("C", "A")}
+    p = {k: _p_of_shift(s) for k, s in ((("A", "Base"), 0.015), (("C", "Base"), 0.020), (("C", "A"), 0.035))}
+    order = sorted(p, key=p.get)  # C-A, C-Base, A-Base
+    expected = {order[0]: 3 * p[order[0]], order[1]: max(3 * p[order[0]], 2 * p[order[1]])}
+    expected[order[2]] = max(expected[order[1]], p[order[2]])
+    for key, c in pairs.items():
+        assert c.test.p == pytest.approx(p[key], rel=1e-9) and c.p_holm == pytest.approx(expected[key], rel=1e-9)
+    assert "every pair of settings" in cmp.render_text(board) and "Holm's correction over 3 test(s)" in \
+        cmp.render_text(board)
+
+
+def test_other_lengths_and_sizes_are_not_compared_as_if_equal_unless_asked(tmp_path):
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1)
+    _group(root, "Long", [v - 0.2 for v in BASE], 2, steps=120)
+    _group(root, "Wide", [v - 0.1 for v in BASE], 3, n_params=9_000_000)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
+    cells = cells_by_run(board)
+    assert cells["20260102_000000_Long"]["bpb vs baseline"] == "not compared: other length (120 vs 40 steps)"
+    assert cells["20260103_000000_Wide"]["bpb vs baseline"] == "not compared: other size (9M vs 7.34M params)"
+    assert cells["20260102_000000_Long"]["HellaSwag vs baseline"] == "not compared: other length (120 vs 40 steps)"
+    assert "Long vs Base: not compared: other length (120 vs 40 steps)" in comparison_lines(board)
+    # asked: --match tokens compares Wide (same length), still not Long; --match none both, each marked
+    cells = cells_by_run(cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="tokens")["board"])
+    assert cells["20260103_000000_Wide"]["bpb vs baseline"].endswith("[other size: 9M vs 7.34M params]")
+    assert cells["20260102_000000_Long"]["bpb vs baseline"].startswith("not compared: other length")
+    cells = cells_by_run(cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="none")["board"])
+    assert cells["20260102_000000_Long"]["bpb vs baseline"].startswith("-0.2000 better")
+    assert cells["20260102_000000_Long"]["bpb vs baseline"].endswith("[other length: 120 vs 40 steps]")
+
+
+def test_match_flops_reads_val_bpb_off_the_curve_at_the_baselines_compute(tmp_path):
+    """Long trained 80 steps (twice Base's FLOPs): at step 40 its curve (metrics_rows: final + 1.5 (1 - 40/80)²)
+    is final + 0.375, exactly Base's FLOPs; Base's own runs end there. So the difference is by hand
+    (final_long + 0.375) - Base's value, with Welch's test of those values."""
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1)
+    long_final = [v - 0.4 for v in BASE]
+    _group(root, "Long", long_final, 2, steps=80)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="flops")["board"]
+    (c,) = board.family
+    assert c.diff == pytest.approx(-0.4 + 0.375, abs=1e-12)
+    assert c.test.p == pytest.approx(_p_of_shift(0.025), rel=1e-9)
+    cell = cells_by_run(board)["20260102_000000_Long"]["bpb vs baseline"]
+    assert cell.startswith("-0.0250 better") and cell.endswith("[other length: 80 vs 40 steps]")
+    assert "at the baseline's training FLOPs" in cmp.render_text(board)
+    # a run that stopped short of the baseline's FLOPs is not compared
+    _group(root, "Short", BASE, 3, steps=20, num_layers=7)
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="flops")["board"]
+    assert cells_by_run(board)["20260103_000000_Short"]["bpb vs baseline"].startswith(
+        "not compared: did not reach the baseline's training FLOPs (1e+12)")
+
+
+def test_match_flops_without_the_baselines_flops_and_with_seeds_not_shown(tmp_path):
+    """A baseline without training FLOPs (no train_flops, no per-step figures, no parameters): nothing is compared
+    at matched compute, and the cell says why; seeds on disk but not named still count (no error)."""
+    root = str(tmp_path)
+    for seed, bpb in enumerate(BASE):
+        config = variant(model_name="Base", seed=seed, n_params=None)
+        results = finished_results(config, bpb, 0.3)
+        results.pop("n_params")
+        make_run(root, f"20260101_0{seed}0000_Base", config, [r for r in metrics_rows(40, bpb, 0.3)
+                                                              if r.get("train_loss") is None], results)
+    _group(root, "Idea", [v - 0.01 for v in BASE], 2, num_layers=5)
+    board = cmp.compare(["20260101_000000_Base", "20260102_000000_Idea"], experiments_dir=root, no_plot=True,
+                        write=False, match="flops")["board"]
+    assert cells_by_run(board)["20260102_000000_Idea"]["bpb vs baseline"] == \
+        "not compared: the baseline records no training FLOPs"
