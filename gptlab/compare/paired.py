@@ -14,6 +14,7 @@ and bytes, and the same --fewshot): anything else is refused, as a paired test o
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 from gptlab.compare.stats import holm
@@ -22,6 +23,7 @@ from gptlab.core.files import read_json_file
 
 SUMMARY_FILE = "summary.json"
 MAX_SUMMARY_BYTES = 16 * 1024 * 1024
+TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a task file's name: never a path
 RECORD_FIELDS = ("index", "gold", "correct", "gold_bpb", "baseline", "chars", "bytes")
 
 
@@ -95,6 +97,15 @@ class Evaluation:
     records: dict = field(default_factory=dict)  # task name → [record]
 
 
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _valid(rec):
+    return (isinstance(rec["correct"], bool) and _number(rec["gold_bpb"]) and _number(rec["baseline"])
+            and 0 <= rec["baseline"] < 1)
+
+
 def _read_records(path, task):
     file = os.path.join(path, f"{task}.jsonl")
     records = []
@@ -108,6 +119,10 @@ def _read_records(path, task):
                 if not isinstance(rec, dict) or any(k not in rec for k in RECORD_FIELDS):
                     raise UserError(f"{file} line {number} lacks one of {', '.join(RECORD_FIELDS)}; it was not "
                                     "written by evaluate.py (re-run it with --overwrite)")
+                if not _valid(rec):
+                    raise UserError(f"{file} line {number} has a malformed figure (correct must be true/false, "
+                                    "gold_bpb a finite number, baseline a number in [0, 1)); re-run evaluate.py "
+                                    "with --overwrite")
                 records.append(rec)
     except OSError as err:
         raise UserError(f"cannot read {file} ({err.strerror or err}); {SUMMARY_FILE} lists {task}, so the folder "
@@ -128,6 +143,10 @@ def load_evaluation(path):
     if not isinstance(tasks, dict) or not tasks:
         raise UserError(f"{os.path.join(folder, SUMMARY_FILE)} has no per_task figures; it was not written by "
                         "evaluate.py (re-run it)")
+    bad = [t for t in tasks if not TASK_NAME.fullmatch(str(t))]
+    if bad:
+        raise UserError(f"{os.path.join(folder, SUMMARY_FILE)} names a task {bad[0]!r} that is no task file's name; "
+                        "re-run evaluate.py")
     return Evaluation(folder, summary.get("fewshot"), {t: _read_records(folder, t) for t in sorted(tasks)})
 
 

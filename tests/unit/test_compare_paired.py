@@ -11,20 +11,7 @@ from scipy import stats
 from gptlab.compare import paired
 from gptlab.compare.stats import holm
 from gptlab.core.errors import UserError
-
-
-def write_eval(folder, tasks, fewshot=0):
-    """An evaluate.py-shaped folder: tasks {name: (baseline, [correct], [gold_bpb])} (two choices per example)."""
-    os.makedirs(folder, exist_ok=True)
-    for name, (base, correct, bpb) in tasks.items():
-        with open(os.path.join(folder, f"{name}.jsonl"), "w") as f:
-            for i, (c, b) in enumerate(zip(correct, bpb)):
-                f.write(json.dumps({"index": i, "gold": i % 2, "logprob": [-1.0, -2.0], "tokens": [1, 1],
-                                    "bytes": [3 + i, 4], "chars": [2 + i, 3], "correct": bool(c),
-                                    "correct_norm": bool(c), "gold_bpb": b, "baseline": base}) + "\n")
-    with open(os.path.join(folder, "summary.json"), "w") as f:
-        json.dump({"fewshot": fewshot, "per_task": {name: {} for name in tasks}}, f)
-    return str(folder)
+from helpers.eval_folders import write_eval
 
 
 def test_mcnemar_exact_by_hand_and_against_scipy_binomtest():
@@ -146,3 +133,51 @@ def test_a_run_folder_stands_for_its_one_evaluation(tmp_path):
         paired.resolve_eval_dir(str(run))
     with pytest.raises(UserError, match="run evaluate.py on it"):
         paired.resolve_eval_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize("field, value", [("correct", 1), ("gold_bpb", "2.0"), ("gold_bpb", None),
+                                          ("baseline", 1.0)])
+def test_malformed_figures_are_refused(tmp_path, field, value):
+    t = (0.5, [1, 0, 1], [1.0, 2.0, 3.0])
+    a = write_eval(tmp_path / "a", {"t1": t})
+    b = write_eval(tmp_path / "b", {"t1": t})
+    path = os.path.join(b, "t1.jsonl")
+    recs = [json.loads(line) for line in open(path)]
+    recs[1][field] = value
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    with pytest.raises(UserError, match="line 2 has a malformed figure"):
+        paired.compare_evaluations(a, b)
+
+
+def test_a_task_name_that_is_a_path_is_refused(tmp_path):
+    t = (0.5, [1, 0, 1], [1.0, 2.0, 3.0])
+    a = write_eval(tmp_path / "a", {"t1": t})
+    b = write_eval(tmp_path / "b", {"t1": t})
+    with open(os.path.join(b, "summary.json"), "w") as f:
+        json.dump({"fewshot": 0, "per_task": {"../a/t1": {}}}, f)
+    with pytest.raises(UserError, match="no task file's name"):
+        paired.compare_evaluations(a, b)
+
+
+def test_reads_what_evaluate_py_writes(tmp_path):
+    """Folders written by gptlab.evals.suite.write_results from metrics.example_record, as evaluate.py writes them."""
+    from gptlab.evals import metrics, suite
+
+    def folder(name, lls):
+        req = {"choices": ["yes", "no"], "gold": 0}
+        recs = [metrics.example_record(i, req, [(ll, False), (-2.0, False)], [1, 1], [4, 3], "mc", 0.5)
+                for i, ll in enumerate(lls)]
+        summaries = {"boolq": metrics.task_summary(recs, "mc")}
+        out = str(tmp_path / name)
+        suite.write_results(out, {"boolq": recs}, summaries, {**metrics.suite_summary(summaries), "fewshot": 0},
+                            {"checkpoint": "x"})
+        return out
+
+    # A right on 0, 1; B right on 0, 1, 2, 3 (log-prob of the gold above -2.0)
+    rows, *_ = paired.compare_evaluations(folder("a", [-1.0, -1.5, -3.0, -2.5]), folder("b", [-1.2, -1.0, -1.9, -1.1]))
+    (r,) = rows
+    assert (r.a_only, r.b_only) == (0, 2) and r.acc_p == pytest.approx(0.5)  # 2 (1/4)
+    bits = [ll / math.log(2) / 4 for ll in (-1.0, -1.5, -3.0, -2.5)], [ll / math.log(2) / 4 for ll in
+                                                                        (-1.2, -1.0, -1.9, -1.1)]
+    assert r.bpb.diff == pytest.approx(statistics.mean(-x for x in bits[1]) - statistics.mean(-x for x in bits[0]))
