@@ -253,6 +253,10 @@ def _p(p):
     return "<0.0001" if p < 1e-4 else f"{p:.4f}"
 
 
+def _p_words(p):
+    return "p < 0.0001" if p < 1e-4 else f"p = {p:.4f}"
+
+
 def _mark(p, alpha):
     return "*" if p < alpha else " "
 
@@ -272,9 +276,9 @@ def render_paired(result, alpha):
               for x in [head] + body]
     core, bpb = aggregates
     lines.append(f"core (mean centred accuracy over {len(rows)} tasks): A {core.a:.4f}, B {core.b:.4f}, "
-                 f"Δ {core.diff:+.4f} ± {1.96 * core.se:.4f}, p = {_p(core.p)}{_mark(core.p, alpha).strip()}")
+                 f"Δ {core.diff:+.4f} ± {1.96 * core.se:.4f}, {_p_words(core.p)}{_mark(core.p, alpha).strip()}")
     lines.append(f"mean gold-answer bpb: A {bpb.a:.4f}, B {bpb.b:.4f}, Δ {bpb.diff:+.4f} ± {1.96 * bpb.se:.4f}, "
-                 f"p = {_p(bpb.p)}{_mark(bpb.p, alpha).strip()}")
+                 f"{_p_words(bpb.p)}{_mark(bpb.p, alpha).strip()}")
     for side, only in (("A", only_a), ("B", only_b)):
         if only:
             lines.append(f"only in {side} (not compared): {', '.join(only)}")
