@@ -109,6 +109,9 @@ def _valid(rec):
 def _read_records(path, task):
     file = os.path.join(path, f"{task}.jsonl")
     records = []
+    if not os.path.isfile(file):  # missing, a folder, a FIFO (which would block the read): not evaluate.py's
+        raise UserError(f"{file} is not a regular file; {SUMMARY_FILE} lists {task}, so the folder is incomplete: "
+                        "re-run evaluate.py with --overwrite")
     try:
         with open(file, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):

@@ -119,6 +119,9 @@ def test_other_fewshot_no_common_task_and_broken_files_are_refused(tmp_path):
     os.remove(os.path.join(d, "t1.jsonl"))
     with pytest.raises(UserError, match="incomplete"):
         paired.compare_evaluations(a, d)
+    os.mkfifo(os.path.join(d, "t1.jsonl"))  # reading it would wait for a writer forever
+    with pytest.raises(UserError, match="not a regular file"):
+        paired.compare_evaluations(a, d)
     e = write_eval(tmp_path / "e", {"t1": t})
     with open(os.path.join(e, "t1.jsonl"), "a") as f:
         f.write('{"index": 3}\n')
