@@ -40,3 +40,36 @@ def test_evals_table_and_refusals(tmp_path):
     proc = run_script(["compare_experiments.py", "--evals", a, b])
     assert proc.returncode == 2 and "unreadable" in proc.stderr and proc.stderr.count("\n") == 1
     assert json.load(open(os.path.join(a, "summary.json")))["fewshot"] == 0  # nothing written to the inputs
+
+
+def test_evals_of_two_real_checkpoints(tmp_path):
+    """evaluate.py's own output for two random models (seeds 0, 1) on the same rows; McNemar's p from the files by
+    scipy.stats.binomtest; another --limit on one side is refused."""
+    from scipy import stats
+
+    from helpers.eval_tasks import data_dir_with, tiny_checkpoint
+    from helpers.random_checkpoint import save_random_checkpoint
+
+    ckpt_a, tok = tiny_checkpoint(str(tmp_path))
+    ckpt_b = str(tmp_path / "other" / "step_000010.pt")
+    os.makedirs(os.path.dirname(ckpt_b))
+    save_random_checkpoint(ckpt_b, tok, num_layers=2, num_heads=2, model_dim=64, window_size=128, seed=1)
+    data = data_dir_with(tmp_path / "data", ["arc_easy", "copa"], limit=12)
+    outs = {}
+    for name, ckpt, limit in (("a", ckpt_a, "12"), ("b", ckpt_b, "12"), ("short", ckpt_b, "9")):
+        outs[name] = str(tmp_path / f"eval_{name}")
+        proc = run_script(["evaluate.py", ckpt, "--tasks", "arc_easy,copa", "--data_dir", str(data), "--limit", limit,
+                           "--out", outs[name], "--quiet"], timeout=400)
+        assert proc.returncode == 0, proc.stderr
+    proc = run_script(["compare_experiments.py", "--evals", outs["a"], outs["b"]])
+    assert proc.returncode == 0, proc.stderr
+    for task in ("arc_easy", "copa"):
+        a, b = ([json.loads(x) for x in open(os.path.join(outs[s], f"{task}.jsonl"))] for s in ("a", "b"))
+        assert a[0]["logprob"] != b[0]["logprob"]  # two models, not one twice
+        only_a = sum(x["correct"] and not y["correct"] for x, y in zip(a, b))
+        only_b = sum(y["correct"] and not x["correct"] for x, y in zip(a, b))
+        p = stats.binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+        row = next(x for x in proc.stdout.splitlines() if x.startswith(task)).split()
+        assert row[1] == "12" and float(row[5]) == round(p, 4), (row, p)
+    proc = run_script(["compare_experiments.py", "--evals", outs["a"], outs["short"]])
+    assert proc.returncode == 2 and "scored 12 examples" in proc.stderr and proc.stderr.count("\n") == 1
