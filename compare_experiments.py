@@ -8,12 +8,14 @@
     python compare_experiments.py --match flops                      # at the baseline's training FLOPs
     python compare_experiments.py --summary md                       # the settings' table (csv, md or tex)
     python compare_experiments.py --diff Baseline MyIdea             # what the experiment changed (config + code)
+    python compare_experiments.py --evals A_EVAL_DIR B_EVAL_DIR      # two evaluate.py outputs, example by example
     python compare_experiments.py --usd_per_gpu_hour 2.5 --overhead  # cost at your price, + gpt-lab's 60 min setup
     python compare_experiments.py experiments/*_Scale* --scaling --budget 50gpuh   # scaling fit and a prediction
 """
 import sys
 
 from gptlab.compare import BPB_STEP, COLUMNS, LEADERBOARD_FILE, PLOT_FILE, RECORD_P, SIGNIFICANCE_LEVEL, compare
+from gptlab.compare.paired import compare_evaluations, render_paired
 from gptlab.compare.stats import MATCH_MODES
 from gptlab.compare.tables import COLUMN_IDS, SUMMARY_FORMATS
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, png_path, path
@@ -68,6 +70,10 @@ def parse_args(argv):
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
     parser.add_argument("--diff", type=path, nargs=2, metavar=("A", "B"),
                         help="show what changed from run A to run B: config flags and code backup (unified diff)")
+    parser.add_argument("--evals", type=path, nargs=2, metavar=("A", "B"),
+                        help="compare two evaluate.py output folders (or run folders whose evals/ holds one) on the "
+                             "same examples: per task acc (McNemar's exact test) and gold-answer bpb (paired t), "
+                             "Holm-corrected over the tasks; core and mean bpb (paired z)")
     g = parser.add_argument_group("cost and significance")
     g.add_argument("--usd_per_gpu_hour", type=COST_FLAG, default=None, metavar="USD",
                    help="price every run's GPU-hours at this (default: the price each run recorded, else "
@@ -101,6 +107,9 @@ def check_flags(args):
     if args.diff and (args.runs or args.plot or args.sort or args.scaling):
         raise UserError("--diff A B shows one comparison on its own; drop the other RUN/--plot/--sort/--scaling "
                         "arguments")
+    if args.evals and (args.runs or args.diff or args.scaling or args.summary or args.plot or args.sort):
+        raise UserError("--evals A B compares two evaluations on their own; drop the other RUN/--diff/--scaling/"
+                        "--summary/--plot/--sort arguments")
     if args.overhead < 0 or (args.usd_per_gpu_hour is not None and args.usd_per_gpu_hour < 0):
         raise UserError("--overhead and --usd_per_gpu_hour must be >= 0")
     if args.summary and (args.scaling or args.diff):
@@ -111,6 +120,9 @@ def check_flags(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.evals:
+        sys.stdout.write(render_paired(compare_evaluations(*args.evals), args.alpha))
+        return
     compare(run_specs=args.runs, experiments_dir=args.experiments, sort=args.sort, descending=args.desc,
             baseline=args.baseline, plot=args.plot, no_plot=args.no_plot, size=args.size, write=args.write,
             overwrite=args.overwrite, diff=args.diff, out=sys.stdout, usd_per_gpu_hour=args.usd_per_gpu_hour,

@@ -2,12 +2,13 @@
 
 runs.py    one run folder → Run (load_run); listing and resolving the run folders to compare
 stats.py   seed groups, noise, p-values, Holm's correction over settings, the baseline, runs needed
+paired.py  two evaluate.py outputs on the same examples: McNemar, paired t, Holm over tasks (--evals A B)
 scaling.py scaling-law fits (L(C), L(N, D)), refused when undetermined, intervals, predictions, the PNG
 tables.py  leaderboard columns and sorting, building the table, text, LEADERBOARD.md, --summary
 plots.py   the curves PNG (matplotlib, imported only when drawing); --size parsing
 diff.py    config and code-backup diff of two runs
 report.py  compare(), the entry point of compare_experiments.py
-Dependencies go one way: runs → stats → scaling / tables / plots / diff → report. The names below
+Dependencies go one way: runs → stats → paired / scaling / tables / plots / diff → report. The names below
 are re-exported so that `from gptlab.compare import X` works for each of them.
 """
 from gptlab.compare.diff import diff_runs
