@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
-from gptlab.train import cost
-from gptlab.train.records import (CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE,
-                                  Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
+from gptlab.train import code_backup, cost
+from gptlab.train.records import (CODE_DIR, CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES,
+                                  RESULTS_FILE, Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
@@ -214,6 +214,7 @@ class Run:
     bytes_per_token: float = None  # its tokenizer on its validation shards (filled in by the report)
     seed: object = None
     error: str = None
+    research_code: dict = None  # {research file: sha256} of its code/ backup (None without one): part of its group
 
     @property
     def name(self):
@@ -307,6 +308,7 @@ def load_run(path, now=None, with_metrics=True):
     run.tokenizer_id = (config.get("tokenizer_ranks_sha256") or config.get("tokenizer_sha256")
                         or run.tokenizer)
     run.seed = res.get("seed", config.get("seed"))
+    run.research_code = code_backup.research_code(os.path.join(path, CODE_DIR))
     run.error = res.get("error")
 
     def final_or_last(result_key, metric_col):

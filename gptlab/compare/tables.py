@@ -9,6 +9,7 @@ from dataclasses import dataclass
 # tabulate over rich: small and plain text only (no terminal codes or box drawing), so a pipe gets the same text.
 from tabulate import tabulate
 
+from gptlab.compare.diff import research_code_notes
 from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
                                   compare_groups, compare_hellaswag, compare_settings, format_p, group_of,
@@ -355,6 +356,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
             notes.append(f"{run.name}: {note}")
     if any(r.bytes_per_token is None and r.tokenizer for r in runs):
         notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
+    notes.extend(research_code_notes(runs))
     notes.extend(folder_notes)
     return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
                        _compare_groups_with_reference(reference, groups, family), runs_needed_line(noise, detect_bpb),
