@@ -215,6 +215,15 @@ class Run:
     seed: object = None
     error: str = None
     research_code: dict = None  # {research file: sha256} of its code/ backup (None without one): part of its group
+    cpu_threads: int = None  # torch's threads per process, as the run recorded them
+    load: float = None  # the machine's highest 1-minute load average the run recorded (start, end)
+    cores: int = None  # the CPUs the run could use
+
+    @property
+    def overloaded(self):
+        """True when the machine's load average went above its cores during the run: its timings (wall time,
+        GPU-h, cost) measure the load as much as the run."""
+        return self.load is not None and self.cores is not None and self.load > self.cores
 
     @property
     def name(self):
@@ -349,7 +358,18 @@ def load_run(path, now=None, with_metrics=True):
         run.gpu = (f"CPU ×{int(count)}" if count else "CPU") if (device or count) else None
     else:
         run.gpu = device
+    run.cpu_threads = _count(config.get("cpu_threads"))
+    run.cores = _count(config.get("cpu_cores"))
+    loads = [_number(x[0]) for x in (config.get("load_avg_start"), res.get("load_avg_end"))
+             if isinstance(x, list) and x]
+    loads = [x for x in loads if x is not None and x >= 0]
+    run.load = max(loads) if loads else None
     return run
+
+
+def _count(value):
+    """A recorded positive whole number (threads, cores), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # The run's figures, wherever they came from (results.json was checked by field_problems; these catch

@@ -29,7 +29,8 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "log_every",  # how often the console and log hear of it
                         "trust_model_code",  # permission to run a checkpoint's code, not a setting
                         "save_model", "checkpoint_every",  # keeping weights on disk does not change the figures
-                        "shard_params"}  # where the training state lives (FSDP2): the same steps, as world sizes are
+                        "shard_params",  # where the training state lives (FSDP2): the same steps, as world sizes are
+                        "cpu_threads", "cpu_threads_source", "cpu_cores", "load_avg_start"}  # how fast, not what
 
 
 # Config keys naming files: compared as paths inside the project the run was started from, so a resumed run (whose
