@@ -85,13 +85,13 @@ def check_optimizer_states(saved, optimizers):
     if len(saved) != len(optimizers):
         raise ValueError(f"it holds {len(saved)} optimizer states for {len(optimizers)} optimizers")
     for i, (state, opt) in enumerate(zip(saved, optimizers)):
-        groups = opt.state_dict()["param_groups"]
+        groups = opt.param_groups  # (not state_dict(): a sharded optimizer's needs a collective first)
         saved_groups = state.get("param_groups", []) if isinstance(state, dict) else []
         if len(saved_groups) != len(groups):
             raise ValueError(f"optimizer {i} ({type(opt).__name__}) has {len(saved_groups)} parameter group(s) in "
                              f"the checkpoint, {len(groups)} here (made by other optimizer code)")
         for g, (was, now) in enumerate(zip(saved_groups, groups)):
-            missing = sorted(set(now) - set(was) - TORCH_FILLED_KEYS)
+            missing = sorted(set(now) - set(was) - TORCH_FILLED_KEYS - {"params"})
             if missing:
                 raise ValueError(f"optimizer {i} ({type(opt).__name__}) group {g}: the checkpoint's settings lack "
                                  f"{', '.join(missing)} (made by other optimizer code)")
