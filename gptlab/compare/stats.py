@@ -232,7 +232,8 @@ class SeedGroup:
 
 
 def seed_groups(runs):
-    """Groups of >= 2 runs that differ only by seed, in the order their first run appears."""
+    """Groups of >= 2 runs that differ only by seed (the same settings and research code: run_group_key), in the
+    order their first run appears."""
     groups = {}
     for run in runs:
         key = run_group_key(run)
