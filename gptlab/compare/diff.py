@@ -176,3 +176,48 @@ def diff_runs(path_a, path_b, repo=None):
     if patches:
         text += "\n" + "".join(patches)
     return text
+
+
+def _changed_lines(path_a, path_b, rel):
+    """'+added −removed' lines of one research file from run A's code/ to run B's ('?' where unreadable)."""
+    texts = []
+    for path in (path_a, path_b):
+        full = os.path.join(path, CODE_DIR, rel)
+        try:
+            if not stat.S_ISREG(os.lstat(full).st_mode) or os.path.getsize(full) > code_backup.MAX_RESEARCH_FILE_BYTES:
+                return "?"
+            with open(full, "rb") as f:
+                texts.append(_lines(f.read()))
+        except OSError:
+            texts.append([])
+    if None in texts:
+        return "binary"
+    diff = list(difflib.unified_diff(texts[0], texts[1], n=0))
+    added = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
+    return f"+{added} −{removed}"
+
+
+def research_code_notes(runs):
+    """One line per pair of settings that share every setting but not their research code (model.py,
+    train_gpt.py, ... as their code backups hold them): separate seed groups, with what changed and the --diff
+    command that shows it."""
+    from gptlab.compare.stats import run_group_key, run_root, seed_group_key
+
+    buckets = {}
+    for run in runs:
+        if run.config and run.research_code:
+            settings = seed_group_key(run.config, None, run_root(run.path, run.config))
+            buckets.setdefault(settings, {}).setdefault(run_group_key(run), []).append(run)
+    notes = []
+    for versions in buckets.values():
+        members = list(versions.values())
+        for first, other in zip(members, members[1:]):
+            a, b = first[0], other[0]
+            changed = sorted(rel for rel in set(a.research_code) | set(b.research_code)
+                             if a.research_code.get(rel) != b.research_code.get(rel))
+            what = ", ".join(f"{rel} ({_changed_lines(a.path, b.path, rel)})" for rel in changed)
+            notes.append(f"{', '.join(r.name for r in first)} and {', '.join(r.name for r in other)} share every "
+                         f"setting but not their research code ({what}): separate settings, not seed noise; "
+                         f"`python compare_experiments.py --diff {a.name} {b.name}` shows the diff.")
+    return notes

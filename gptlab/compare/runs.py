@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
-from gptlab.train import cost
-from gptlab.train.records import (CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES, RESULTS_FILE,
-                                  Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
+from gptlab.train import code_backup, cost
+from gptlab.train.records import (CODE_DIR, CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES,
+                                  RESULTS_FILE, Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
@@ -214,6 +214,16 @@ class Run:
     bytes_per_token: float = None  # its tokenizer on its validation shards (filled in by the report)
     seed: object = None
     error: str = None
+    research_code: dict = None  # {research file: sha256} of its code/ backup (None without one): part of its group
+    cpu_threads: int = None  # torch's threads per process, as the run recorded them
+    load: float = None  # the machine's highest 1-minute load average the run recorded (start, end)
+    cores: int = None  # the CPUs the run could use
+
+    @property
+    def overloaded(self):
+        """True when the machine's load average went above its cores during the run: its timings (wall time,
+        GPU-h, cost) measure the load as much as the run."""
+        return self.load is not None and self.cores is not None and self.load > self.cores
 
     @property
     def name(self):
@@ -307,6 +317,7 @@ def load_run(path, now=None, with_metrics=True):
     run.tokenizer_id = (config.get("tokenizer_ranks_sha256") or config.get("tokenizer_sha256")
                         or run.tokenizer)
     run.seed = res.get("seed", config.get("seed"))
+    run.research_code = code_backup.research_code(os.path.join(path, CODE_DIR))
     run.error = res.get("error")
 
     def final_or_last(result_key, metric_col):
@@ -347,7 +358,18 @@ def load_run(path, now=None, with_metrics=True):
         run.gpu = (f"CPU ×{int(count)}" if count else "CPU") if (device or count) else None
     else:
         run.gpu = device
+    run.cpu_threads = _count(config.get("cpu_threads"))
+    run.cores = _count(config.get("cpu_cores"))
+    loads = [_number(x[0]) for x in (config.get("load_avg_start"), res.get("load_avg_end"))
+             if isinstance(x, list) and x]
+    loads = [x for x in loads if x is not None and x >= 0]
+    run.load = max(loads) if loads else None
     return run
+
+
+def _count(value):
+    """A recorded positive whole number (threads, cores), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # The run's figures, wherever they came from (results.json was checked by field_problems; these catch

@@ -5,6 +5,7 @@ The distributions are scipy.stats's: Student's t (Welch's test, p-values), the n
 (power, runs needed)."""
 import json
 import math
+import os
 import statistics
 import warnings
 from dataclasses import dataclass
@@ -25,18 +26,78 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "tokenizer_path", "preset", "dry_run", "allow_new_data",  # names, switches: not settings
                         "usd_per_gpu_hour", "usd_per_gpu_hour_source",  # the price does not change the experiment
                         "tensorboard", "wandb",  # where the scalars also go
+                        "log_every",  # how often the console and log hear of it
                         "trust_model_code",  # permission to run a checkpoint's code, not a setting
                         "save_model", "checkpoint_every",  # keeping weights on disk does not change the figures
-                        "shard_params"}  # where the training state lives (FSDP2): the same steps, as world sizes are
+                        "shard_params",  # where the training state lives (FSDP2): the same steps, as world sizes are
+                        "cpu_threads", "cpu_threads_source", "cpu_cores", "load_avg_start"}  # how fast, not what
 
 
-def seed_group_key(config):
-    """Runs with equal keys share every setting except the seed (and timestamps / command line). A key that is
-    unset (None, empty) counts as absent, so a run recorded before the trainer wrote that key still matches."""
+# Config keys naming files: compared as paths inside the project the run was started from, so a resumed run (whose
+# checkpoint recorded them absolute) and a fresh one (relative) are one setting.
+PATH_CONFIG_KEYS = ("train_files", "val_files", "train_shards", "val_shards", "tokenizer", "hellaswag_path",
+                    "from_checkpoint")
+# Names of the tokenizer: left out when its ranks' hash is recorded (one tokenizer at two paths is one setting).
+TOKENIZER_NAME_KEYS = ("tokenizer", "tokenizer_name")
+
+
+def _project_path(value, root):
+    """A recorded path as the same path relative to `root` (the folder the run was started in) when inside it."""
+    if not isinstance(value, str) or not value:
+        return value
+    if root and not os.path.isabs(value):
+        value = os.path.join(root, value)
+    value = os.path.normpath(value)
+    if root and os.path.isabs(value):
+        rel = os.path.relpath(value, root)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            return rel.replace(os.sep, "/")
+    return value.replace(os.sep, "/")
+
+
+def run_root(run_path, config):
+    """The folder the run was started in: its folder's parent less a relative --experiments_dir, else (an absolute
+    one, as a resumed run records) the parent of the experiments folder. None when the run's path is unknown."""
+    if not run_path:
+        return None
+    parent = os.path.dirname(os.path.abspath(os.path.normpath(run_path)))
+    exp = config.get("experiments_dir") if isinstance(config, dict) else None
+    if isinstance(exp, str) and exp and not os.path.isabs(exp):
+        exp = os.path.normpath(exp)
+        if exp != os.curdir and (parent == exp or parent.endswith(os.sep + exp)):
+            return parent[: len(parent) - len(exp)].rstrip(os.sep) or os.sep
+        if exp == os.curdir:
+            return parent
+    return os.path.dirname(parent)
+
+
+def seed_group_key(config, research_code=None, root=None):
+    """Runs with equal keys share every setting except the seed (and timestamps / command line), and the research
+    code (research_code: {file: sha256} of the run's code backup). A key that is unset (None, empty) counts as
+    absent, so a run recorded before the trainer wrote that key still matches. Paths are compared relative to
+    `root` (run_root), a tokenizer by its ranks' hash when recorded."""
     if not config:
         return None
     settings = {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS and v not in (None, [], {}, "")}
+    if settings.get("tokenizer_ranks_sha256"):
+        for key in TOKENIZER_NAME_KEYS:
+            settings.pop(key, None)
+    for key in PATH_CONFIG_KEYS:
+        if isinstance(settings.get(key), list):
+            settings[key] = [_project_path(v, root) for v in settings[key]]
+        elif key in settings:
+            settings[key] = _project_path(settings[key], root)
+    if research_code:
+        settings["research code"] = research_code  # a space: no config key has one
     return json.dumps(settings, sort_keys=True, default=str)
+
+
+def run_group_key(run):
+    """seed_group_key of a loaded run: its config, its code backup's research files, paths from where it ran."""
+    config = run.config
+    if not config:
+        return None
+    return seed_group_key(config, getattr(run, "research_code", None), run_root(run.path, config))
 
 
 def format_p(p):
@@ -171,10 +232,11 @@ class SeedGroup:
 
 
 def seed_groups(runs):
-    """Groups of >= 2 runs that differ only by seed, in the order their first run appears."""
+    """Groups of >= 2 runs that differ only by seed (the same settings and research code: run_group_key), in the
+    order their first run appears."""
     groups = {}
     for run in runs:
-        key = seed_group_key(run.config)
+        key = run_group_key(run)
         if key is not None:
             groups.setdefault(key, []).append(run)
     return [SeedGroup(members) for members in groups.values() if len(members) >= 2]
@@ -423,7 +485,7 @@ def _values(run, groups, attr):
 
 
 def setting_key(run):
-    return seed_group_key(run.config) or run.path
+    return run_group_key(run) or run.path
 
 
 def compare_settings(runs, reference, groups, noise, match="all", pairs=False):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 # tabulate over rich: small and plain text only (no terminal codes or box drawing), so a pipe gets the same text.
 from tabulate import tabulate
 
+from gptlab.compare.diff import research_code_notes
 from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
                                   compare_groups, compare_hellaswag, compare_settings, format_p, group_of,
@@ -61,6 +62,14 @@ def _mark(run, text):
     return text if run.final or text == MISSING else f"{text}*"
 
 
+OVERLOADED_MARK = "†"
+
+
+def _timed(run, text):
+    """A timing taken while the machine's load average was above its cores measures the load: mark it."""
+    return f"{text}{OVERLOADED_MARK}" if run.overloaded and text != MISSING else text
+
+
 def _num(value, digits):
     return MISSING if value is None else f"{value:.{digits}f}"
 
@@ -86,7 +95,8 @@ def format_usd(usd):
 
 
 def _gpu_hours_cell(run):
-    return _mark(run, format_hours(run.gpu_hours) + ("" if run.on_gpu or run.gpu_hours is None else " (CPU)"))
+    return _mark(run, _timed(run, format_hours(run.gpu_hours) + ("" if run.on_gpu or run.gpu_hours is None
+                                                                 else " (CPU)")))
 
 
 # The unit of "cost per ... bpb": the leaderboard prices each 0.01 bpb of difference.
@@ -133,10 +143,11 @@ COLUMNS = {
     "val_loss": ("Val loss", lambda r: _mark(r, _num(r.val_loss, 4)), lambda r: r.val_loss),
     "val_bpb": ("Val bpb", lambda r: _mark(r, _num(r.val_bpb, 4)), lambda r: r.val_bpb),
     "hellaswag": ("HellaSwag acc_norm ±95% CI", lambda r: _mark(r, format_hellaswag(r)), lambda r: r.hs_acc_norm),
-    "wall_time": ("Wall time", lambda r: _mark(r, format_duration(r.wall_time_s)), lambda r: r.wall_time_s),
+    "wall_time": ("Wall time", lambda r: _mark(r, _timed(r, format_duration(r.wall_time_s))),
+                  lambda r: r.wall_time_s),
     "gpu": ("GPU", lambda r: r.gpu or MISSING, lambda r: r.gpu),
     "gpu_hours": ("GPU-h", _gpu_hours_cell, lambda r: r.gpu_hours),
-    "cost": ("Cost", lambda r: _mark(r, format_usd(r.cost_usd)), lambda r: r.cost_usd),
+    "cost": ("Cost", lambda r: _mark(r, _timed(r, format_usd(r.cost_usd))), lambda r: r.cost_usd),
     "mfu": ("MFU", lambda r: MISSING if r.mfu is None else _mark(r, f"{100 * r.mfu:.1f}%"), lambda r: r.mfu),
     "peak_mem": ("Peak mem", lambda r: MISSING if r.peak_mem_gb is None else
                  f"{r.peak_mem_gb:.2f} GB" + (" RSS" if r.peak_mem_is_rss else ""),
@@ -335,7 +346,10 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Cost per {BPB_STEP:g} bpb: the run's extra cost over the reference's divided by its val bpb "
                      f"gain in units of {BPB_STEP:g} (in GPU-hours where no price is known). GPU-h = processes × wall "
                      "time (a CPU run counts its processes: CPU process-hours); Cost = GPU-h × $/GPU-hour (the "
-                     "run's --usd_per_gpu_hour, else gptlab/train/cost.py's typical rental price by GPU name).")
+                     "run's --usd_per_gpu_hour, else gptlab/train/cost.py's typical rental price by GPU name). "
+                     "These compare wall-clock time on each run's own machine, threads and load (config.json "
+                     "records cpu_threads and the load average), so they compare ideas only on the same hardware "
+                     f"at the same load ({OVERLOADED_MARK}: timed on an overloaded machine).")
     else:
         notes.append("No finished run with a val bpb yet, so nothing to compare against.")
     tokenizers = sorted({r.tokenizer_id for r in runs if r.tokenizer_id})
@@ -348,6 +362,13 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         names = sorted(f"{name} ({tid[:8]})" if shared else name for tid, name in names_of.items())
         notes.append(f"These runs use {len(tokenizers)} different tokenizers ({', '.join(names)}): val loss is per "
                      "token and NOT comparable across tokenizers; compare on val bpb (bits per byte of text), which is.")
+    overloaded = [r for r in runs if r.overloaded]
+    if overloaded:
+        notes.append(f"{OVERLOADED_MARK} timed on an overloaded machine (its load average rose above its cores during "
+                     "the run): " + ", ".join(f"{r.name} (load {r.load:g} on {r.cores} cores"
+                                              + (f", {r.cpu_threads} threads" if r.cpu_threads else "") + ")"
+                                              for r in overloaded)
+                     + "; its wall time, GPU-h and cost measure the load as much as the run.")
     if any(not r.final for r in runs):
         notes.append("* last measured value: the run has not finished (running, interrupted, crashed or failed).")
     for run in ordered:
@@ -355,6 +376,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
             notes.append(f"{run.name}: {note}")
     if any(r.bytes_per_token is None and r.tokenizer for r in runs):
         notes.append("Bytes/token: — where the run's tokenizer or validation shards are not on this machine.")
+    notes.extend(research_code_notes(runs))
     notes.extend(folder_notes)
     return Leaderboard(ordered, reference, noise, groups, headers, rows, notes,
                        _compare_groups_with_reference(reference, groups, family), runs_needed_line(noise, detect_bpb),

@@ -200,6 +200,42 @@ def describe_backup(info):
             + (f", {len(info['new_files'])} new file(s)" if info["new_files"] else "") + ")")
 
 
+# ------------------------------------------------------------------------------------------------ identity
+MAX_RESEARCH_FILE_BYTES = 16 << 20  # a research file beyond this (or not a regular file) is named, not read
+
+
+def research_code(code_dir):
+    """{research file: sha256 of its bytes} of a backup: the files git.json names as research files (a full copy or
+    an unreadable git.json: RESEARCH_FILES), a missing one as "missing"; None without a code/ folder. What a seed
+    group is keyed by besides the configuration: the same code and settings give the same numbers."""
+    import hashlib
+    import stat
+
+    if not os.path.isdir(code_dir):
+        return None
+    try:
+        record = read_record(code_dir) or {}
+    except CannotRebuild:
+        record = {}
+    names = record.get("research_files")
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        names = RESEARCH_FILES
+    digests = {}
+    for rel in names:
+        path = os.path.join(code_dir, rel)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            digests[rel] = "missing"
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESEARCH_FILE_BYTES:
+            digests[rel] = f"unread ({st.st_size} bytes)"
+            continue
+        with open(path, "rb") as f:
+            digests[rel] = hashlib.sha256(f.read()).hexdigest()
+    return digests
+
+
 # ------------------------------------------------------------------------------------------------ rebuild
 def read_record(code_dir):
     """code/git.json as a dict; None for a full-copy backup (no git.json). A damaged one is CannotRebuild."""

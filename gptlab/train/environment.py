@@ -131,3 +131,51 @@ def compiled_graphs():
     import torch._dynamo.utils  # heavy: only for a compiled run
 
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+# ------------------------------------------------------------------------------------------------ CPU threads
+def cpu_cores():
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average():
+    """The machine's 1-, 5- and 15-minute load averages (runnable processes), or None where the OS has none."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def cpu_threads(device_type, environ=None, cores=None, local_world_size=None):
+    """(threads, why) for torch's intra-op pool, or (None, why) to keep torch's own count (a GPU run). A CPU run:
+    $OMP_NUM_THREADS when it is a positive integer (the user's choice; torchrun sets 1 for several ranks), else
+    the cores shared out between this node's ranks (cores // LOCAL_WORLD_SIZE, at least 1): torch's default is
+    every core in every rank, so ranks, or a run and the machine's other work, fight over the cores."""
+    if device_type != "cpu":
+        return None, "torch's default (not a CPU run)"
+    environ = os.environ if environ is None else environ
+    omp = environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp), "OMP_NUM_THREADS"
+    cores = cpu_cores() if cores is None else cores
+    if local_world_size is None:
+        local_world_size = int(environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    local_world_size = max(1, local_world_size)
+    return max(1, cores // local_world_size), f"cores // local ranks ({cores} // {local_world_size})"
+
+
+def set_cpu_threads(device):
+    """Set torch's threads for this rank (cpu_threads) and return what config.json records of it: the threads,
+    why, the cores and the machine's load average at the start (compare_experiments marks timings taken on an
+    overloaded machine: load above the cores)."""
+    import torch  # heavy: as in versions()
+
+    threads, why = cpu_threads(torch.device(device).type)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return {"cpu_threads": torch.get_num_threads(), "cpu_threads_source": why, "cpu_cores": cpu_cores(),
+            "load_avg_start": load_average()}

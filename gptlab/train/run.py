@@ -32,7 +32,8 @@ from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.train import checkpointing, code_backup, cost, dashboards, environment, fsdp, records, sharded_checkpoint
+from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
+                          sharded_checkpoint)
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -136,6 +137,7 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     # a sharded checkpoint's weights are read by each rank's share later (restore_training_state)
     ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False,
                                          trust_code=getattr(args, "trust_model_code", False))
+    resume_code.check_training_code(args.resume)  # its optimizers and schedule are its train_gpt.py's
     given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
     for key in _RUN_IDENTITY_FLAGS:  # the checkpoint's weights and data order already follow its value
         if key in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
@@ -160,8 +162,7 @@ def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None, allo
     checkpoint that lacks a part or does not fit the model is one UserError. A sharded checkpoint (a folder) or a
     sharded model (--shard_params) goes through gptlab.train.sharded_checkpoint (collective then: pass ctx)."""
     try:
-        if len(ckpt["optimizers"]) != len(optimizers):
-            raise ValueError(f"it holds {len(ckpt['optimizers'])} optimizer states for {len(optimizers)} optimizers")
+        resume_code.check_optimizer_states(ckpt["optimizers"], optimizers)  # other optimizer code: no KeyError later
         # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
         here = [[{k: g[k] for k in _IMPLEMENTATION_KEYS if k in g} for g in opt.param_groups] for opt in optimizers]
         if "sharded_path" in ckpt or fsdp.is_sharded_model(model):
@@ -304,6 +305,7 @@ class Run:
             "gpu_bf16_peak_tflops": hw["gpu_bf16_peak_tflops"], "usd_per_gpu_hour": self.price,
             "usd_per_gpu_hour_source": price_source,
             "n_params": self.n_params, "n_params_embeddings": self.n_params_embeddings, **self.extra_config,
+            **environment.set_cpu_threads(ctx.device),  # threads per local rank, the load the timings saw
             "model_source_sha256": (self.model_source or {}).get("sha256"),
             "tokenizer_name": tok.name, "tokenizer_path": tok.path, "tokenizer_ranks_sha256": tok.ranks_sha256,
             "tokenizer_n_vocab": tok.encoding.n_vocab, "eot_id": tok.eot, "train_shards": self.shards.train_paths,
@@ -591,7 +593,7 @@ class Run:
                    "peak_mem_label": mem["label"], "checkpoint": self.last_checkpoint, "tflops_per_gpu": self.tflops,
                    "mfu": self.mfu, "compiled_graphs": self.compiled_graphs, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],
                    "world_size": self.ctx.world_size, "tokenizer": self.tokenizer.name,
-                   "model_name": self.cfg.model_name, "seed": self.cfg.seed}
+                   "model_name": self.cfg.model_name, "seed": self.cfg.seed, "load_avg_end": environment.load_average()}
         if self.ctx.is_main:
             records.write_results(self.dir, {"status": "finished", **results})
             self._finished = True  # a signal from here on must not record the finished run as interrupted

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gptlab import compare as cmp
-from helpers.run_folders import BASE_CONFIG, cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
+from helpers.run_folders import BASE_CODE, BASE_CONFIG, cells_by_run, finished_results, make_run, metrics_rows, t_p, variant
 from helpers.run_folders import lab  # noqa: F401 (a fixture)
 
 
@@ -71,7 +71,7 @@ def test_a_rerun_of_the_same_seed_does_not_shrink_the_noise(lab):
     # A reproduction of seed 1 (as a user's quickstart run reproduces a committed baseline) is not a new sample.
     config = variant(seed=1, command="train_gpt.py --seed 1", start_time="2026-01-06T10:00:00")
     make_run(lab, "20260106_100000_Baseline", config, metrics_rows(40, 1.300, 0.300),
-             finished_results(config, 1.300, 0.300))
+             finished_results(config, 1.300, 0.300), BASE_CODE)  # the same code too: the same setting
     board = cmp.compare([], experiments_dir=lab, no_plot=True, write=False)["board"]
     assert board.noise.std == pytest.approx(0.004) and "3 seeds of Baseline" in board.noise.source
     group = next(g for g in board.groups if len(g.runs) == 4)
