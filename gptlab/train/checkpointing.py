@@ -207,12 +207,9 @@ def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True
 
 def refused_global(err):
     """What a weights-only torch.load refused to call (its long message names it: "GLOBAL builtins.eval"), or None
-    for another error."""
-    text = str(err)
-    if "Weights only load failed" not in text:
-        return None
-    found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
-    return found.group(1) if found else "something that is not a plain value"
+    for another error (an opcode it does not read, as in a plain pickle of protocol 4: not a checkpoint at all)."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    return found.group(1) if found else None
 
 
 def code_in_pickle(what, named):
