@@ -557,6 +557,21 @@ MUTANTS = [
     Mutant("c-merge-loop-misses-pairs-right-of-the-new-token", "gptlab/tokenizer/merge_loop.c",
            "if (word[j] != new_id && word[j + 1] != new_id) continue;", "if (word[j] != new_id) continue;",
            (U + "test_bpe.py", "-k", "native")),
+    Mutant("eval-loss-keeps-only-the-last-chunk", "model.py",
+           "                total = total + self._cross_entropy_sum(*chunk)\n",
+           "                total = self._cross_entropy_sum(*chunk)\n",
+           (GUARDS4, "-k", "loss_its_gradients")),
+    Mutant("chunked-loss-gradient-lost", "model.py",
+           "total = total + torch.utils.checkpoint.checkpoint(self._cross_entropy_sum, *chunk, use_reentrant=False)",
+           "total = total + self._cross_entropy_sum(*chunk).detach()",
+           (GUARDS4, "-k", "loss_its_gradients")),
+    Mutant("seed-noise-population-std", "gptlab/compare/stats.py",
+           "return statistics.mean(values), statistics.stdev(values), len(values)",
+           "return statistics.mean(values), statistics.pstdev(values), len(values)",
+           (GUARDS4, "-k", "rerun")),
+    Mutant("muon-owners-merge-groups-of-one-shape", "gptlab/train/comm.py",
+           "by_shape.setdefault((tuple(p.shape), g), []).append(p)", "by_shape.setdefault((tuple(p.shape), 0), []).append(p)",
+           (E + "test_shard_params.py", "-k", "whole_matrices")),
 ]
 
 

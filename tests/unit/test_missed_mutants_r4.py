@@ -52,7 +52,7 @@ def reference_logits(model, idx, eot, windows):
     c = model.config
     L, H, D, n_ve = c.num_layers, c.num_heads, c.head_dim, c.num_val_emb
     T = idx.size(0)
-    W = {k: v.detach() for k, v in model.state_dict().items()}
+    W = dict(model.named_parameters())  # (not detached: gradients flow back to them)
     docs = torch.cumsum((idx == eot).long(), 0)
     q_pos, k_pos = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = {}
@@ -126,10 +126,39 @@ def test_the_model_computes_modded_nanogpts_equations(windows):
     idx = row_with_documents(384, eot, 200)
     with torch.no_grad():
         got = model(idx[None], model.attention_masks(idx[None], eot, windows))[0]
-    want = reference_logits(model, idx, eot, windows)
+        want = reference_logits(model, idx, eot, windows)
     assert got.shape == want.shape == (384, 256)
     assert (want.max() - want.min()) > 5  # the logits depend on the input: every part of the network is live
     assert torch.allclose(got, want, atol=2e-5, rtol=0), float((got - want).abs().max())
+
+
+def test_the_loss_its_gradients_and_predict_follow_the_reference(monkeypatch):
+    # the summed cross-entropy of the targets under the reference logits (-log softmax at each target), through
+    # the chunked eager loss (chunks of 100 rows here: 4 chunks, the last partial; recomputed in backward), and
+    # every parameter's gradient as autograd gives it through the reference; predict() of a 300-token row (padded
+    # inside to 384) gives the reference's logits of those 300 tokens, cut to vocab_size
+    model = perturbed_model(seed=7)
+    eot = 199
+    idx = row_with_documents(385, eot, 200, seed=8)
+    x, y = idx[:-1], idx[1:]
+    by_hand = -torch.log_softmax(reference_logits(model, x, eot, (2, 1)).double(), dim=-1)[torch.arange(384), y].sum()
+    by_hand.backward()
+    want_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    monkeypatch.setattr(arch, "LOSS_CHUNK_ELEMENTS", 100 * model.padded_vocab)
+    masks = model.attention_masks(x[None], eot, (2, 1))
+    loss = model(x[None], masks, y[None])
+    assert loss.item() == pytest.approx(by_hand.item(), rel=1e-5)
+    loss.backward()
+    for n, p in model.named_parameters():
+        scale = float(want_grads[n].abs().max())
+        assert scale > 0 and torch.allclose(p.grad, want_grads[n], atol=1e-4 * scale, rtol=0), n
+    with torch.no_grad():
+        assert float(model(x[None], masks, y[None])) == pytest.approx(by_hand.item(), rel=1e-5)  # no autograd
+        got = model.predict(x[None, :300], eot, (2, 1))[0]
+        want = reference_logits(model, x[:300], eot, (2, 1))[:, :200]
+    assert got.shape == (300, 200)
+    assert torch.allclose(got, want, atol=2e-5, rtol=0)
 
 
 def test_the_mlp_is_relu_then_square():
@@ -168,7 +197,8 @@ def test_decoding_with_the_kv_cache_gives_the_reference_logits(windows):
     model = perturbed_model(seed=5)
     eot = 199
     idx = row_with_documents(384, eot, 200, seed=4)
-    want = reference_logits(model, idx, eot, windows)
+    with torch.no_grad():
+        want = reference_logits(model, idx, eot, windows)
     cache = arch.KVCache(model, eot, windows)
     got, t = [], 0
     with torch.no_grad():  # a prompt of 5, then pieces of 1 to 126 tokens, across documents and block boundaries
