@@ -1,8 +1,13 @@
 """One kind of error for bad input, and one way for every CLI to report it (no traceback, exit code 2)."""
+import os
 import signal
 import sys
+import time
 
 from gptlab.core.progress import library_bars_follow_terminal
+
+
+QUIET_RANK_WAIT_S = 60
 
 
 class UserError(Exception):
@@ -61,6 +66,10 @@ def run_cli(main, argv=None):
         if not err.quiet:
             # escaped: a path holding a newline or bytes that are not UTF-8 still gives one line
             print(f"error: {escape_controls(err)}", file=sys.stderr, flush=True)
+        elif "TORCHELASTIC_RUN_ID" in os.environ:
+            # torchrun stops every rank as soon as one exits: a quiet rank waits for rank 0 to say the error and exit
+            # first (then torchrun stops this one), or a loaded machine could lose the only error line
+            time.sleep(QUIET_RANK_WAIT_S)
         sys.exit(2)
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", signal.SIGINT)
