@@ -69,7 +69,10 @@ def run_cli(main, argv=None):
         elif "TORCHELASTIC_RUN_ID" in os.environ:
             # torchrun stops every rank as soon as one exits: a quiet rank waits for rank 0 to say the error and exit
             # first (then torchrun stops this one), or a loaded machine could lose the only error line
-            time.sleep(QUIET_RANK_WAIT_S)
+            try:
+                time.sleep(QUIET_RANK_WAIT_S)
+            except KeyboardInterrupt:  # torchrun's SIGTERM, once rank 0 has exited (a StopRequested where handled)
+                pass
         sys.exit(2)
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", signal.SIGINT)
