@@ -133,10 +133,16 @@ def main(argv=None):
         if best is None or seconds < best[0]:
             best = (seconds, batch_size, out)
     print(f"ratio ours / lm-eval (its best, --batch_size {best[1]}): {ours_s / best[0]:.3f}")
+    compare(tasks, lm_tasks, ours_dir, best[2])
+    return 0
 
+
+def compare(tasks, lm_tasks, ours_dir, lm_dir):
+    """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
+    many acc predictions differ."""
     worst, examples, preds_differ = (0.0, None), 0, 0
     for task in tasks:
-        theirs = lm_eval_logprobs(best[2], lm_tasks[task.NAME])
+        theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
         with open(os.path.join(ours_dir, f"{task.NAME}.jsonl"), encoding="utf-8") as f:
             ours = [json.loads(line) for line in f]
         if sorted(theirs) != list(range(len(ours))):
@@ -157,7 +163,6 @@ def main(argv=None):
         print(f"  {task.NAME:<16} {len(ours):>5} examples, largest |log-likelihood difference| {task_worst:.2e}")
     print(f"largest per-example log-likelihood difference: {worst[0]:.2e} nats ({worst[1]}) over {examples} "
           f"examples; acc predictions that differ: {preds_differ}")
-    return 0
 
 
 if __name__ == "__main__":
