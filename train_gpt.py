@@ -41,6 +41,9 @@ from gptlab.data.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
+from gptlab.evals.in_run import RunEvals, metrics_columns
+from gptlab.evals.score import model_geometry
+from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train import checkpointing, environment, fsdp, model_source, stop
@@ -133,6 +136,16 @@ def build_parser():
                    default=None, help="first N examples (default: all 10042; 0: skip)")
     g.add_argument("--hellaswag_path", type=path, default=HELLASWAG_DEFAULT_PATH,
                    help="HellaSwag validation .jsonl (python download_hellaswag.py writes it)")
+    g.add_argument("--evals", default=None, metavar="core|all|NAME,...",
+                   help="also score this benchmark suite (docs/evals.md; python download_evals.py fetches its rows) "
+                   "at the end and every --evals_every steps (default: none)")
+    g.add_argument("--evals_every", type=non_negative_int, default=0, help="--evals every N steps (0: only at the end)")
+    g.add_argument("--evals_limit", type=positive_int, default=None, help="--evals: the first N examples of each task "
+                   "(default: all)")
+    g.add_argument("--evals_data_dir", type=path, default=EVALS_DATA_DIR,
+                   help="--evals: where download_evals.py wrote the tasks' rows")
+    g.add_argument("--evals_tasks_dir", type=path, default=None,
+                   help="--evals: a folder of your own task files, besides gptlab/evals/tasks/")
     g.add_argument("--sample_tokens", type=non_negative_int, default=48,
                    help="tokens per sampled continuation at the end (0: none)")
     g = p.add_argument_group("hardware")
@@ -528,6 +541,9 @@ def train(args, ctx, ckpt=None):
     hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
                                              required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
     eval_files = FilePrints([cfg.hellaswag_path] if cfg.hellaswag_limit != 0 else [])  # each eval checks its file
+    # --evals: its rows read, checked, fingerprinted and encoded now; a missing or bad file refused before training
+    suite = (RunEvals(cfg.evals, limit=cfg.evals_limit, data_dir=cfg.evals_data_dir, tasks_dir=cfg.evals_tasks_dir,
+                      encoding=tok.encoding) if cfg.evals else None)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
                                     ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
@@ -581,7 +597,8 @@ def train(args, ctx, ckpt=None):
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
              optimizers=optimizers, train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
              warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab},
-             resume_flags=chosen_flags(build_parser(), args, FRESH_ON_RESUME)) as run:
+             resume_flags=chosen_flags(build_parser(), args, FRESH_ON_RESUME),
+             metrics_columns=metrics_columns(suite.names()) if suite else ()) as run:
 
         def save(step):
             with stopper.deferred():  # a signal waits for the checkpoint to be complete
@@ -641,6 +658,12 @@ def train(args, ctx, ckpt=None):
                                                           ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE,
                                                           prints=eval_files)
                 run.log_hellaswag(step, hellaswag)
+            if suite and (last or (due(cfg.evals_every, step) and step > 0)):  # as HellaSwag: a resume redoes its
+                with run.evaluating(model), whole_model() as plain:               # start step's
+                    logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
+                    run.log_evals(step, suite.score(logits_fn, device=device, block=model_geometry(plain)[0],
+                                                    window=min(eval_windows), padded_vocab=model.padded_vocab,
+                                                    ctx=ctx, progress=ctx.is_main))
             if last:
                 break
 
@@ -653,7 +676,8 @@ def train(args, ctx, ckpt=None):
             unreported.append((done, lr_mult, sums, timer, train_loader.epoch + 1 if train_loader.epoch > epoch else 0))
             if (due(cfg.log_every, done) or done in (cfg.train_steps, run.start_step + 1, run.start_step + 2)
                     or due(cfg.checkpoint_every, done) or due(cfg.val_loss_every, done)
-                    or due(cfg.hellaswag_every, done) or (ctx.is_distributed and done >= control["next_check"])):
+                    or due(cfg.hellaswag_every, done) or (suite and due(cfg.evals_every, done))
+                    or (ctx.is_distributed and done >= control["next_check"])):
                 report()  # the first two steps: a line and the time estimate; the rest: see `control`
             periodic = due(cfg.checkpoint_every, done) and done < cfg.train_steps  # the last step's: see `last`
             if periodic:

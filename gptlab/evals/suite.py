@@ -34,34 +34,43 @@ def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
     return rows, [task_spec.requests(task, rows, i, fewshot, rendered) for i in range(n)]
 
 
+def encode_requests(encoding, tasks, prepared):
+    """The token sequences of every continuation of `prepared` ({task name: requests}), in task order:
+    {"sequences": [(tokens, first continuation index)], "owners": [(task, example, choice)], "tokens": [n],
+    "bytes": [n]}. A row the tokenizer cannot encode is a UserError naming it."""
+    eot = encoding.eot_token
+    out = {"sequences": [], "owners": [], "tokens": [], "bytes": []}
+    current = [None]
+    encode = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
+    for task in tasks:
+        for i, req in enumerate(prepared[task.NAME]):
+            for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
+                current[0] = (task.NAME, i, j)
+                seq = score.build_sequences(encode, eot, [(context, continuation)])[0]
+                out["sequences"].append(seq)
+                out["owners"].append(current[0])
+                out["tokens"].append(len(seq[0]) - seq[1])
+                out["bytes"].append(len(score.move_spaces(context, continuation)[1].encode("utf-8")))
+    return out
+
+
 def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR,
                 device="cpu", block=1, window=None, padded_vocab=None, ctx=None, progress=False,
-                row_len=score.DEFAULT_ROW_LEN, prepared=None):
+                row_len=score.DEFAULT_ROW_LEN, prepared=None, encoded=None):
     """{task name: [example record]} and {task name: task summary}, plus the suite's summary; every rank returns the
-    same. prepared: {task name: requests} already made by task_requests (else made here)."""
-    eot = encoding.eot_token
-    pairs, owners, byte_lengths = [], [], []
+    same. prepared: {task name: requests} already made by task_requests (else made here); encoded: what
+    encode_requests gave for them (else made here)."""
     prepared = dict(prepared or {})
     for task in tasks:
         if task.NAME not in prepared:
             prepared[task.NAME] = task_requests(task, fewshot, limit, data_dir)[1]
-        for i, req in enumerate(prepared[task.NAME]):
-            for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
-                pairs.append((context, continuation))
-                owners.append((task.NAME, i, j))
-    sequences, n_tokens = [], []
-    current = [None]
-    encode = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
-    for owner, (context, continuation) in zip(owners, pairs):
-        current[0] = owner
-        seq = score.build_sequences(encode, eot, [(context, continuation)])[0]
-        sequences.append(seq)
-        n_tokens.append(len(seq[0]) - seq[1])
-        byte_lengths.append(len(score.move_spaces(context, continuation)[1].encode("utf-8")))
+    if encoded is None:
+        encoded = encode_requests(encoding, tasks, prepared)
+    sequences, n_tokens, byte_lengths = encoded["sequences"], encoded["tokens"], encoded["bytes"]
     t0 = time.perf_counter()
-    scores = score.score_sequences(logits_fn, sequences, eot=eot, n_vocab=encoding.n_vocab, device=device,
-                                   row_len=row_len, block=block, window=window, ctx=ctx, padded_vocab=padded_vocab,
-                                   progress=progress)
+    scores = score.score_sequences(logits_fn, sequences, eot=encoding.eot_token, n_vocab=encoding.n_vocab,
+                                   device=device, row_len=row_len, block=block, window=window, ctx=ctx,
+                                   padded_vocab=padded_vocab, progress=progress)
     seconds = time.perf_counter() - t0
     records, summaries, k = {}, {}, 0
     for task in tasks:

@@ -3,7 +3,8 @@
 only when their flag is given.
 
 Each metrics.csv row goes out as it is written: every measured column but step, under its column name
-(train_loss, val_bpb, lr, tokens_per_s, mfu, hellaswag_acc_norm, ...), at that step.
+(train_loss, val_bpb, lr, tokens_per_s, mfu, hellaswag_acc_norm, --evals' evals_core, evals_<task>_gold_bpb, ...), at
+that step.
 """
 import os
 

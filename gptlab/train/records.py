@@ -33,6 +33,9 @@ HEARTBEAT_FILE = "heartbeat.json"
 CHECKPOINT_DIR = "checkpoints"
 METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
+# train_gpt.py --evals adds its suite's columns after these (gptlab.evals.in_run.metrics_columns: evals_core,
+# evals_gold_bpb, evals_<task>_acc, ...); readers keep every column with this prefix
+EVALS_PREFIX = "evals_"
 
 
 def create_run_dir(experiments_dir, model_name, now=None):
@@ -55,17 +58,21 @@ def create_run_dir(experiments_dir, model_name, now=None):
 
 
 class MetricsWriter:
-    """metrics.csv: METRICS_COLUMNS, one row per call, flushed at once; missing values are empty cells."""
+    """metrics.csv: METRICS_COLUMNS (then extra_columns, the --evals suite's), one row per call, flushed at once;
+    missing values are empty cells."""
 
-    def __init__(self, path):
+    def __init__(self, path, extra_columns=()):
+        if any(not c.startswith(EVALS_PREFIX) or c in METRICS_COLUMNS for c in extra_columns):
+            raise ValueError(f"extra metrics columns must start with {EVALS_PREFIX!r}: {list(extra_columns)}")
+        self.columns = METRICS_COLUMNS + list(extra_columns)
         self.file = open(path, "x", newline="")  # "x": never overwrite another run's metrics
-        self.writer = csv.DictWriter(self.file, fieldnames=METRICS_COLUMNS, extrasaction="raise")
+        self.writer = csv.DictWriter(self.file, fieldnames=self.columns, extrasaction="raise")
         self.writer.writeheader()
         self.file.flush()
 
     def write(self, **values):
-        row = {k: ("" if values.get(k) is None else _fmt(values[k])) for k in METRICS_COLUMNS}
-        unknown = set(values) - set(METRICS_COLUMNS)
+        row = {k: ("" if values.get(k) is None else _fmt(values[k])) for k in self.columns}
+        unknown = set(values) - set(self.columns)
         if unknown:
             raise ValueError(f"unknown metrics columns {sorted(unknown)}")
         self.writer.writerow(row)
@@ -139,8 +146,8 @@ def read_metrics(path, strict=True):
 
     strict=True (the trainer's own files): any unreadable line is a ValueError naming the file and line.
     strict=False (browsing runs that may have been killed mid-write): every complete row is kept, a half-written
-    last line and unreadable lines are skipped and described in `notes`, columns not in METRICS_COLUMNS are
-    ignored, and NaN / inf / "none" cells read as None."""
+    last line and unreadable lines are skipped and described in `notes`, columns not in METRICS_COLUMNS (nor
+    --evals' evals_*) are ignored, and NaN / inf / "none" cells read as None."""
     metrics = Metrics()
     name = os.path.basename(path)
 
@@ -176,7 +183,7 @@ def read_metrics(path, strict=True):
             if len(cells) != len(header):
                 raise ValueError(f"{len(cells)} cells for {len(header)} columns")
             metrics.rows.append({column: _metrics_cell(column, cell, strict) for column, cell in zip(header, cells)
-                                 if column in METRICS_COLUMNS})
+                                 if column in METRICS_COLUMNS or column.startswith(EVALS_PREFIX)})
         except (ValueError, OverflowError) as err:
             if strict:
                 raise ValueError(f"{path}: line {line_no} is unreadable ({err})") from None

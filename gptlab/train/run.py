@@ -32,6 +32,7 @@ from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
                           sharded_checkpoint)
 
@@ -241,11 +242,13 @@ class Run:
     every checkpoint carries it); extra_config: more facts for config.json;
     checkpoint: the --resume checkpoint (its step, train time and wall time carry on); warnings: lines printed
     now and logged once the folder exists; resume_flags: command-line words the resume command repeats
-    (chosen_flags)."""
+    (chosen_flags); metrics_columns: the --evals suite's metrics.csv columns (gptlab.evals.in_run.metrics_columns)."""
 
     def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
-                 model_source=None, checkpoint=None, warnings=(), extra_config=None, resume_flags=()):
+                 model_source=None, checkpoint=None, warnings=(), extra_config=None, resume_flags=(),
+                 metrics_columns=()):
         self.cfg, self.ctx = cfg, ctx
+        self.metrics_columns = list(metrics_columns)  # metrics.csv's columns beyond METRICS_COLUMNS (--evals)
         self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
         self.model_source = model_source
         self.repo_root, self.extra_config = repo_root, dict(extra_config or {})
@@ -284,7 +287,8 @@ class Run:
         if self.ctx.is_main:
             self.dir = records.create_run_dir(self.cfg.experiments_dir, self.cfg.model_name)
             self._log_file = records.RunLog(os.path.join(self.dir, records.LOG_FILE))
-            self._metrics = records.MetricsWriter(os.path.join(self.dir, records.METRICS_FILE))
+            self._metrics = records.MetricsWriter(os.path.join(self.dir, records.METRICS_FILE),
+                                                  self.metrics_columns)
         self.dir = broadcast_object(self.ctx, self.dir)
         try:
             self._start()
@@ -457,6 +461,24 @@ class Run:
             self._write_metrics(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
 
+    def log_evals(self, step, figures):
+        """figures: gptlab.evals.in_run.RunEvals.score's (the suite of --evals): a log line per task and one for the
+        suite, a metrics.csv row; the last step's go to results.json as "evals"."""
+        from gptlab.evals.in_run import metrics_row
+
+        if step == self.cfg.train_steps:
+            self.final["evals"] = _evals_results(figures)
+        for name, t in figures["per_task"].items():
+            self.log(f"step {step} evals {name} acc {t['acc']:.4f} (95% CI {_interval(t['acc_ci95'])}) acc_norm "
+                     f"{t['acc_norm']:.4f} centred {t['centred']:.4f} gold_bpb {t['gold_bpb']:.4f} "
+                     f"(95% CI {_interval(t['gold_bpb_ci95'])}) n={t['n']}", echo=False)
+        self.log(f"step {step} evals core {figures['core']:.4f} (95% CI {_interval(figures['core_ci95'])}) gold_bpb "
+                 f"{figures['gold_bpb']:.4f} (95% CI {_interval(figures['gold_bpb_ci95'])}) over "
+                 f"{len(figures['per_task'])} tasks ({figures['seconds']:.1f}s)")
+        if self.ctx.is_main:
+            self._write_metrics(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s,
+                                **metrics_row(figures))
+
     def _write_metrics(self, **row):
         """A metrics.csv row (rank 0), also sent to the dashboards (--tensorboard, --wandb)."""
         self._metrics.write(**row)
@@ -557,6 +579,9 @@ class Run:
         args["experiments_dir"] = os.path.abspath(args["experiments_dir"])
         if args["hellaswag_path"] != HELLASWAG_DEFAULT_PATH:  # the default stays the resuming checkout's own file
             args["hellaswag_path"] = os.path.abspath(args["hellaswag_path"])
+        for key, default in (("evals_data_dir", EVALS_DATA_DIR), ("evals_tasks_dir", None)):  # the same, for --evals
+            if args.get(key) not in (None, default):
+                args[key] = os.path.abspath(args[key])
         return args
 
     def end_training(self):
@@ -594,6 +619,8 @@ class Run:
                    "mfu": self.mfu, "compiled_graphs": self.compiled_graphs, "n_params": self.n_params, "gpu_name": self.hardware["gpu_name"],
                    "world_size": self.ctx.world_size, "tokenizer": self.tokenizer.name,
                    "model_name": self.cfg.model_name, "seed": self.cfg.seed, "load_avg_end": environment.load_average()}
+        if "evals" in self.final:  # --evals: the suite's final figures
+            results["evals"] = self.final["evals"]
         if self.ctx.is_main:
             records.write_results(self.dir, {"status": "finished", **results})
             self._finished = True  # a signal from here on must not record the finished run as interrupted
@@ -606,6 +633,15 @@ def _duration(seconds):
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _evals_results(figures):
+    """results.json's "evals": per task acc, acc_norm, centred, gold_bpb with their 95% intervals, n and baseline;
+    over the tasks core and gold_bpb with theirs."""
+    keep = ("n", "baseline") + tuple(k for f in ("acc", "acc_norm", "centred", "gold_bpb") for k in (f, f + "_ci95"))
+    out = {k: figures[k] for k in ("core", "core_ci95", "gold_bpb", "gold_bpb_ci95", "tasks", "limit")}
+    out["per_task"] = {name: {k: t[k] for k in keep} for name, t in figures["per_task"].items()}
+    return out
 
 
 def _interval(ci):

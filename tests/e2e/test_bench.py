@@ -322,3 +322,30 @@ def test_gpu_session_steps_stop_within_their_limit_and_name_the_steps(tmp_path):
     cut = subprocess.run(["bash", "bench/gpu_session.sh", "tests"], cwd=REPO, env=dict(env, STEP_LIMIT_S="1"),
                          capture_output=True, text=True, timeout=120)
     assert cut.returncode == 124, (cut.returncode, cut.stderr[-500:])
+
+
+# ------------------------------------------------------------------------------------------------ bench_evals.py
+def test_bench_evals_times_ours_against_lm_eval_and_reads_its_per_example_log_likelihoods(tmp_path):
+    """bench/bench_evals.py on a tiny model, 2 tasks, 3 examples, lm-eval at one batch size: both processes run,
+    lm-eval reads our downloaded rows offline (HF_DATASETS_OFFLINE), and its per-example log-likelihoods agree with
+    ours to the 1e-4 the agreement test holds (tests/e2e/test_evaluate_lm_eval.py)."""
+    import importlib.util
+    import re
+
+    if importlib.util.find_spec("lm_eval") is None or importlib.util.find_spec("accelerate") is None:
+        pytest.skip("lm_eval and accelerate are not installed")
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("needs ../shared/data")
+    from helpers.eval_tasks import data_dir_with, tiny_checkpoint
+
+    ckpt, _ = tiny_checkpoint(str(tmp_path), window_size=256)
+    data = data_dir_with(tmp_path / "data", ["boolq", "copa"], limit=5)
+    proc = run_script(["bench/bench_evals.py", ckpt, "--tasks", "boolq,copa", "--limit", "3", "--batch_sizes", "8",
+                       "--data_dir", data, "--work_dir", tmp_path / "work"], check=True, timeout=900,
+                      env_extra={"HF_HOME": str(tmp_path / "hf_home")})
+    assert re.search(r"^ratio ours / lm-eval \(its best, --batch_size 8\): [0-9.]+$", proc.stdout, re.M), proc.stdout
+    for task in ("boolq", "copa"):
+        assert re.search(rf"^  {task} +3 examples, largest", proc.stdout, re.M), proc.stdout
+    worst = re.search(r"^largest per-example log-likelihood difference: (\S+) nats \(.*\) over 6 examples; acc "
+                      r"predictions that differ: 0$", proc.stdout, re.M)
+    assert worst and float(worst.group(1)) <= 1e-4, proc.stdout

@@ -53,8 +53,12 @@ def test_a_run_logs_its_scalars_to_tensorboard_and_wandb(tmp_path):
     tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
     from helpers.tiny_runs import tiny_args  # the tiny CPU run the trainer's own tests use
 
+    from helpers.eval_tasks import data_dir_with
+
+    evals_data = data_dir_with(tmp_path / "evals", ["copa", "boolq"], limit=4)  # --evals: its columns too
     argv = tiny_args(tiny, tmp_path / "runs", train_steps=6, val_loss_every=3, hellaswag_limit=8,
-                     hellaswag_path=HELLASWAG_VAL, tensorboard=True, wandb="gptlab-tests")
+                     hellaswag_path=HELLASWAG_VAL, tensorboard=True, wandb="gptlab-tests", evals="copa,boolq",
+                     evals_every=3, evals_data_dir=evals_data)
     env = {"WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
            "WANDB_CACHE_DIR": str(tmp_path / "wandb_cache"), "WANDB_DATA_DIR": str(tmp_path / "wandb_data")}
     run_script(["train_gpt.py"] + argv, env_extra=env, check=True)
@@ -66,7 +70,9 @@ def test_a_run_logs_its_scalars_to_tensorboard_and_wandb(tmp_path):
             if column != "step" and value is not None:
                 expected.setdefault(column, {})[row["step"]] = value
     assert {"train_loss", "val_loss", "val_bpb", "lr", "tokens_per_s", "hellaswag_acc",
-            "hellaswag_acc_norm"} <= set(expected)
+            "hellaswag_acc_norm", "evals_core", "evals_gold_bpb", "evals_copa_acc",
+            "evals_boolq_gold_bpb"} <= set(expected)
+    assert expected["evals_core"].keys() == {3, 6}
 
     # TensorBoard: an event file in the run folder, every metrics.csv value under its column name and step
     assert len(glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))) == 1

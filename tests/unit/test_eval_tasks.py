@@ -9,6 +9,7 @@ import pytest
 from helpers.eval_tasks import LAMBADA_ROWS, SHARED_TASKS, shared_rows
 from gptlab.core.errors import UserError
 from gptlab.evals import task_spec
+from gptlab.evals.lm_eval_task import LM_EVAL_FILES as LM_EVAL_YAML
 from gptlab.evals.score import move_spaces
 
 BUILT_IN = SHARED_TASKS + ["lambada", "hellaswag"]
@@ -154,13 +155,6 @@ def test_fewshot_layout_and_never_the_example_itself():
 
 
 # ---- against lm-eval's own task functions (skipped without lm_eval)
-
-LM_EVAL_YAML = {"arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
-                "boolq": "super_glue/boolq/default.yaml", "piqa": "piqa/piqa.yaml",
-                "winogrande": "winogrande/default.yaml", "openbookqa": "openbookqa/openbookqa.yaml",
-                "social_iqa": "siqa/siqa.yaml", "commonsense_qa": "commonsense_qa/default.yaml",
-                "copa": "super_glue/copa/default.yaml", "lambada": "lambada/lambada_openai.yaml",
-                "hellaswag": "hellaswag/hellaswag.yaml"}
 
 
 def lm_eval_task(name, rows):

@@ -53,6 +53,27 @@ def test_metrics_csv_columns_empty_cells_and_no_overwrite(tmp_path):
     assert row["tokens_per_s"] == 2048 and "mfu" not in row
 
 
+def test_metrics_csv_takes_the_evals_suites_columns_after_the_usual_ones(tmp_path):
+    """train_gpt.py --evals: its columns (fixed at start) follow METRICS_COLUMNS and both readers keep them."""
+    path = str(tmp_path / records.METRICS_FILE)
+    writer = records.MetricsWriter(path, ["evals_core", "evals_copa_acc"])
+    writer.write(step=4, tokens=4096, evals_core=0.125, evals_copa_acc=0.5625)
+    writer.write(step=5, tokens=5120, train_loss=3.5)
+    with pytest.raises(ValueError):
+        writer.write(step=6, evals_piqa_acc=0.5)  # not a column of this run
+    writer.close()
+    with open(path) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == ",".join(records.METRICS_COLUMNS) + ",evals_core,evals_copa_acc"
+    assert lines[1] == "4,4096" + "," * 11 + ",0.125,0.5625"
+    for strict in (True, False):
+        rows = records.read_metrics(path, strict=strict)
+        assert rows[0]["evals_core"] == 0.125 and rows[0]["evals_copa_acc"] == 0.5625
+        assert rows[1]["evals_core"] is None and rows[1]["train_loss"] == 3.5
+    with pytest.raises(ValueError):  # only the suite's own prefix: no clash with the usual columns
+        records.MetricsWriter(str(tmp_path / "other.csv"), ["val_bpb"])
+
+
 def test_metrics_reader_strict_raises_tolerant_notes(tmp_path):
     path = str(tmp_path / records.METRICS_FILE)
     writer = records.MetricsWriter(path)

@@ -1,0 +1,169 @@
+"""Benchmark: evaluate.py against lm-eval-harness (`lm_eval --model hf`) on the same model, tasks and examples, as
+whole processes on this machine, in one run: the wall-time ratio and the largest per-example log-likelihood
+difference.
+
+    python bench/bench_evals.py experiments/RUN/checkpoints/step_000120.pt --limit 50
+    python bench/bench_evals.py CKPT --tasks arc_easy,piqa --limit 200 --batch_sizes auto 1 8 32
+
+The checkpoint is exported once with export_hf.py (not timed). Ours: `python evaluate.py CKPT --tasks ... --limit N`.
+lm-eval: `lm_eval --model hf --model_args pretrained=HF,trust_remote_code=True,add_bos_token=True,max_length=2048,
+dtype=float32 --device cpu --tasks ... --limit N --batch_size B --log_samples`, once per --batch_sizes value (the
+fastest is the figure), its tasks lm-eval's own task files (same rendering) pointed at our data/evals files: a task
+file per task that includes lm-eval's and sets `dataset_path: json` with `data_files` (HF_DATASETS_OFFLINE=1, no
+network). add_bos_token=True because our sequences start with <|endoftext|> (docs/evals.md). Each process is timed
+from its start to its exit, imports and model loading included, as a user waits for it. Figures: docs/evals.md.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from gptlab.core.cli import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
+from gptlab.core.errors import UserError, run_cli  # noqa: E402
+from gptlab.evals.lm_eval_task import LM_EVAL_FILES  # noqa: E402 (our task → lm-eval's task file)
+
+# where our download's columns differ from lm-eval's dataset
+OVERRIDES = {"boolq": {"doc_to_target": "{{1 if answer else 0}}"}}  # google/boolq's answer: super_glue's label
+
+
+def build_parser():
+    from gptlab.evals.task_spec import DATA_DIR
+
+    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("checkpoint", help="a train_gpt.py checkpoint (.pt)")
+    p.add_argument("--tasks", default=None,
+                   help="tasks separated by commas (default: every task lm-eval defines whose rows are downloaded)")
+    p.add_argument("--limit", type=positive_int, default=50, help="the first N examples of each task")
+    p.add_argument("--batch_sizes", nargs="+", default=["auto", "1", "8", "32"],
+                   help="lm-eval's --batch_size values to try (the fastest counts)")
+    p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
+    p.add_argument("--work_dir", default=None, help="folder for the export and the outputs (default: a temporary one)")
+    return p
+
+
+def timed(args, env=None):
+    """(seconds, CompletedProcess) of a whole process; a failure is a UserError with its last lines."""
+    start = time.perf_counter()
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise UserError(f"{' '.join(map(str, args[:3]))} ... failed (exit {proc.returncode}):\n{tail}")
+    return seconds, proc
+
+
+def lm_eval_task_files(folder, tasks, data_dir):
+    """One lm-eval task file per task: lm-eval's own, reading our downloaded file of the split we score."""
+    import lm_eval
+    import yaml
+
+    tasks_root = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
+    os.makedirs(folder, exist_ok=True)
+    names = {}
+    for task in tasks:
+        split = task.HUB_SPLIT
+        cfg = {"include": os.path.join(tasks_root, LM_EVAL_FILES[task.NAME]), "task": f"gptlab_{task.NAME}",
+               "tag": [], "dataset_path": "json", "dataset_name": None,
+               "dataset_kwargs": {"data_files": {split: os.path.abspath(task.data_path(data_dir))}},
+               "training_split": None, "validation_split": None, "test_split": None, "fewshot_split": None,
+               f"{split}_split": split, **OVERRIDES.get(task.NAME, {})}
+        with open(os.path.join(folder, f"gptlab_{task.NAME}.yaml"), "w") as f:
+            yaml.safe_dump(cfg, f, sort_keys=False)
+        names[task.NAME] = cfg["task"]
+    return names
+
+
+def lm_eval_logprobs(out_dir, lm_task):
+    """{doc_id: [log-likelihood per choice]} from lm-eval's --log_samples file of one task."""
+    found = [os.path.join(d, n) for d, _, files in os.walk(out_dir) for n in files
+             if n.startswith(f"samples_{lm_task}_") and n.endswith(".jsonl")]
+    if len(found) != 1:
+        raise UserError(f"expected one lm-eval samples file for {lm_task} under {out_dir}, found {len(found)}")
+    out = {}
+    with open(found[0], encoding="utf-8") as f:
+        for line in f:
+            sample = json.loads(line)
+            out[sample["doc_id"]] = [float(r[0][0]) for r in sample["resps"]]
+    return out
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from gptlab.evals.task_spec import load_task, resolve_tasks, task_names
+
+    if args.tasks:
+        tasks = resolve_tasks(args.tasks)
+    else:
+        tasks = [load_task(n) for n in task_names() if n in LM_EVAL_FILES
+                 and os.path.isfile(load_task(n).data_path(args.data_dir))]
+    unknown = [t.NAME for t in tasks if t.NAME not in LM_EVAL_FILES]
+    if unknown or not tasks:
+        raise UserError(f"no lm-eval task to compare with for {', '.join(unknown) or 'any task'}: the tasks are "
+                        f"{', '.join(LM_EVAL_FILES)} with rows in {args.data_dir} (python download_evals.py)")
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_evals_")
+    py = sys.executable
+    hf = os.path.join(work, "hf")
+    if not os.path.isfile(os.path.join(hf, "config.json")):
+        timed([py, "export_hf.py", args.checkpoint, hf])
+    lm_tasks = lm_eval_task_files(os.path.join(work, "lm_eval_tasks"), tasks, args.data_dir)
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    names = ",".join(t.NAME for t in tasks)
+    print(f"model: {args.checkpoint} (exported to {hf}); tasks: {names}; the first {args.limit} examples of each; "
+          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
+
+    ours_dir = os.path.join(work, "ours")
+    ours_s, _ = timed([py, "evaluate.py", args.checkpoint, "--tasks", names, "--limit", str(args.limit),
+                       "--data_dir", args.data_dir, "--out", ours_dir, "--overwrite", "--quiet", "--device", "cpu"],
+                      env)
+    print(f"ours (python evaluate.py):            {ours_s:8.1f} s")
+    model_args = f"pretrained={hf},trust_remote_code=True,add_bos_token=True,max_length=2048,dtype=float32"
+    best = None
+    for batch_size in args.batch_sizes:
+        out = os.path.join(work, f"lm_eval_bs{batch_size}")
+        seconds, _ = timed(["lm_eval", "--model", "hf", "--model_args", model_args, "--device", "cpu",
+                            "--include_path", os.path.join(work, "lm_eval_tasks"),
+                            "--tasks", ",".join(lm_tasks.values()), "--limit", str(args.limit),
+                            "--batch_size", batch_size, "--log_samples", "--output_path", out], env)
+        print(f"lm-eval --batch_size {batch_size:<5}              {seconds:8.1f} s")
+        if best is None or seconds < best[0]:
+            best = (seconds, batch_size, out)
+    print(f"ratio ours / lm-eval (its best, --batch_size {best[1]}): {ours_s / best[0]:.3f}")
+    compare(tasks, lm_tasks, ours_dir, best[2])
+    return 0
+
+
+def compare(tasks, lm_tasks, ours_dir, lm_dir):
+    """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
+    many acc predictions differ."""
+    worst, examples, preds_differ = (0.0, None), 0, 0
+    for task in tasks:
+        theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
+        with open(os.path.join(ours_dir, f"{task.NAME}.jsonl"), encoding="utf-8") as f:
+            ours = [json.loads(line) for line in f]
+        if sorted(theirs) != list(range(len(ours))):
+            raise UserError(f"{task.NAME}: lm-eval scored {len(theirs)} examples, we {len(ours)}")
+        task_worst = 0.0
+        for rec in ours:
+            lls = theirs[rec["index"]]
+            if len(lls) != len(rec["logprob"]):
+                raise UserError(f"{task.NAME} example {rec['index']}: {len(lls)} continuations in lm-eval, "
+                                f"{len(rec['logprob'])} in ours")
+            diff = max(abs(a - b) for a, b in zip(lls, rec["logprob"]))
+            task_worst = max(task_worst, diff)
+            if diff > worst[0]:
+                worst = (diff, f"{task.NAME} example {rec['index']}")
+            pred = max(range(len(lls)), key=lambda k: (lls[k], -k))
+            preds_differ += pred != rec["pred"] and task.KIND != "greedy"
+            examples += 1
+        print(f"  {task.NAME:<16} {len(ours):>5} examples, largest |log-likelihood difference| {task_worst:.2e}")
+    print(f"largest per-example log-likelihood difference: {worst[0]:.2e} nats ({worst[1]}) over {examples} "
+          f"examples; acc predictions that differ: {preds_differ}")
+
+
+if __name__ == "__main__":
+    run_cli(main)
