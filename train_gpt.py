@@ -41,7 +41,7 @@ from gptlab.data.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
-from gptlab.evals.in_run import RunEvals, metrics_columns
+from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
@@ -661,9 +661,10 @@ def train(args, ctx, ckpt=None):
             if suite and (last or (due(cfg.evals_every, step) and step > 0)):  # as HellaSwag: a resume redoes its
                 with run.evaluating(model), whole_model() as plain:               # start step's
                     logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
-                    run.log_evals(step, suite.score(logits_fn, device=device, block=model_geometry(plain)[0],
-                                                    window=min(eval_windows), padded_vocab=model.padded_vocab,
-                                                    ctx=ctx, progress=ctx.is_main))
+                    figures = suite.score(logits_fn, device=device, block=model_geometry(plain)[0],
+                                          window=min(eval_windows), padded_vocab=model.padded_vocab, ctx=ctx,
+                                          progress=ctx.is_main)
+                    run.log_evals(step, figures, metrics_row(figures))
             if last:
                 break
 

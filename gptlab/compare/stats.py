@@ -79,6 +79,9 @@ def seed_group_key(config, research_code=None, root=None):
     if not config:
         return None
     settings = {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS and v not in (None, [], {}, "")}
+    if not settings.get("evals"):  # the --evals suite's settings mean nothing while it is off (older runs lack them)
+        for key in [k for k in settings if k.startswith("evals_")]:
+            settings.pop(key)
     if settings.get("tokenizer_ranks_sha256"):
         for key in TOKENIZER_NAME_KEYS:
             settings.pop(key, None)

@@ -20,6 +20,8 @@ from gptlab.core.progress import is_terminal
 from gptlab.data.hellaswag import sha256_file
 from gptlab.data.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
 
+DATA_DIR = os.path.join("data", "evals")  # where each task's rows go: data/evals/<task>.jsonl
+
 DEFAULT_TIMEOUT_S = 10.0
 
 

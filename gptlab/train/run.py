@@ -32,7 +32,7 @@ from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
+from gptlab.data.evals_download import DATA_DIR as EVALS_DATA_DIR
 from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
                           sharded_checkpoint)
 
@@ -461,11 +461,10 @@ class Run:
             self._write_metrics(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
 
-    def log_evals(self, step, figures):
-        """figures: gptlab.evals.in_run.RunEvals.score's (the suite of --evals): a log line per task and one for the
-        suite, a metrics.csv row; the last step's go to results.json as "evals"."""
-        from gptlab.evals.in_run import metrics_row
-
+    def log_evals(self, step, figures, row):
+        """figures: gptlab.evals.in_run.RunEvals.score's (the suite of --evals), row: their metrics.csv cells
+        (gptlab.evals.in_run.metrics_row): a log line per task and one for the suite, a metrics.csv row; the last
+        step's go to results.json as "evals"."""
         if step == self.cfg.train_steps:
             self.final["evals"] = _evals_results(figures)
         for name, t in figures["per_task"].items():
@@ -477,7 +476,7 @@ class Run:
                  f"{len(figures['per_task'])} tasks ({figures['seconds']:.1f}s)")
         if self.ctx.is_main:
             self._write_metrics(step=step, tokens=step * self.cfg.batch_size, elapsed_s=self.train_time_s,
-                                **metrics_row(figures))
+                                **row)
 
     def _write_metrics(self, **row):
         """A metrics.csv row (rank 0), also sent to the dashboards (--tensorboard, --wandb)."""
