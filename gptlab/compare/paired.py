@@ -94,6 +94,7 @@ def resolve_eval_dir(path):
 class Evaluation:
     path: str
     fewshot: object
+    dtype: str  # evaluate.py --dtype as resolved (summaries written before it: float32)
     records: dict = field(default_factory=dict)  # task name → [record]
 
 
@@ -150,7 +151,8 @@ def load_evaluation(path):
     if bad:
         raise UserError(f"{os.path.join(folder, SUMMARY_FILE)} names a task {bad[0]!r} that is no task file's name; "
                         "re-run evaluate.py")
-    return Evaluation(folder, summary.get("fewshot"), {t: _read_records(folder, t) for t in sorted(tasks)})
+    return Evaluation(folder, summary.get("fewshot"), str(summary.get("dtype", "float32")),
+                      {t: _read_records(folder, t) for t in sorted(tasks)})
 
 
 def _check_same_examples(task, a, b, name_a, name_b):
@@ -226,6 +228,9 @@ def compare_evaluations(path_a, path_b):
     if ea.fewshot != eb.fewshot:
         raise UserError(f"{ea.path} was scored {ea.fewshot}-shot and {eb.path} {eb.fewshot}-shot; a paired "
                         "comparison needs the same contexts (evaluate both with the same --fewshot)")
+    if ea.dtype != eb.dtype:  # bfloat16 moves log-probabilities by ~1e-3: a difference the test would credit
+        raise UserError(f"{ea.path} was scored in {ea.dtype} and {eb.path} in {eb.dtype}; a paired comparison "
+                        "needs the same arithmetic (evaluate both with the same --dtype)")
     common = sorted(set(ea.records) & set(eb.records))
     if not common:
         raise UserError(f"{ea.path} and {eb.path} share no task ({', '.join(sorted(ea.records))} vs "

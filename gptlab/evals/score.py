@@ -23,6 +23,9 @@ from gptlab.core.progress import progress_bar
 DEFAULT_ROW_LEN = 512  # a longer sequence gets a row of its own
 MAX_SEQ_LEN = 2048  # a longer sequence keeps its last tokens (the context is cut from the left, as lm-eval does)
 LOGITS_BUDGET_BYTES = 1 << 28  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
+# on CUDA: 8x, so a GPU runs few large forwards (eager kernels are launch-bound on one 512-token row); a fixed
+# figure, not the free memory, so every rank groups the rows alike
+CUDA_LOGITS_BUDGET_BYTES = 1 << 31
 
 
 def next_multiple(n, k):
@@ -125,7 +128,8 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
     by_row = [[] for _ in widths]
     for i, (r, offset) in enumerate(places):
         by_row[r].append((i, offset))
-    batches = _batches(widths, padded_vocab or n_vocab)
+    cuda = torch.device(device).type == "cuda"
+    batches = _batches(widths, padded_vocab or n_vocab, CUDA_LOGITS_BUDGET_BYTES if cuda else LOGITS_BUDGET_BYTES)
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None and ctx.is_distributed else (0, 1)
     mine = {}
     with torch.no_grad(), progress_bar(total=len(widths), unit="row", desc=desc,
@@ -147,11 +151,11 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
     return [merged[i] for i in range(len(sequences))]
 
 
-def _batches(widths, vocab):
+def _batches(widths, vocab, budget=LOGITS_BUDGET_BYTES):
     """Rows grouped into forward passes: runs of rows of one width, each pass's logits within the budget."""
     batches = []
     for r, width in enumerate(widths):
-        per_forward = max(1, LOGITS_BUDGET_BYTES // (width * vocab * 4))
+        per_forward = max(1, budget // (width * vocab * 4))
         if batches and widths[batches[-1][0]] == width and len(batches[-1]) < per_forward:
             batches[-1].append(r)
         else:

@@ -226,6 +226,13 @@ def checkpoint_logits_fn(path, device="cpu", trust_code=False):
     return logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, ckpt
 
 
-def logits_fn(model, eot, n_vocab, windows=None):
-    """tokens (B, T) → float logits (B, T, n_vocab) of a loaded model (its final windows unless given)."""
-    return lambda tokens: model.predict(tokens, eot, windows)[..., :n_vocab]
+def logits_fn(model, eot, n_vocab, windows=None, autocast_dtype=None):
+    """tokens (B, T) → float logits (B, T, n_vocab) of a loaded model (its final windows unless given), under
+    torch.autocast to autocast_dtype where one is given (bfloat16: the matrix products as training ran them)."""
+    if autocast_dtype is None:
+        return lambda tokens: model.predict(tokens, eot, windows)[..., :n_vocab]
+
+    def under_autocast(tokens):
+        with torch.autocast(tokens.device.type, dtype=autocast_dtype):
+            return model.predict(tokens, eot, windows)[..., :n_vocab]
+    return under_autocast

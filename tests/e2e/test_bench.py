@@ -318,10 +318,55 @@ def test_gpu_session_steps_stop_within_their_limit_and_name_the_steps(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path))
     bad = subprocess.run(["bash", "bench/gpu_session.sh", "nope"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=120)
-    assert bad.returncode == 2 and "usage: bash bench/gpu_session.sh tests|train|train-eager|tokenizer|anchor" in bad.stderr
+    assert bad.returncode == 2 and "usage: bash bench/gpu_session.sh all|tests|train|train-eager|tokenizer|anchor" in bad.stderr
     cut = subprocess.run(["bash", "bench/gpu_session.sh", "tests"], cwd=REPO, env=dict(env, STEP_LIMIT_S="1"),
                          capture_output=True, text=True, timeout=120)
     assert cut.returncode == 124, (cut.returncode, cut.stderr[-500:])
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
+def test_gpu_session_all_runs_each_step_under_its_own_limit_in_order(tmp_path):
+    """`all`, issue 46's one call: a step that runs past its limit is stopped (124) and the next one still runs;
+    the steps' lines name them in the issue's order (tests, training, evals, the anchor)."""
+    import subprocess
+
+    from helpers.tiny_data import read_docs, save_tiny_tokenizer
+    from conftest import FINEWEB_150
+
+    tok = save_tiny_tokenizer(str(tmp_path / "tok.pkl"), read_docs(FINEWEB_150)[:5], 50)
+    env = dict(os.environ, OUT=str(tmp_path), TESTS_S="1", TRAIN_S="1", EVALS_S="1", ANCHOR_S="1",
+               GPTLAB_SHARED_DATA=SHARED_DATA, EVAL_TOKENIZER=tok)
+    proc = subprocess.run(["bash", "bench/gpu_session.sh", "all"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    with open(tmp_path / "gpu.txt") as f:
+        lines = [line.split(":")[0] for line in f if line.startswith("== ")]
+    assert lines == ["== gpu_tests", "== bench_train", "== bench_eval_speed", "== bench_anchor"]
+    with open(tmp_path / "gpu.txt") as f:
+        assert f.read().count("exit 124 after") == 4
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
+def test_bench_eval_speed_times_evaluate_py_and_the_numeric_variants(tmp_path):
+    """bench/bench_eval_speed.py on CPU at a tiny shape: evaluate.py's HellaSwag as a whole process, the variants
+    in-process (float32 against itself: difference 0; bfloat16 autocast: a difference, small)."""
+    from helpers.eval_tasks import data_dir_with
+    from helpers.tiny_data import read_docs, save_tiny_tokenizer
+    from conftest import FINEWEB_150
+
+    tok = save_tiny_tokenizer(str(tmp_path / "tok.pkl"), read_docs(FINEWEB_150)[:20], 300)
+    data = data_dir_with(tmp_path / "data", ["hellaswag"], limit=6)
+    run_script(["bench/bench_eval_speed.py", "--tokenizer", tok, "--data_dir", data, "--num_layers", "2",
+                "--model_dim", "64", "--num_heads", "1", "--limit", "6", "--variant_limit", "6", "--skip", "core",
+                "--device", "cpu", "--out", str(tmp_path / "out")], check=True, timeout=600)
+    with open(tmp_path / "out" / "bench_eval_speed.json") as f:
+        report = json.load(f)
+    (run,) = report["runs"]
+    assert run["tasks"] == "hellaswag" and run["examples"] == 6 and run["continuations"] == 24
+    assert run["wall_s"] >= run["scoring_s"] > 0
+    diffs = {v["variant"]: v["max_abs_logprob_diff"] for v in report["variants"]}
+    assert diffs["float32, CPU-sized forwards"] == 0 and diffs["float32 (--dtype float32)"] < 1e-4
+    assert 0 < diffs["bfloat16 (--dtype auto)"] < 1.0
 
 
 # ------------------------------------------------------------------------------------------------ bench_evals.py

@@ -4,6 +4,7 @@ import random
 from collections import Counter
 
 import pytest
+import torch
 import regex
 
 from gptlab.tokenizer import native
@@ -21,6 +22,8 @@ from helpers.bpe_reference import reference_bpe
 # test_the_c_merge_loop_builds), so a missing compiler fails these tests rather than skipping the engine.
 ENGINES = {"python": train_merges_python, "native": train_merges_native,
            "torch": lambda table, n: train_merges_torch(table, n, "cpu")}
+if torch.cuda.is_available():  # the GPU engine, where there is one (bench/gpu_session.sh runs these there)
+    ENGINES["torch-cuda"] = lambda table, n: train_merges_torch(table, n, "cuda")
 
 
 def test_the_c_merge_loop_builds():

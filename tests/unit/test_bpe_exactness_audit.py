@@ -4,6 +4,7 @@ built to break trainers; and the saved tiktoken encoder against replaying the me
 import random
 
 import pytest
+import torch
 import regex
 
 from gptlab.core.errors import UserError
@@ -15,6 +16,8 @@ from helpers.bpe_reference import pretoken_table, reference_bpe, txt_documents
 
 ENGINES = {"python": train_merges_python, "native": train_merges_native,
            "torch": lambda table, n: train_merges_torch(table, n, "cpu")}
+if torch.cuda.is_available():  # the GPU engine, where there is one (bench/gpu_session.sh runs these there)
+    ENGINES["torch-cuda"] = lambda table, n: train_merges_torch(table, n, "cuda")
 
 
 # ---------------------------------------------------------------------------------------------- the reference

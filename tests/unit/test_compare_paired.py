@@ -115,6 +115,13 @@ def test_other_fewshot_no_common_task_and_broken_files_are_refused(tmp_path):
         paired.compare_evaluations(a, write_eval(tmp_path / "b", {"t1": t}, fewshot=5))
     with pytest.raises(UserError, match="share no task"):
         paired.compare_evaluations(a, write_eval(tmp_path / "c", {"t9": t}))
+    bf16 = write_eval(tmp_path / "bf16", {"t1": t})  # evaluate.py --dtype bfloat16 (its default on CUDA)
+    with open(os.path.join(bf16, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(bf16, "summary.json"), "w") as f:
+        json.dump({**summary, "dtype": "bfloat16"}, f)
+    with pytest.raises(UserError, match="scored in float32 and .* in bfloat16; .* same --dtype"):
+        paired.compare_evaluations(a, bf16)  # a: written before --dtype, float32
     d = write_eval(tmp_path / "d", {"t1": t})
     os.remove(os.path.join(d, "t1.jsonl"))
     with pytest.raises(UserError, match="incomplete"):

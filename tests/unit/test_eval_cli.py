@@ -28,3 +28,11 @@ def test_default_out():
     assert evaluate.default_out("experiments/R/checkpoints/step_000200/") == os.path.join("experiments", "R", "evals",
                                                                                         "step_000200")
     assert evaluate.default_out("models/step_000120.pt") == "models/step_000120_evals"
+
+
+def test_scoring_dtype_is_bfloat16_on_cuda_only_when_left_to_auto():
+    assert evaluate.scoring_dtype("auto", "cuda") == "bfloat16"  # as training and --evals run the model
+    assert evaluate.scoring_dtype("auto", "cpu") == "float32"  # lm-eval's float32 figures (docs/evals.md)
+    assert evaluate.scoring_dtype("auto", "mps") == "float32"
+    assert evaluate.scoring_dtype("float32", "cuda") == "float32"
+    assert evaluate.scoring_dtype("bfloat16", "cpu") == "bfloat16"

@@ -108,6 +108,47 @@ def test_longer_rows_and_forward_batches_give_the_same_scores(scored, packed, mo
             assert ra["logprob"] == pytest.approx(rb["logprob"], abs=2e-4, rel=1e-5)
 
 
+def test_forward_batches_by_hand():
+    # two 512-token rows of a 100-token vocabulary fit the budget; a 1024-token row alone; runs of one width only
+    budget = 2 * 512 * 100 * 4
+    assert score._batches([512, 512, 512, 1024, 512, 512], 100, budget) == [[0, 1], [2], [3], [4, 5]]
+    assert score._batches([512] * 3, 100, budget - 1) == [[0], [1], [2]]
+    assert score._batches([512] * 3, 100, 8 * budget) == [[0, 1, 2]]
+
+
+def test_cuda_devices_get_the_larger_forwards_and_every_rank_the_same(scored, monkeypatch):
+    """The batches on CUDA come from CUDA_LOGITS_BUDGET_BYTES (a fixed figure: ranks must group rows alike), on
+    the CPU from LOGITS_BUDGET_BYTES; seen on a CPU machine by stopping at the grouping."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(widths, vocab, budget=None):
+        seen.append(budget)
+        raise Stop
+
+    monkeypatch.setattr(score, "_batches", capture)
+    for device in ("cpu", "cuda:1", torch.device("cuda", 0)):
+        with pytest.raises(Stop):
+            score.score_sequences(lambda t: t, [([1, 2, 3], 1)], eot=0, n_vocab=10, device=device)
+    assert seen == [score.LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES]
+    assert score.CUDA_LOGITS_BUDGET_BYTES > score.LOGITS_BUDGET_BYTES
+
+
+def test_bfloat16_autocast_scores_close_to_float32_but_not_equal(scored, packed):
+    """evaluate.py --dtype bfloat16 (its default on CUDA): logits_fn under autocast; on the CPU the same code runs."""
+    from gptlab.train.model_source import logits_fn
+
+    model, tok, tasks, data = scored
+    block, window = score.model_geometry(model)
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=torch.bfloat16)
+    bf16, _, _ = suite.score_tasks(fn, tok.encoding, tasks, data_dir=data, block=block, window=window, row_len=256)
+    diffs = [abs(x - y) / max(1.0, abs(y)) for t in packed[0] for ra, rb in zip(bf16[t], packed[0][t])
+             for x, y in zip(ra["logprob"], rb["logprob"])]
+    assert 0 < max(diffs) < 0.05
+
+
 def test_pack_by_hand():
     # longest first; 30 fits neither row 0 (100 + 30 > 128) nor row 1 (60 + 50 + 30 > 128)
     assert score.pack([100, 60, 50, 30], 128) == ([(0, 0), (1, 0), (1, 60), (2, 0)], [128] * 3)
