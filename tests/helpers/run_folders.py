@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from gptlab.train.records import CODE_DIR, CONFIG_FILE, LOG_FILE, METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
+from gptlab.train.records import (CODE_DIR, CONFIG_FILE, EVALS_PREFIX, LOG_FILE, METRICS_COLUMNS, METRICS_FILE,
+                                  RESULTS_FILE)
 
 BASE_CONFIG = {"model_name": "Baseline", "tokenizer": "gpt2", "tokenizer_name": "gpt2",
                "tokenizer_ranks_sha256": "aaa111", "git_commit": "abc", "versions": {"torch": "2.13.0"},
@@ -52,7 +53,8 @@ def make_run(root, folder, config=None, rows=None, results=None, code=None, age_
             json.dump(config, f)
     if rows is not None:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS, lineterminator="\n")
+        evals = [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith(EVALS_PREFIX)]  # --evals'
+        writer = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS + evals, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         text = buf.getvalue()
