@@ -170,6 +170,18 @@ def table_order(stdout):
     return names
 
 
+def drawn_figure(monkeypatch, runs, size=(1000, 800)):
+    """The matplotlib figure compare_experiments.py's plot_runs draws for `runs` (nothing written)."""
+    from gptlab.compare import plots
+
+    figures = []
+    real_draw = plots._draw_curves
+    monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
+    plots.plot_runs(runs, [], size=size)
+    (fig,) = figures
+    return fig
+
+
 def cells_by_run(board):
     """{run folder name: {column header: cell}} of a built leaderboard."""
     return {r.name: dict(zip(board.headers, row)) for r, row in zip(board.runs, board.rows)}

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from gptlab import compare as cmp
-from gptlab.compare import plots, tables
+from gptlab.compare import tables
 from gptlab.compare.runs import BadRunFolder
-from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, variant
+from helpers.run_folders import cells_by_run, drawn_figure, finished_results, make_run, metrics_rows, variant
 
 CORE, GOLD = "Core ±95% CI", "Gold bpb ±95% CI"
 TASKS = ["copa", "arc_easy"]  # as a run may list them: the table sorts them
@@ -193,16 +193,6 @@ def test_summary_has_core_and_gold_bpb_over_the_seeds(tmp_path):
     assert r"\begin{tabular}{lrllrrrlll}" in tex.getvalue() and r"0.1200 $\pm$ 0.0200" in tex.getvalue()
 
 
-def drawn(monkeypatch, runs):
-    """The figure plot_runs draws for `runs`."""
-    figures = []
-    real_draw = plots._draw_curves
-    monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
-    plots.plot_runs(runs, [], size=(1000, 800))
-    (fig,) = figures
-    return fig
-
-
 def test_the_plot_gets_core_and_gold_bpb_panels_only_when_a_run_has_them(tmp_path, monkeypatch):
     root = str(tmp_path)
     # Base, 2 seeds: core 0.05 / 0.07 at step 20 (mean 0.06), 0.10 / 0.12 at 40 (0.11); gold 3.0 / 3.2 (3.1), then
@@ -214,7 +204,7 @@ def test_the_plot_gets_core_and_gold_bpb_panels_only_when_a_run_has_them(tmp_pat
             rows=metrics_rows(40, 1.28, 0.3) + evals_rows([(0.2, 2.5), (0.3, 1.5)]))
     add_run(root, "20260103_000000_Plain", "Plain", 1.29, layers=6)  # no suite: no line there
     runs = [cmp.load_run(os.path.join(root, n)) for n in sorted(os.listdir(root))]
-    fig = drawn(monkeypatch, runs)
+    fig = drawn_figure(monkeypatch, runs)
     assert len(fig.axes) == 6
     bpb, core, gold = fig.axes[0], fig.axes[4], fig.axes[5]
     assert "core" in core.get_title() and "gold-answer bpb" in gold.get_title()
@@ -226,4 +216,4 @@ def test_the_plot_gets_core_and_gold_bpb_panels_only_when_a_run_has_them(tmp_pat
             assert list(line.get_ydata()) == pytest.approx(ys)
             assert line.get_color() == ref.get_color()  # each setting's colour in every panel
     # no run with suite rows: the four panels as before
-    assert len(drawn(monkeypatch, [r for r in runs if r.model_name == "Plain"]).axes) == 4
+    assert len(drawn_figure(monkeypatch, [r for r in runs if r.model_name == "Plain"]).axes) == 4
