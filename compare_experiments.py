@@ -3,6 +3,7 @@
     python compare_experiments.py                                   # every run, writes experiments/LEADERBOARD.md
     python compare_experiments.py experiments/*_Baseline* experiments/*_MyIdea --plot out.png
     python compare_experiments.py --sort hellaswag --desc
+    python compare_experiments.py --sort core --desc                 # by the --evals suite's core (or gold_bpb)
     python compare_experiments.py --columns run,val_bpb,bpb_vs,cost   # these columns (--wide: every column)
     python compare_experiments.py --pairs                            # every pair of settings, Holm-corrected
     python compare_experiments.py --match flops                      # at the baseline's training FLOPs
@@ -57,7 +58,8 @@ def parse_args(argv):
                              "whatever differs); what differs is marked in the verdict")
     parser.add_argument("--summary", choices=SUMMARY_FORMATS, metavar="csv|md|tex",
                         help="print only a table of the settings (mean ± std, n, 95%% CI, Δ vs baseline, p, Holm p, "
-                             "verdict) as CSV, Markdown or LaTeX; nothing is written or drawn")
+                             "verdict; the --evals suite's core and gold bpb mean ± std) as CSV, Markdown or LaTeX; "
+                             "nothing is written or drawn")
     parser.add_argument("--plot", type=png_path, metavar="PATH",
                         help=f"write the curves to this PNG (default when RUNs are named: {PLOT_FILE} in each "
                              "compared run's folder)")

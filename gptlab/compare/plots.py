@@ -37,7 +37,8 @@ def _smooth(values):
 
 
 def plot_runs(runs, paths, size=(1600, 1200)):
-    """One PNG of val bpb / train loss / HellaSwag acc_norm / learning rate against tokens, per setting."""
+    """One PNG of val bpb / train loss / HellaSwag acc_norm / learning rate (and, when a run has them, the --evals
+    suite's core and gold bpb) against tokens, per setting."""
     import matplotlib  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
@@ -98,13 +99,24 @@ def focus_ylim(points, share=0.5):
     return low - margin, high + margin
 
 
+# train_gpt.py --evals' suite figures in metrics.csv: two more panels when a plotted run has them
+SUITE_PANELS = [("evals_core", "core (mean centred accuracy)", "--evals core over training (higher is better)"),
+                ("evals_gold_bpb", "gold-answer bpb (bits/byte)", "--evals gold-answer bpb over training (lower is "
+                 "better)")]
+
+
+def has_suite_rows(runs):
+    """True when a run's metrics.csv holds an evaluation of the --evals suite (an evals_core value)."""
+    return any(r.metrics is not None and r.metrics.series("tokens", "evals_core")[0] for r in runs)
+
+
 def _draw_curves(plt, runs, size, dpi):
-    """2×2 panels against tokens: val bpb, train loss (smoothed), HellaSwag acc_norm, learning rate; one colour per
-    setting, its mean over the seeds as a line and mean ± std as a band; y-ranges from the second half of training."""
+    """2×2 panels against tokens: val bpb, train loss (smoothed), HellaSwag acc_norm, learning rate, and a third
+    row (--evals core and gold bpb) when a run has them; one colour per setting, its mean over the seeds as a line
+    and mean ± std as a band; y-ranges from the second half of training. Returns the figure."""
     from matplotlib.lines import Line2D  # heavy (~0.4 s with pyplot): only when a PNG is drawn
     from matplotlib.ticker import EngFormatter  # heavy: as above
 
-    fig, axes = plt.subplots(2, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
     settings = settings_of(runs)
     colors = plt.get_cmap("tab10" if len(settings) <= 10 else "tab20").colors
     many_tokenizers = len({r.tokenizer_id for r in runs if r.tokenizer_id}) > 1
@@ -113,6 +125,9 @@ def _draw_curves(plt, runs, size, dpi):
                + ("\nper token: not comparable across tokenizers (val bpb is)" if many_tokenizers else "")),
               ("hellaswag_acc_norm", "HellaSwag acc_norm", "HellaSwag acc_norm over training (higher is better)"),
               ("lr", "lr multiplier (× each group's base lr)", "learning-rate schedule (metrics.csv's lr)")]
+    if has_suite_rows(runs):
+        panels += SUITE_PANELS
+    fig, axes = plt.subplots(len(panels) // 2, 2, figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
     handles = []
     for index, (label, members) in enumerate(settings):
         color = colors[index % len(colors)]

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
 from gptlab.train import code_backup, cost
-from gptlab.train.records import (CODE_DIR, CONFIG_FILE, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE, RESULT_STATUSES,
-                                  RESULTS_FILE, Metrics, heartbeat_process, is_run_folder, read_metrics, read_run_json)
+from gptlab.train.records import (CODE_DIR, CONFIG_FILE, EVALS_PREFIX, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE,
+                                  RESULT_STATUSES, RESULTS_FILE, Metrics, heartbeat_process, is_run_folder,
+                                  read_metrics, read_run_json)
 
 # How a figure a run folder does not have (yet) is shown.
 MISSING = "—"
@@ -87,6 +88,10 @@ _INTEGER_KEYS = {"seed": (0, 2**63 - 1), "world_size": (1, 10**7), "gpu_count": 
                  "train_steps": (1, None), "resume_step": (0, None)}
 _HELLASWAG_KEYS = {"acc_norm": (0, 1)}
 _HELLASWAG_INTEGER_KEYS = {"n": (0, 10**12)}
+# results.json's "evals" (train_gpt.py --evals): the suite's final figures. core is a mean of centred accuracies
+# ((acc - chance) / (1 - chance)): below 0 when under chance, so only finite; gold_bpb is bits per byte.
+_EVALS_KEYS = {"core": (None, 1), "gold_bpb": (0, None)}
+_EVALS_INTEGER_KEYS = {"limit": (1, 10**12)}
 
 
 def _in_range(value, bounds):
@@ -100,6 +105,8 @@ def _shown(number):
 
 def _bounds_text(bounds):
     low, high = bounds
+    if low is None:
+        return f"{_shown(high)} or less"
     return f"between {_shown(low)} and {_shown(high)}" if high is not None else f"{_shown(low)} or more"
 
 
@@ -147,9 +154,34 @@ def field_problems(data, filename):
         number = _number(value)  # None for text that is no number, or a diverged value: shown as missing
         if number is not None and not _in_range(number, bounds):
             problems.append(f"{filename} field {key!r} must be {_bounds_text(bounds)}, got {number:g}")
+    if filename == RESULTS_FILE:  # config.json's "evals" is the --evals flag (text)
+        problems += _evals_problems(data.get("evals"), filename)
     shards = data.get("val_shards")
     if shards is not None and not (isinstance(shards, list) and all(isinstance(p, str) for p in shards)):
         problems.append(f"{filename} field 'val_shards' must be a list of paths")
+    return problems
+
+
+def _evals_problems(evals, filename):
+    """Lines naming each field of results.json's "evals" that load_run cannot use (None: not recorded)."""
+    if evals is None:
+        return []
+    if not isinstance(evals, dict):
+        return [f"{filename} field 'evals' must be an object, got {_kind(evals)}"]
+    problems = []
+    for key, bounds in _EVALS_KEYS.items():
+        value = evals.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{filename} field 'evals.{key}' must be a finite number, got {value!r}")
+        elif not _in_range(value, bounds):
+            problems.append(f"{filename} field 'evals.{key}' must be {_bounds_text(bounds)}, got {value:g}")
+    problems += [f"{filename} {p}" for p in (_integer_problem(f"evals.{k}", evals.get(k), b)
+                                             for k, b in _EVALS_INTEGER_KEYS.items()) if p]
+    tasks = evals.get("tasks")
+    if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+        problems.append(f"{filename} field 'evals.tasks' must be a list of task names")
     return problems
 
 
@@ -199,6 +231,14 @@ class Run:
     hs_acc_norm: float = None
     hs_ci: tuple = None
     hs_n: int = None
+    # train_gpt.py --evals: the suite's core (mean centred accuracy) and gold_bpb with their 95% intervals, over
+    # which tasks and how many examples of each (None: all); a figure is comparable only on the same suite
+    evals_core: float = None
+    evals_core_ci: tuple = None
+    evals_gold_bpb: float = None
+    evals_gold_bpb_ci: tuple = None
+    evals_tasks: tuple = None
+    evals_limit: int = None
     wall_time_s: float = None
     gpu: str = None
     peak_mem_gb: float = None
@@ -341,6 +381,7 @@ def load_run(path, now=None, with_metrics=True):
         # Normal-approximation 95% interval when the trainer reported n but no interval.
         half = 1.96 * math.sqrt(run.hs_acc_norm * (1 - run.hs_acc_norm) / run.hs_n)
         run.hs_ci = (run.hs_acc_norm - half, run.hs_acc_norm + half)
+    _read_evals(run, res, config, metrics)
     run.peak_mem_gb = _number(res.get("peak_mem_allocated_gb"))
     run.peak_mem_is_rss = str(res.get("peak_mem_label", "")).lower().startswith("cpu")
     gpu_name = res.get("gpu_name") or config.get("gpu_name")
@@ -367,6 +408,28 @@ def load_run(path, now=None, with_metrics=True):
     return run
 
 
+def _read_evals(run, res, config, metrics):
+    """The suite's figures: results.json's "evals" (the final evaluation), else metrics.csv's last evals_* row
+    (tasks from its columns, the limit from config.json)."""
+    evals = res.get("evals") if isinstance(res.get("evals"), dict) else None
+    if evals is not None and _number(evals.get("core")) is not None:
+        run.evals_core, run.evals_gold_bpb = _number(evals.get("core")), _number(evals.get("gold_bpb"))
+        run.evals_core_ci = ci_interval(run.evals_core, evals.get("core_ci95"))
+        run.evals_gold_bpb_ci = ci_interval(run.evals_gold_bpb, evals.get("gold_bpb_ci95"))
+        tasks, limit = evals.get("tasks"), evals.get("limit")
+    else:
+        row = next((r for r in reversed(metrics.rows) if r.get(f"{EVALS_PREFIX}core") is not None), None)
+        if row is None:
+            return
+        run.evals_core, run.evals_gold_bpb = row[f"{EVALS_PREFIX}core"], row.get(f"{EVALS_PREFIX}gold_bpb")
+        # evals_<task>_acc per task (a task's name may hold "_", but no other figure's column ends in "_acc")
+        tasks = [c[len(EVALS_PREFIX):-len("_acc")] for c in metrics.columns
+                 if c.startswith(EVALS_PREFIX) and c.endswith("_acc")]
+        limit = config.get("evals_limit")
+    run.evals_tasks = tuple(sorted(tasks)) if isinstance(tasks, list) and tasks else None
+    run.evals_limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
 def _count(value):
     """A recorded positive whole number (threads, cores), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -376,7 +439,8 @@ def _count(value):
 # metrics.csv's): attribute, its metrics.csv column, (lowest, highest).
 _MEASURED = (("tokens", "tokens", (0, None)), ("val_loss", "val_loss", (0, None)), ("val_bpb", "val_bpb", (0, None)),
              ("wall_time_s", "elapsed_s", (0, None)), ("mfu", "mfu", (0, None)),
-             ("hs_acc_norm", "hellaswag_acc_norm", (0, 1)))
+             ("hs_acc_norm", "hellaswag_acc_norm", (0, 1)), ("evals_core", "evals_core", (None, 1)),
+             ("evals_gold_bpb", "evals_gold_bpb", (0, None)))
 
 
 def _check_measured(run):

@@ -42,18 +42,36 @@ def format_duration(seconds):
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def format_hellaswag(run):
-    if run.hs_acc_norm is None:
-        return MISSING
-    text = f"{run.hs_acc_norm:.4f}"
-    if run.hs_ci is not None:
-        lo, hi = run.hs_ci
-        if abs((hi - run.hs_acc_norm) - (run.hs_acc_norm - lo)) < 1e-4:
+def _with_interval(value, ci):
+    """`value` with its 95% interval: ± half its width when symmetric, else [lo, hi]."""
+    text = f"{value:.4f}"
+    if ci is not None:
+        lo, hi = ci
+        if abs((hi - value) - (value - lo)) < 1e-4:
             text += f" ± {(hi - lo) / 2:.4f}"
         else:
             text += f" [{lo:.4f}, {hi:.4f}]"
+    return text
+
+
+def format_hellaswag(run):
+    if run.hs_acc_norm is None:
+        return MISSING
+    text = _with_interval(run.hs_acc_norm, run.hs_ci)
     if run.hs_n and run.hs_n < HELLASWAG_ROWS:  # the first n examples only: not the published figure
         text += f" (first {int(run.hs_n)})"
+    return text
+
+
+def format_suite(run, attr):
+    """A --evals suite figure (attr "evals_core" or "evals_gold_bpb") with its interval; "(first N)" when the run
+    scored only the first N examples of each task (--evals_limit), as the HellaSwag cell does."""
+    value = getattr(run, attr)
+    if value is None:
+        return MISSING
+    text = _with_interval(value, getattr(run, attr + "_ci"))
+    if run.evals_limit:
+        text += f" (first {run.evals_limit})"
     return text
 
 
@@ -143,6 +161,9 @@ COLUMNS = {
     "val_loss": ("Val loss", lambda r: _mark(r, _num(r.val_loss, 4)), lambda r: r.val_loss),
     "val_bpb": ("Val bpb", lambda r: _mark(r, _num(r.val_bpb, 4)), lambda r: r.val_bpb),
     "hellaswag": ("HellaSwag acc_norm ±95% CI", lambda r: _mark(r, format_hellaswag(r)), lambda r: r.hs_acc_norm),
+    "core": ("Core ±95% CI", lambda r: _mark(r, format_suite(r, "evals_core")), lambda r: r.evals_core),
+    "gold_bpb": ("Gold bpb ±95% CI", lambda r: _mark(r, format_suite(r, "evals_gold_bpb")),
+                 lambda r: r.evals_gold_bpb),
     "wall_time": ("Wall time", lambda r: _mark(r, _timed(r, format_duration(r.wall_time_s))),
                   lambda r: r.wall_time_s),
     "gpu": ("GPU", lambda r: r.gpu or MISSING, lambda r: r.gpu),
@@ -158,17 +179,22 @@ COLUMNS = {
 SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "hs": "hellaswag", "time": "wall_time",
                 "wall": "wall_time", "memory": "peak_mem", "mem": "peak_mem", "name": "model", "folder": "run",
                 "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
-                "bpt": "bytes_per_token", "compression": "bytes_per_token"}
+                "bpt": "bytes_per_token", "compression": "bytes_per_token", "evals_core": "core", "centred": "core",
+                "evals_gold_bpb": "gold_bpb", "gold": "gold_bpb", "gold_answer_bpb": "gold_bpb"}
 # The leaderboard's columns against the reference, after COLUMNS; ids of board.headers, in order.
 VERSUS_COLUMNS = ("setting_bpb", "bpb_vs", "hellaswag_vs", "cost_per_bpb")
 COLUMN_IDS = ("rank", *COLUMNS, *VERSUS_COLUMNS)
 # The text view keeps the columns in this order while they fit the terminal. Run (the folder name: date, time and
 # model name) is what a command takes to act on a row, so it comes before Model and Date, which it repeats.
-TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost", "hellaswag_vs", "status",
-                 "tokens", "params", "wall_time", "gpu_hours", "cost_per_bpb", "model", "val_loss", "tokenizer",
-                 "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
-# Piped (into head, less, a file) without --wide or --columns: these, unwrapped (issue 39: 21 columns hard-wrapped)
+TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "core", "gold_bpb", "cost",
+                 "hellaswag_vs", "status", "tokens", "params", "wall_time", "gpu_hours", "cost_per_bpb", "model",
+                 "val_loss", "tokenizer", "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
+# Piped (into head, less, a file) without --wide or --columns: these, unwrapped (issue 39: 21 columns hard-wrapped);
+# core after hellaswag when a run has --evals figures
 COMPACT_COLUMNS = ("run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "cost")
+# The --evals suite's columns: a figure is a mean over the run's tasks and examples, so comparable only between
+# runs scored on the same ones
+SUITE_COLUMNS = ("core", "gold_bpb")
 # Never left out as "the same in every row": what a row is
 ALWAYS_SHOWN = ("rank", "run", "val_bpb")
 
@@ -291,6 +317,39 @@ def runs_needed_line(noise, detect_bpb):
             "(two-sample t-test; --detect_bpb sets the difference).")
 
 
+def _task_list(tasks):
+    if tasks is None:
+        return "tasks not recorded"
+    shown = ", ".join(tasks[:8]) + (", ..." if len(tasks) > 8 else "")
+    return f"{shown} ({len(tasks)} task{'s' if len(tasks) != 1 else ''})"
+
+
+def suite_marks(ordered, reference, rows):
+    """Mark the core and gold bpb cells of runs scored on other tasks ([tasks A], [tasks B]: the reference's set
+    first, then as the rows come) and return the notes that say which and why ((first N) already marks another
+    --evals_limit, as the HellaSwag cell does); nothing when every run with figures shares one suite."""
+    scored = [r for r in ([reference] if reference is not None else []) + list(ordered) if r.evals_core is not None]
+    suites = {(r.evals_tasks, r.evals_limit) for r in scored}
+    if len(suites) < 2:
+        return []
+    letters = {}
+    for run in scored:
+        letters.setdefault(run.evals_tasks, chr(ord("A") + len(letters)) if len(letters) < 26 else "?")
+    notes = []
+    if len(letters) > 1:
+        cols = [1 + list(COLUMNS).index(c) for c in SUITE_COLUMNS]
+        for run, cells in zip(ordered, rows):
+            if run.evals_core is not None:
+                for i in cols:
+                    cells[i] += f" [tasks {letters[run.evals_tasks]}]"
+        notes.append("Core / gold bpb tasks: " + "; ".join(f"{letter}: {_task_list(tasks)}"
+                                                          for tasks, letter in letters.items()) + ".")
+    notes.append("Core and gold bpb are means over a run's tasks and examples: these runs were scored on other "
+                 "tasks or other examples ((first N): the first N of each task, --evals_limit), so compare them only "
+                 "between runs of one task set and the same examples.")
+    return notes
+
+
 def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_notes=(), noise_pool=(),
                       alpha=SIGNIFICANCE_LEVEL, detect_bpb=BPB_STEP, match="all", pairs=False):
     """The table for `runs`; seed groups (noise) come from `runs` plus `noise_pool` (the other runs on disk)."""
@@ -318,7 +377,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
                       cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
-    notes = []
+    notes = suite_marks(ordered, reference, rows)
     if reference is not None:
         notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
                      if baseline is None else f"Runs are compared against {chosen}")
@@ -521,16 +580,25 @@ def markdown_table(headers, rows):
     return "\n".join(lines)
 
 
+def compact_columns(board):
+    """COMPACT_COLUMNS, with core after hellaswag when a run of the board has --evals figures."""
+    if not any(r.evals_core is not None for r in board.runs):
+        return COMPACT_COLUMNS
+    at = COMPACT_COLUMNS.index("hellaswag") + 1
+    return COMPACT_COLUMNS[:at] + ("core",) + COMPACT_COLUMNS[at:]
+
+
 def render_text(board, width=0, columns=None, compact=False):
     """The leaderboard, noise and comparisons as text: the `columns` ids given, else with a `width` (the terminal's)
     the columns of TEXT_PRIORITY that fit it (those the same in every row named once), paragraphs wrapped to it;
     else `compact` (a pipe) COMPACT_COLUMNS; else (width 0) every column."""
-    if compact and not columns:
-        columns = COMPACT_COLUMNS
+    shown_compact = compact and not columns
+    if shown_compact:
+        columns = compact_columns(board)
     out = [text_table(board.headers, board.rows, [0] + [COLUMN_IDS.index(c) for c in columns])] if columns else \
         _fitted(board.headers, board.rows, width, [COLUMN_IDS.index(c) for c in TEXT_PRIORITY], COLUMN_IDS,
                 [COLUMN_IDS.index(c) for c in ALWAYS_SHOWN])
-    if compact and columns == COMPACT_COLUMNS:
+    if shown_compact:
         out.append("(compact: output is not a terminal; --wide prints every column, --columns picks them)")
     out.append("")
     for note in board.notes:
@@ -595,6 +663,17 @@ class SettingSummary:
     p: float = None
     p_holm: float = None
     verdict: str = ""
+    core: tuple = None  # (mean, std) of the --evals suite's core over the same runs; std None for one run
+    gold_bpb: tuple = None  # the same for gold_bpb; both None unless every run counted has the figure
+
+
+def suite_stats(runs, attr):
+    """(mean, std) of `attr` (evals_core, evals_gold_bpb) over `runs`, std None for one run; None when a run has no
+    figure or they were scored on other tasks or examples (not one suite)."""
+    values = [getattr(r, attr) for r in runs]
+    if not runs or None in values or len({(r.evals_tasks, r.evals_limit) for r in runs}) > 1:
+        return None
+    return statistics.mean(values), statistics.stdev(values) if len(values) >= 2 else None
 
 
 def summary_rows(board):
@@ -612,12 +691,14 @@ def summary_rows(board):
     for key, run in settings.items():
         group = group_of(run, board.groups)
         values = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
+        counted = group.counted_runs("val_bpb") if len(values) >= 2 else [run]  # the runs of `values`
         n, mean = len(values), sum(values) / len(values)
         std = statistics.stdev(values) if n >= 2 else None
         half = None if std is None else float(scipy_stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
         names[run.model_name] = names.get(run.model_name, 0) + 1
         name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
-        row = SettingSummary(name, n, mean, std, None if half is None else (mean - half, mean + half))
+        row = SettingSummary(name, n, mean, std, None if half is None else (mean - half, mean + half),
+                             core=suite_stats(counted, "evals_core"), gold_bpb=suite_stats(counted, "evals_gold_bpb"))
         c = next((c for c in board.family if c.other is board.reference and setting_key(c.run) == key), None)
         if run is board.reference:
             row.verdict = "baseline"
@@ -661,13 +742,14 @@ def render_summary(board, fmt):
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(["setting", "n", "val_bpb_mean", "val_bpb_std", "ci95_low", "ci95_high", "diff_vs_baseline",
-                         "p", "p_holm", "verdict"])
+                         "p", "p_holm", "verdict", "core_mean", "core_std", "gold_bpb_mean", "gold_bpb_std"])
         for r in rows:
             writer.writerow([r.name, r.n, _fmt(r.mean, ".6g"), _fmt(r.std, ".6g"),
                              _fmt(r.ci and r.ci[0], ".6g"), _fmt(r.ci and r.ci[1], ".6g"), _fmt(r.diff, ".6g"),
-                             _fmt(r.p, ".6g"), _fmt(r.p_holm, ".6g"), r.verdict])
+                             _fmt(r.p, ".6g"), _fmt(r.p_holm, ".6g"), r.verdict,
+                             *(_fmt(s and s[i], ".6g") for s in (r.core, r.gold_bpb) for i in (0, 1))])
         return buf.getvalue()
-    cells = [[r.name, str(r.n), f"{r.mean:.4f}" + ("" if r.std is None else f" ± {r.std:.4f}"),
+    cells = [[r.name, str(r.n), _mean_std(r.mean, r.std),
               MISSING if r.ci is None else f"[{r.ci[0]:.4f}, {r.ci[1]:.4f}]",
               MISSING if r.diff is None else f"{r.diff:+.4f}", _p_cell(r.p), _p_cell(r.p_holm), r.verdict]
              for r in rows]
@@ -675,13 +757,25 @@ def render_summary(board, fmt):
     caption = (f"{what}; each setting against the baseline {rows[0].name if rows else MISSING} (Welch's t-test, or "
                f"a t-test with the measured noise for a single run); Holm's correction over the tests; verdict at "
                f"p < {board.alpha:g}")
+    align = "lrllrrrl"
+    if any(r.core or r.gold_bpb for r in rows):  # --evals figures: two more columns (none without, as before)
+        headers += ["Core mean ± std", "Gold bpb mean ± std"]
+        for row, r in zip(cells, rows):
+            row += [MISSING if s is None else _mean_std(*s) for s in (r.core, r.gold_bpb)]
+        align += "ll"
+        caption += ("; core (mean centred accuracy) and gold bpb of the --evals suite over the same seeds, where "
+                    "every one has them on one suite")
     if fmt == "md":
         return markdown_table(headers, cells) + f"\n\n{_md_escape(caption)}.\n"
-    lines = [r"\begin{table}", r"\centering", r"\begin{tabular}{lrllrrrl}", r"\hline",
+    lines = [r"\begin{table}", r"\centering", rf"\begin{{tabular}}{{{align}}}", r"\hline",
              " & ".join(map(_latex, headers)) + r" \\", r"\hline"]
     lines += [" & ".join(map(_latex, row)) + r" \\" for row in cells]
     lines += [r"\hline", r"\end{tabular}", rf"\caption{{{_latex(caption)}.}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
+
+
+def _mean_std(mean, std):
+    return f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}")
 
 
 def _p_cell(p):

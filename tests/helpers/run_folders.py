@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from gptlab.train.records import CODE_DIR, CONFIG_FILE, LOG_FILE, METRICS_COLUMNS, METRICS_FILE, RESULTS_FILE
+from gptlab.train.records import (CODE_DIR, CONFIG_FILE, EVALS_PREFIX, LOG_FILE, METRICS_COLUMNS, METRICS_FILE,
+                                  RESULTS_FILE)
 
 BASE_CONFIG = {"model_name": "Baseline", "tokenizer": "gpt2", "tokenizer_name": "gpt2",
                "tokenizer_ranks_sha256": "aaa111", "git_commit": "abc", "versions": {"torch": "2.13.0"},
@@ -52,7 +53,8 @@ def make_run(root, folder, config=None, rows=None, results=None, code=None, age_
             json.dump(config, f)
     if rows is not None:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS, lineterminator="\n")
+        evals = [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith(EVALS_PREFIX)]  # --evals'
+        writer = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS + evals, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         text = buf.getvalue()
@@ -166,6 +168,18 @@ def table_order(stdout):
         if line[:1].isdigit() and match:
             names.append(match.group(0))
     return names
+
+
+def drawn_figure(monkeypatch, runs, size=(1000, 800)):
+    """The matplotlib figure compare_experiments.py's plot_runs draws for `runs` (nothing written)."""
+    from gptlab.compare import plots
+
+    figures = []
+    real_draw = plots._draw_curves
+    monkeypatch.setattr(plots, "_draw_curves", lambda *a, **k: figures.append(real_draw(*a, **k)) or figures[-1])
+    plots.plot_runs(runs, [], size=size)
+    (fig,) = figures
+    return fig
 
 
 def cells_by_run(board):
