@@ -28,7 +28,9 @@ def build_parser():
     p.add_argument("checkpoint", metavar="CHECKPOINT_OR_RUN",
                    help="a checkpoint (.pt, or a --shard_params folder), or a run folder (its latest checkpoint)")
     p.add_argument("--tasks", default="core", help="core, all, or task names separated by commas")
-    p.add_argument("--fewshot", type=non_negative_int, default=0, help="examples shown before each one")
+    p.add_argument("--fewshot", type=non_negative_int, default=0,
+                   help="examples shown before each one, drawn from the task's few-shot split as lm-eval draws them "
+                   "(docs/evals.md)")
     p.add_argument("--limit", type=positive_int, default=None, help="the first N examples of each task (default: all)")
     p.add_argument("--out", default=None, help="folder to write (default: RUN/evals/<checkpoint name>)")
     p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
@@ -83,16 +85,18 @@ def main(argv=None):
 def evaluate(argv=None):
     args = build_parser().parse_args(argv)
     from gptlab.core.files import check_output_dir
-    from gptlab.evals.task_spec import resolve_tasks
+    from gptlab.evals.task_spec import check_fewshot, resolve_tasks
 
     tasks = resolve_tasks(args.tasks, args.tasks_dir)  # before the model loads: a bad task name answers at once
+    check_fewshot(tasks, args.fewshot)
     checkpoint = resolve_checkpoint(args.checkpoint)
     out = args.out or default_out(checkpoint)
     check_output_dir(out, args.overwrite)
-    from gptlab.evals.suite import task_requests
+    from gptlab.evals.suite import fewshot_sources, task_requests
 
-    # every file read and rendered before the model loads: a bad row answers at once
+    # every file read and rendered before the model loads: a bad row (or missing few-shot rows) answers at once
     prepared = {task.NAME: task_requests(task, args.fewshot, args.limit, args.data_dir)[1] for task in tasks}
+    sources = fewshot_sources(tasks, args.fewshot, args.data_dir)
 
     import torch  # from here on
 
@@ -116,7 +120,7 @@ def evaluate(argv=None):
             padded_vocab=getattr(model, "padded_vocab", None), ctx=ctx, progress=not args.quiet, prepared=prepared)
         if ctx.is_main:
             meta = {"checkpoint": checkpoint, "step": ckpt.get("step"), "tokenizer": tok.name,
-                    "ranks": ctx.world_size, "device": ctx.device.type, "dtype": dtype}
+                    "ranks": ctx.world_size, "device": ctx.device.type, "dtype": dtype, "fewshot_source": sources}
             write_results(out, records, summaries, suite, meta, args.overwrite)
             print_summary(summaries, suite, out, dtype)
         distributed.barrier(ctx)

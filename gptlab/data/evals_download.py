@@ -1,4 +1,5 @@
-"""Benchmark rows from the Hugging Face Hub into data/evals/<task>.jsonl, one task at a time.
+"""Benchmark rows from the Hugging Face Hub into data/evals/<task>.jsonl, one task at a time, and each task's few-shot
+split (FEWSHOT_SPLIT, FEWSHOT_FILES: the rows --fewshot draws shots from) into data/evals/<task>.fewshot.jsonl.
 
 Each task file (gptlab/evals/tasks/) names its dataset (HUB_REPO at REVISION), the split's parquet files (HUB_FILES,
 a glob) and, for the built-ins, the sha256 of the rows as written here: one `json.dumps(row, ensure_ascii=False)`
@@ -6,7 +7,8 @@ line per parquet row, the dataset's own columns in its own order. The files come
 HF_ENDPOINT (a mirror, with or without a path), HF_HUB_OFFLINE (the HF cache only), HF_HOME and the proxy variables
 count as for any Hub download. The lines stream into a temporary file beside the target that takes its name only
 once the checksum holds: a damaged, truncated or changed download is refused by the task's name, and a failure
-midway leaves nothing.
+midway leaves nothing. The few-shot split goes the same way, checked against FEWSHOT_SHA256 where a task pins one
+(none of the built-ins does: their train rows were never at hand to take one from; REVISION pins them).
 """
 import fnmatch
 import hashlib
@@ -34,19 +36,34 @@ class DownloadFailed(UserError):
     """A task's rows could not be fetched or failed their check (nothing was written)."""
 
 
-def _repo_files(task, timeout_s, offline):
-    """(local paths of the task's parquet files, their repo paths): from the Hub into the HF cache, or offline from
+class Part:
+    """What one download writes: a task's scored split (fewshot False) or its few-shot split."""
+
+    def __init__(self, task, fewshot=False):
+        self.task, self.fewshot = task, fewshot
+        self.pattern, self.sha256 = (task.FEWSHOT_FILES, task.FEWSHOT_SHA256) if fewshot else (task.HUB_FILES,
+                                                                                              task.SHA256)
+        self.files_field, self.sha_field = ("FEWSHOT_FILES", "FEWSHOT_SHA256") if fewshot else ("HUB_FILES", "SHA256")
+        self.name = f"task {task.NAME}" + (f" (few-shot split {task.FEWSHOT_SPLIT})" if fewshot else "")
+
+    def out(self, data_dir):
+        return self.task.fewshot_path(data_dir) if self.fewshot else self.task.data_path(data_dir)
+
+
+def _repo_files(part, timeout_s, offline):
+    """(local paths of the part's parquet files, their repo paths): from the Hub into the HF cache, or offline from
     the cache alone."""
+    task, name = part.task, part.name
     where = f"{task.HUB_REPO}@{task.REVISION}"
     if offline:
         folder = cached_snapshot(task.HUB_REPO, task.REVISION)
         paths = []
         for root, _, names in os.walk(folder) if folder else ():
             paths += [os.path.relpath(os.path.join(root, n), folder).replace(os.sep, "/") for n in names]
-        files = sorted(p for p in paths if fnmatch.fnmatch(p, task.HUB_FILES))
+        files = sorted(p for p in paths if fnmatch.fnmatch(p, part.pattern))
         if not files:
             from huggingface_hub import constants
-            raise DownloadFailed(f"task {task.NAME}: {where} ({task.HUB_FILES}) is not in the HF cache "
+            raise DownloadFailed(f"{name}: {where} ({part.pattern}) is not in the HF cache "
                                  f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set; run once online, or unset "
                                  "HF_HUB_OFFLINE")
         return [os.path.join(folder, f) for f in files], files
@@ -55,17 +72,17 @@ def _repo_files(task, timeout_s, offline):
 
     problem = hub_unreachable(task.HUB_REPO, timeout_s, revision=task.REVISION)
     if problem:
-        raise DownloadFailed(f"task {task.NAME}: {problem}; {proxy_hint([constants.ENDPOINT])}; offline: "
+        raise DownloadFailed(f"{name}: {problem}; {proxy_hint([constants.ENDPOINT])}; offline: "
                              "HF_HUB_OFFLINE=1 once the HF cache holds the files")
     try:
         listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
-        raise DownloadFailed(f"task {task.NAME}: listing {where} via {constants.ENDPOINT} failed "
+        raise DownloadFailed(f"{name}: listing {where} via {constants.ENDPOINT} failed "
                              f"({describe_error(err)}); check HUB_REPO and REVISION in {task.path}") from None
-    files = sorted(p for p in listed if fnmatch.fnmatch(p, task.HUB_FILES))
+    files = sorted(p for p in listed if fnmatch.fnmatch(p, part.pattern))
     if not files:
-        raise DownloadFailed(f"task {task.NAME}: {where} has no file matching HUB_FILES {task.HUB_FILES!r} "
-                             f"({len(listed)} files listed); fix HUB_FILES in {task.path}")
+        raise DownloadFailed(f"{name}: {where} has no file matching {part.files_field} {part.pattern!r} "
+                             f"({len(listed)} files listed); fix {part.files_field} in {task.path}")
     quiet = not is_terminal(sys.stderr) and not are_progress_bars_disabled()
     if quiet:  # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log
         disable_progress_bars()
@@ -73,7 +90,7 @@ def _repo_files(task, timeout_s, offline):
         local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
                                  etag_timeout=timeout_s) for f in files]
     except Exception as err:
-        raise DownloadFailed(f"task {task.NAME}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
+        raise DownloadFailed(f"{name}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
                              f"nothing was written; {proxy_hint([constants.ENDPOINT])}") from None
     finally:
         if quiet:
@@ -81,16 +98,17 @@ def _repo_files(task, timeout_s, offline):
     return local, files
 
 
-def _lines(task, local, names):
+def _lines(part, local, names):
     """The rows of the parquet files as JSON lines (bytes), checked for the task's columns."""
     import pyarrow.parquet as pq  # in requirements.txt; only for reading the download
 
+    task = part.task
     for path, name in zip(local, names):
         try:
             table = pq.ParquetFile(path)
             missing = [c for c in task.COLUMNS if c not in table.schema_arrow.names]
             if missing:
-                raise DownloadFailed(f"task {task.NAME}: {name} of {task.HUB_REPO} has no column "
+                raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has no column "
                                      f"{', '.join(missing)} (its columns: {', '.join(table.schema_arrow.names)}); "
                                      f"it is not the dataset {task.path} describes")
             for batch in table.iter_batches(batch_size=1024):
@@ -99,43 +117,48 @@ def _lines(task, local, names):
         except DownloadFailed:
             raise
         except Exception as err:  # pyarrow on a damaged or truncated file: whatever it raises
-            raise DownloadFailed(f"task {task.NAME}: {name} of {task.HUB_REPO} is damaged or truncated "
+            raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} is damaged or truncated "
                                  f"({describe_error(err)}); nothing was written; download again (a damaged copy in "
                                  "the HF cache: delete it there)") from None
 
 
-def fetch_task(task, data_dir, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S):
-    """Write data_dir/<task>.jsonl from the Hub; returns ("present" | "written", path, rows, source)."""
-    out = task.data_path(data_dir)
+def fetch_task(task, data_dir, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S, fewshot=False):
+    """Write data_dir/<task>.jsonl (fewshot: data_dir/<task>.fewshot.jsonl, its few-shot split) from the Hub; returns
+    (status, path, rows, source, sha256): status "present" (verified, or there and nothing pins it: kept), or
+    "written"."""
+    part = Part(task, fewshot)
+    out = part.out(data_dir)
     if os.path.isfile(out):
-        if task.SHA256 and sha256_file(out) == task.SHA256:
-            return "present", out, None, None
+        if part.sha256 is None and not overwrite:  # nothing can verify it: kept as it is, fetched again on request
+            return "present", out, None, None, None
+        if part.sha256 and sha256_file(out) == part.sha256:
+            return "present", out, None, None, part.sha256
         if not overwrite:
-            state = "fails its checksum" if task.SHA256 else "is there (its task pins no checksum)"
-            raise UserError(f"{out} {state}; pass --overwrite to download it again")
+            raise UserError(f"{out} fails its checksum; pass --overwrite to download it again")
     elif os.path.exists(out):
         raise UserError(f"{out} exists and is not a file; move it, or choose another --data_dir")
     check_folder_creatable(os.path.dirname(os.path.abspath(out)))
     from huggingface_hub import constants  # reads HF_ENDPOINT, HF_HUB_OFFLINE, HF_HOME when imported
 
     offline = bool(constants.HF_HUB_OFFLINE)
-    local, names = _repo_files(task, timeout_s, offline)
+    local, names = _repo_files(part, timeout_s, offline)
     digest, rows = hashlib.sha256(), 0
     try:
         with atomic_write(out, "wb", overwrite=True) as f:
-            for line in _lines(task, local, names):
+            for line in _lines(part, local, names):
                 digest.update(line)
                 f.write(line)
                 rows += 1
-            if task.SHA256 and digest.hexdigest() != task.SHA256:
+            if part.sha256 and digest.hexdigest() != part.sha256:
                 raise DownloadFailed(
-                    f"task {task.NAME}: the {rows} rows of {task.HUB_REPO}@{task.REVISION} ({', '.join(names)}) have "
-                    f"sha256 {digest.hexdigest()[:16]}..., expected {task.SHA256[:16]}... (SHA256 in {task.path}); "
-                    "nothing was written. The download is damaged or truncated, or the dataset changed: download "
-                    "again, or pin REVISION to the commit the checksum was taken from")
+                    f"{part.name}: the {rows} rows of {task.HUB_REPO}@{task.REVISION} ({', '.join(names)}) have "
+                    f"sha256 {digest.hexdigest()[:16]}..., expected {part.sha256[:16]}... ({part.sha_field} in "
+                    f"{task.path}); nothing was written. The download is damaged or truncated, or the dataset "
+                    "changed: download again, or pin REVISION to the commit the checksum was taken from")
     except OSError as err:
         raise UserError(f"could not write {out} ({err.strerror or err}); nothing half-written was left; "
                         f"{write_fix(err)}") from None
     source = f"hf://datasets/{task.HUB_REPO}@{task.REVISION}/{names[0]}" + (
         f" (+{len(names) - 1} more)" if len(names) > 1 else "")
-    return "written", out, rows, source + (" (the HF cache; offline)" if offline else f" via {constants.ENDPOINT}")
+    source += " (the HF cache; offline)" if offline else f" via {constants.ENDPOINT}"
+    return "written", out, rows, source, digest.hexdigest()

@@ -27,11 +27,34 @@ def checked_encoder(encoding, what):
 
 
 def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
-    """(rows, [request per scored example]) of a task (the first `limit` rows; few-shot rows from all of them)."""
+    """(rows, [request per scored example]) of a task: the first `limit` rows, each after `fewshot` shots drawn
+    from its few-shot split (task_spec.fewshot_draws: as lm-eval draws them, for these rows in order)."""
     rows = task_spec.load_rows(task, data_dir)
     n = len(rows) if limit is None else min(limit, len(rows))
+    pool = task_spec.fewshot_pool(task, rows, fewshot, data_dir)
+    draws = task_spec.fewshot_draws(task, rows[:n], pool, fewshot)
     rendered = {}
-    return rows, [task_spec.requests(task, rows, i, fewshot, rendered) for i in range(n)]
+    pool_rendered = rendered if pool is rows else {}
+    return rows, [task_spec.requests(task, rows, i, draws[i], pool, rendered, pool_rendered) for i in range(n)]
+
+
+def fewshot_sources(tasks, fewshot, data_dir=task_spec.DATA_DIR):
+    """What summary.json records of where each task's shots came from: {task: None (0-shot) or {"split", "file",
+    "rows", "sha256"}}; file None where the pool is the scored file."""
+    from gptlab.data.hellaswag import sha256_file
+
+    out = {}
+    for task in tasks:
+        if fewshot <= 0:
+            out[task.NAME] = None
+            continue
+        path = task.fewshot_path(data_dir) if task.fewshot_file() else task.data_path(data_dir)
+        with open(path, "rb") as f:
+            rows = sum(1 for line in f if line.strip())
+        out[task.NAME] = {"split": task.FEWSHOT_SPLIT, "file": os.path.basename(path), "rows": rows,
+                          "sha256": sha256_file(path), "seed": task_spec.FEWSHOT_SEED,
+                          "exclude_self": task.FEWSHOT_EXCLUDE_SELF}
+    return out
 
 
 def encode_requests(encoding, tasks, prepared):

@@ -16,12 +16,25 @@ A task file (copy gptlab/evals/tasks/_template.py; docs/evals.md walks through o
                         "gold": index of the right choice}
 Optional: KIND ("multiple_choice", default; or "greedy": one choice, right when the model's greedy tokens are
 exactly it, as LAMBADA), TARGET_DELIMITER (" ": put between the context and each choice), FEWSHOT_DELIMITER
-("\\n\\n": between shots), CORE (True: part of --tasks core).
+("\\n\\n": after each shot), CORE (True: part of --tasks core), and the few-shot source (--fewshot K):
+
+    FEWSHOT_SPLIT    the split shots come from, as lm-eval's task of the same name draws them (its fewshot_split,
+                     else training_split, else validation_split), or None (default): the task has none, and
+                     --fewshot K > 0 on it is refused
+    FEWSHOT_FILES    that split's parquet file(s), a glob (None when FEWSHOT_SPLIT is HUB_SPLIT: the scored rows
+                     are the shots' pool); download_evals.py writes them to data/evals/<task>.fewshot.jsonl
+    FEWSHOT_SHA256   sha256 of that file as download_evals.py writes it, or None: pinned by REVISION only
+    FEWSHOT_EXCLUDE_SELF  True (default): each row's K shots are the first K of K + 1 drawn once every row equal to
+                     the row itself is removed (lm-eval passes the row as eval_doc when its fewshot split is its
+                     test_split, both unset included); False: K drawn (lm-eval's arc_easy, arc_challenge and
+                     openbookqa, whose test_split is another split). True whenever FEWSHOT_SPLIT is HUB_SPLIT.
+    FEWSHOT_TARGET_DELIMITER  between a shot's context and its answer (default: TARGET_DELIMITER)
 
 A continuation scored is TARGET_DELIMITER + choice after its context (lm-eval's multiple_choice requests). With
---fewshot K, the context is K other rows of the same file, each rendered as its context + delimiter + its gold
-choice, joined and followed by FEWSHOT_DELIMITER, then the row's own context (lm-eval's layout); the K rows are
-drawn with a seed made of the task's name and the row's index, never the row itself.
+--fewshot K, the context is K rows of the few-shot split, each rendered as its context + FEWSHOT_TARGET_DELIMITER +
+its gold choice + FEWSHOT_DELIMITER, then the row's own context (lm-eval's layout); the rows are drawn as lm-eval
+0.4.13's default sampler draws them (fewshot_draws): one random.Random(1234) per task, over the scored rows in order,
+so that on the same rows our K-shot contexts are lm-eval's byte for byte.
 """
 import importlib.util
 import json
@@ -36,7 +49,10 @@ from gptlab.data.hellaswag import not_a_file
 TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
 REQUIRED = ("NAME", "HUB_REPO", "HUB_CONFIG", "HUB_SPLIT", "HUB_FILES", "REVISION", "SHA256", "COLUMNS",
             "RANDOM_BASELINE", "render")
-DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": True}
+DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": True,
+            "FEWSHOT_SPLIT": None, "FEWSHOT_FILES": None, "FEWSHOT_SHA256": None, "FEWSHOT_EXCLUDE_SELF": True,
+            "FEWSHOT_TARGET_DELIMITER": None}
+FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (lm_eval.evaluator.simple_evaluate)
 KINDS = ("multiple_choice", "greedy")
 COLUMN_TYPES = (str, int, bool, float, list, dict)
 MAX_ROW_CHARS = 1_000_000  # far above any benchmark row (BoolQ's longest is ~5 kB): a longer line is a broken file
@@ -52,9 +68,19 @@ class Task:
             setattr(self, field, getattr(module, field))
         for field, default in DEFAULTS.items():
             setattr(self, field, getattr(module, field, default))
+        if self.FEWSHOT_TARGET_DELIMITER is None:
+            self.FEWSHOT_TARGET_DELIMITER = self.TARGET_DELIMITER
 
     def data_path(self, data_dir=DATA_DIR):
         return os.path.join(data_dir, f"{self.NAME}.jsonl")
+
+    def fewshot_file(self):
+        """Whether the shots come from a file of their own (FEWSHOT_SPLIT set and not the split scored)."""
+        return self.FEWSHOT_SPLIT is not None and self.FEWSHOT_SPLIT != self.HUB_SPLIT
+
+    def fewshot_path(self, data_dir=DATA_DIR):
+        """The few-shot split's rows: <task>.fewshot.jsonl (a task's name has no dot: never another task's file)."""
+        return os.path.join(data_dir, f"{self.NAME}.fewshot.jsonl")
 
     def __repr__(self):
         return f"Task({self.NAME})"
@@ -107,6 +133,34 @@ def _problem(module, name):
     for field in ("TARGET_DELIMITER", "FEWSHOT_DELIMITER"):
         if not isinstance(getattr(module, field, ""), str):
             return f"{field} must be a string"
+    return _fewshot_problem(module)
+
+
+def _fewshot_problem(module):
+    """What is wrong with a task module's FEWSHOT_* fields, or None."""
+    split, files = getattr(module, "FEWSHOT_SPLIT", None), getattr(module, "FEWSHOT_FILES", None)
+    sha, exclude = getattr(module, "FEWSHOT_SHA256", None), getattr(module, "FEWSHOT_EXCLUDE_SELF", True)
+    if split is not None and not (isinstance(split, str) and split):
+        return "FEWSHOT_SPLIT must be a non-empty string or None"
+    if files is not None and not (isinstance(files, str) and files):
+        return "FEWSHOT_FILES must be a non-empty string or None"
+    if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
+        return "FEWSHOT_SHA256 must be 64 lower-case hex digits or None"
+    if not isinstance(exclude, bool):
+        return "FEWSHOT_EXCLUDE_SELF must be True or False"
+    delimiter = getattr(module, "FEWSHOT_TARGET_DELIMITER", None)
+    if delimiter is not None and not isinstance(delimiter, str):
+        return "FEWSHOT_TARGET_DELIMITER must be a string or None"
+    if split is None and (files is not None or sha is not None):
+        return "sets FEWSHOT_FILES or FEWSHOT_SHA256 but FEWSHOT_SPLIT is None; name the split they are of"
+    if split is not None and split == module.HUB_SPLIT:
+        if files is not None or sha is not None:
+            return (f"FEWSHOT_SPLIT is HUB_SPLIT ({split}): the scored rows are the shots' pool, so FEWSHOT_FILES "
+                    "and FEWSHOT_SHA256 must be None")
+        if not exclude:
+            return "FEWSHOT_SPLIT is HUB_SPLIT, so FEWSHOT_EXCLUDE_SELF must be True (a row is never its own shot)"
+    elif split is not None and files is None:
+        return f"FEWSHOT_SPLIT is {split!r} but FEWSHOT_FILES is None; give that split's parquet file(s), a glob"
     return None
 
 
@@ -167,12 +221,14 @@ def check_row(task, row, where):
                             f"re-download it: python download_evals.py --tasks {task.NAME} --overwrite")
 
 
-def load_rows(task, data_dir=DATA_DIR):
-    """The rows of the task's downloaded file, each checked against COLUMNS."""
-    path = task.data_path(data_dir)
+def load_rows(task, data_dir=DATA_DIR, fewshot=False):
+    """The rows of the task's downloaded file (fewshot: of its few-shot split's file), each checked against COLUMNS."""
+    path = task.fewshot_path(data_dir) if fewshot else task.data_path(data_dir)
     problem = not_a_file(path)
     if problem == "does not exist":
-        raise UserError(f"{path} not found; download it: python download_evals.py --tasks {task.NAME}")
+        what = f": {task.NAME}'s few-shot rows (its {task.FEWSHOT_SPLIT} split), which --fewshot needs" if fewshot else ""
+        raise UserError(f"{path} not found{what}; download {'them' if fewshot else 'it'}: python download_evals.py "
+                        f"--tasks {task.NAME}" + (f" --data_dir {data_dir}" if data_dir != DATA_DIR else ""))
     if problem:
         raise UserError(f"{path} {problem}; give the folder download_evals.py wrote (--data_dir)")
     rows = []
@@ -227,32 +283,79 @@ def render(task, row, where):
     return {"contexts": contexts, "choices": choices, "gold": gold}
 
 
-def fewshot_indices(task, index, n_rows, k):
-    """The k rows shown before row `index`: drawn with a seed of the task's name and the index, never index."""
+def check_fewshot(tasks, k):
+    """A UserError naming the tasks that have no few-shot split, when k > 0."""
+    without = [t for t in tasks if t.FEWSHOT_SPLIT is None]
+    if k > 0 and without:
+        names = ", ".join(t.NAME for t in without)
+        raise UserError(f"--fewshot {k}: task {names} {'has' if len(without) == 1 else 'have'} no few-shot split "
+                        f"(FEWSHOT_SPLIT is None in {', '.join(os.path.relpath(t.path) for t in without)}; its "
+                        "lm-eval task has no split to draw shots from but the one scored); score it with --fewshot 0, "
+                        "or leave it out of --tasks")
+
+
+def fewshot_pool(task, rows, k, data_dir=DATA_DIR):
+    """The rows shots are drawn from for --fewshot k: the scored rows themselves when FEWSHOT_SPLIT is HUB_SPLIT,
+    else the few-shot file's; [] when k is 0. A task without a few-shot split is a UserError."""
     if k <= 0:
         return []
-    if k > n_rows - 1:
-        raise UserError(f"--fewshot {k} needs {k + 1} rows, but {task.NAME} has {n_rows}; use a smaller --fewshot")
-    others = random.Random(f"{task.NAME}/{index}").sample(range(n_rows - 1), k)
-    return [i if i < index else i + 1 for i in others]  # skip the row itself
+    check_fewshot([task], k)
+    return load_rows(task, data_dir, fewshot=True) if task.fewshot_file() else rows
 
 
-def requests(task, rows, index, fewshot=0, rendered=None):
-    """Row `index` as what is scored: {"contexts": [str], "continuations": [str], "choices": [str], "gold"}.
-    rendered: a cache {index: render(...)} shared by the calls (few-shot rows are rendered once)."""
-    rendered = {} if rendered is None else rendered
+def fewshot_draws(task, rows, pool, k, seed=FEWSHOT_SEED):
+    """[[index into pool] per row of rows]: the k shots of each scored row, drawn as lm-eval 0.4.13's default
+    ContextSampler draws them: one random.Random(seed) for the task, drawing for the rows in their order (so --limit N
+    gives the first N rows what a full run gives them). With FEWSHOT_EXCLUDE_SELF: k + 1 drawn, every one equal to the
+    row removed, the first k kept; fewer than k left (the pool holds copies of the row), k drawn again from the pool
+    without them. Without: k drawn. random.sample picks the same positions from range(n) as from any n items."""
+    if k <= 0:
+        return [[] for _ in rows]
+    exclude = task.FEWSHOT_EXCLUDE_SELF
+    need = k + 1 if exclude else k
+    if len(pool) < need:
+        where = "rows" if task.fewshot_file() else "rows (its few-shot split is the split scored)"
+        raise UserError(f"--fewshot {k} draws {need} rows per example, but {task.NAME}'s {task.FEWSHOT_SPLIT} split "
+                        f"has {len(pool)} {where}; use a smaller --fewshot")
+    rnd = random.Random(seed)
+    everything = range(len(pool))
+    draws = []
+    for i, row in enumerate(rows):
+        if not exclude:
+            draws.append(rnd.sample(everything, k))
+            continue
+        kept = [j for j in rnd.sample(everything, k + 1) if pool[j] != row][:k]
+        if len(kept) < k:
+            others = [j for j in everything if pool[j] != row]
+            if len(others) < k:
+                raise UserError(f"--fewshot {k}: {task.NAME} row {i + 1} has only {len(others)} other rows in its "
+                                f"{task.FEWSHOT_SPLIT} split to draw shots from; use a smaller --fewshot")
+            kept = rnd.sample(others, k)
+        draws.append(kept)
+    return draws
 
+
+def _renderer(task, rows, cache, what):
     def get(i):
-        if i not in rendered:
-            rendered[i] = render(task, rows[i], f"{task.NAME} row {i + 1}")
-        return rendered[i]
+        if i not in cache:
+            cache[i] = render(task, rows[i], f"{task.NAME} {what}row {i + 1}")
+        return cache[i]
+    return get
 
-    own = get(index)
+
+def requests(task, rows, index, shots=(), pool=None, rendered=None, pool_rendered=None):
+    """Row `index` as what is scored: {"contexts": [str], "continuations": [str], "choices": [str], "gold"}.
+    shots: indices into pool (fewshot_draws'), shown before it; rendered, pool_rendered: caches {index: render(...)}
+    shared by the calls (pool_rendered is rendered when the pool is the rows themselves)."""
+    rendered = {} if rendered is None else rendered
+    pool_rendered = {} if pool_rendered is None else pool_rendered
+    own = _renderer(task, rows, rendered, "")(index)
+    shot_of = _renderer(task, pool, pool_rendered, "few-shot " if pool is not rows else "") if shots else None
     prefix = ""
-    for i in fewshot_indices(task, index, len(rows), fewshot):
-        shot = get(i)
-        prefix += shot["contexts"][shot["gold"]] + task.TARGET_DELIMITER + shot["choices"][shot["gold"]]
-        prefix += task.FEWSHOT_DELIMITER
+    for i in shots:
+        shot = shot_of(i)
+        prefix += (shot["contexts"][shot["gold"]] + task.FEWSHOT_TARGET_DELIMITER + shot["choices"][shot["gold"]]
+                   + task.FEWSHOT_DELIMITER)
     return {"contexts": [prefix + c for c in own["contexts"]],
             "continuations": [task.TARGET_DELIMITER + c for c in own["choices"]],
             "choices": own["choices"], "gold": own["gold"]}

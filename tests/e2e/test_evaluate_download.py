@@ -1,18 +1,26 @@
 """download_evals.py end to end against the stand-in Hub (tests/hub_standin.py) serving the real rows of
-../shared/data/evals as parquet at each task's HUB_FILES, reached through HF_ENDPOINT with and without a path prefix.
+../shared/data/evals as parquet at each task's HUB_FILES (and rows standing in for its few-shot split at its
+FEWSHOT_FILES), reached through HF_ENDPOINT with and without a path prefix.
 Expectations: the written files equal the shared files byte for byte (their sha256 comes from SOURCES.md's copies,
-not from our code), and damaged, truncated or changed downloads are refused by the task's name with nothing left."""
+not from our code), the few-shot files the rows served, one json.dumps line each (docs/evals.md), and damaged,
+truncated or changed downloads are refused by the task's name with nothing left."""
+import hashlib
+import json
 import os
 
 import pytest
 
 from conftest import run_script
-from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, hub_path
+from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, fewshot_rows, hub_path
 from hub_standin import hub_env
 from gptlab.evals import task_spec
 
 SCRIPT = "download_evals.py"
 TASKS = ["arc_easy", "copa", "piqa"]  # piqa: refs/convert/parquet; copa: a config's folder
+
+
+def json_lines(rows):
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
 def files_in(folder):
@@ -35,12 +43,17 @@ def test_downloads_the_real_rows_byte_for_byte(tmp_path, prefix):
                     open(os.path.join(EVALS_DIR, f"{name}.jsonl"), "rb") as g:
                 assert f.read() == g.read(), name
             assert f"{name}.jsonl" in proc.stdout and "verified" in proc.stdout
-        assert files_in(tmp_path / "evals") == sorted(f"{n}.jsonl" for n in TASKS)
+            fewshot = (tmp_path / "evals" / f"{name}.fewshot.jsonl").read_bytes()
+            assert fewshot == json_lines(fewshot_rows(name)), name
+            assert f"sha256 {hashlib.sha256(fewshot).hexdigest()} (set FEWSHOT_SHA256 to pin it)" in proc.stdout
+        assert files_in(tmp_path / "evals") == sorted([f"{n}.jsonl" for n in TASKS]
+                                                      + [f"{n}.fewshot.jsonl" for n in TASKS])
         assert standin.unknown() == []
-        # again: verified files are kept, nothing fetched
+        # again: verified files are kept, and few-shot files that nothing pins too; nothing fetched
         standin.clear_log()
         again = download(standin, tmp_path, TASKS)
-        assert again.returncode == 0 and again.stdout.count("nothing to do") == len(TASKS)
+        assert again.returncode == 0 and again.stdout.count("nothing to do") == len(TASKS), again.stderr
+        assert again.stdout.count("no checksum pins it, so it is kept") == len(TASKS)
         assert standin.bytes_by_file() == {}
         # offline from the HF cache the first run filled
         os.remove(tmp_path / "evals" / "copa.jsonl")
@@ -59,7 +72,8 @@ def test_a_changed_row_is_refused_by_name_and_nothing_is_written(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "task copa:" in proc.stdout and "sha256" in proc.stdout and "nothing was written" in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith("error: 1 of 2 tasks could not be downloaded: copa")
-    assert files_in(tmp_path / "evals") == ["arc_easy.jsonl"]  # the other task still came; no temporary file
+    # the other task still came (its few-shot rows too); no temporary file
+    assert files_in(tmp_path / "evals") == ["arc_easy.fewshot.jsonl", "arc_easy.jsonl"]
 
 
 def test_a_truncated_file_is_refused_by_name(tmp_path):
@@ -98,3 +112,43 @@ def test_offline_without_the_cache_and_an_unknown_task(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "not in the HF cache" in proc.stderr
     assert unknown.returncode == 2 and "unknown task 'no_such_task'" in unknown.stderr
     assert "Traceback" not in proc.stderr + unknown.stderr and files_in(tmp_path / "evals") == []
+
+
+def test_few_shot_rows_missing_on_the_hub_a_pinned_few_shot_checksum_and_no_fewshot(tmp_path):
+    repos = eval_repos(["copa"], fewshot=False)
+    standin = evals_standin(repos)
+    try:
+        proc = download(standin, tmp_path, ["copa"])
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: the few-shot rows of copa could not be downloaded")
+        assert "--no_fewshot" in lines[0]
+        assert "task copa (few-shot split train): aps/super_glue@main has no file matching FEWSHOT_FILES" in proc.stdout
+        assert files_in(tmp_path / "evals") == ["copa.jsonl"]  # the scored rows came, verified
+        skip = download(standin, tmp_path / "skip", ["copa"], "--no_fewshot")
+        assert skip.returncode == 0 and files_in(tmp_path / "skip" / "evals") == ["copa.jsonl"], skip.stderr
+    finally:
+        standin.stop()
+    # a task that pins its few-shot rows: the right sha256 verifies, another is refused and writes nothing
+    served = fewshot_rows("copa")
+    good = hashlib.sha256(json_lines(served)).hexdigest()
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    source = open(task_spec.load_task("copa").path).read().replace('NAME = "copa"', 'NAME = "copa_pinned"')
+    repos = eval_repos(["copa"])
+    standin = evals_standin(repos)
+    try:
+        for sha, want in ((good, 0), ("0" * 64, 2)):
+            (tasks_dir / "copa_pinned.py").write_text(source.replace("FEWSHOT_SHA256 = None", f'FEWSHOT_SHA256 = "{sha}"'))
+            out = tmp_path / f"pinned_{want}"
+            proc = download(standin, out, ["copa_pinned"], "--tasks_dir", tasks_dir)
+            assert proc.returncode == want, proc.stderr
+            names = files_in(out / "evals")
+            if want == 0:
+                assert names == ["copa_pinned.fewshot.jsonl", "copa_pinned.jsonl"]
+                assert f"sha256 {good[:16]}... verified" in proc.stdout
+            else:
+                assert names == ["copa_pinned.jsonl"] and "FEWSHOT_SHA256 in" in proc.stdout
+                assert "nothing was written" in proc.stdout
+    finally:
+        standin.stop()

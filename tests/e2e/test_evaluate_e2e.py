@@ -1,13 +1,14 @@
 """evaluate.py end to end: 1 and 2 ranks (torchrun, gloo) write the same figures; a task added as one file (a
 benchmark we do not ship) scores; bad input is one error line and writes nothing. The scorer against a plain loop:
 tests/unit/test_eval_score.py."""
+import hashlib
 import json
 import os
 
 import pytest
 
 from conftest import free_port, run_script
-from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, tiny_checkpoint, write_rows
+from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
 
 SCRIPT = "evaluate.py"
 TASKS = ["arc_easy", "boolq", "winogrande", "copa", "hellaswag"]
@@ -123,6 +124,36 @@ def test_bad_input_is_one_error_line_and_writes_nothing(setup, tmp_path):
     out.mkdir()
     assert "already exists; pass --overwrite" in one_error(run("--tasks", "copa"))
     assert os.listdir(out) == []
+
+
+def test_fewshot_draws_from_the_few_shot_file_and_records_it(setup, tmp_path):
+    folder, ckpt, _ = setup
+    data = data_dir_with(tmp_path / "data", ["arc_easy", "copa"], limit=LIMIT)
+    write_rows(data, "lambada", LAMBADA_ROWS)
+    out = tmp_path / "out"
+
+    def run(tasks, *extra):
+        return run_script([SCRIPT, ckpt, "--tasks", tasks, "--data_dir", data, "--out", out, "--quiet", "--fewshot",
+                           "2", *extra], timeout=300)
+
+    line = one_error(run("arc_easy,copa"))  # no few-shot rows downloaded: named, with the command that fetches them
+    assert "arc_easy.fewshot.jsonl not found" in line and "python download_evals.py --tasks arc_easy" in line
+    write_rows(data, "arc_easy.fewshot", shared_rows("arc_easy", 30)[10:])
+    write_rows(data, "copa.fewshot", shared_rows("copa", 30)[10:])
+    assert "task lambada has no few-shot split" in one_error(run("arc_easy,copa,lambada"))
+    assert not out.exists()
+    proc = run("arc_easy,copa")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["fewshot"] == 2
+    sha = hashlib.sha256((tmp_path / "data" / "arc_easy.fewshot.jsonl").read_bytes()).hexdigest()
+    assert summary["fewshot_source"]["arc_easy"] == {"split": "train", "file": "arc_easy.fewshot.jsonl", "rows": 20,
+                                                     "sha256": sha, "seed": 1234, "exclude_self": False}
+    assert summary["fewshot_source"]["copa"]["exclude_self"] is True
+    zero = run_script([SCRIPT, ckpt, "--tasks", "copa", "--data_dir", data, "--out", tmp_path / "zero", "--quiet"],
+                      timeout=300)
+    assert zero.returncode == 0, zero.stderr
+    assert json.loads((tmp_path / "zero" / "summary.json").read_text())["fewshot_source"] == {"copa": None}
 
 
 @pytest.mark.parametrize("script", ["evaluate.py", "download_evals.py"])

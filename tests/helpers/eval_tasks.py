@@ -80,14 +80,19 @@ def parquet_of(rows):
     return sink.getvalue()
 
 
-def hub_path(task):
-    """A file name that the task's HUB_FILES glob matches, as the Hub names such files."""
-    return task.HUB_FILES.replace("-*", "-00000-of-00001").replace("/*", "/0000")
+def hub_path(task, fewshot=False):
+    """A file name that the task's HUB_FILES (fewshot: FEWSHOT_FILES) glob matches, as the Hub names such files."""
+    return (task.FEWSHOT_FILES if fewshot else task.HUB_FILES).replace("-*", "-00000-of-00001").replace("/*", "/0000")
 
 
-def eval_repos(names, limit=None, change=None):
-    """{repo: {path: bytes}} serving each named task's rows at its HUB_FILES (tasks sharing a repo share it);
-    change=(task, row index, column, value) alters one row."""
+def fewshot_rows(name):
+    """Rows standing in for a task's few-shot (train) split: its first 12 validation rows, last first."""
+    return shared_rows(name, 12)[::-1]
+
+
+def eval_repos(names, limit=None, change=None, fewshot=True):
+    """{repo: {path: bytes}} serving each named task's rows at its HUB_FILES and, with fewshot, fewshot_rows(task) at
+    its FEWSHOT_FILES (tasks sharing a repo share it); change=(task, row index, column, value) alters one row."""
     from gptlab.evals import task_spec
 
     repos = {}
@@ -98,6 +103,8 @@ def eval_repos(names, limit=None, change=None):
             rows[change[1]] = dict(rows[change[1]], **{change[2]: change[3]})
         repos.setdefault(task.HUB_REPO, {"README.md": b"---\nlicense: other\n---\n# stand-in\n"})
         repos[task.HUB_REPO][hub_path(task)] = parquet_of(rows)
+        if fewshot and task.fewshot_file():
+            repos[task.HUB_REPO][hub_path(task, fewshot=True)] = parquet_of(fewshot_rows(name))
     return repos
 
 

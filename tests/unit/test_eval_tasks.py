@@ -15,10 +15,10 @@ from gptlab.evals.score import move_spaces
 BUILT_IN = SHARED_TASKS + ["lambada", "hellaswag"]
 
 
-def first_request(name, rows=None, index=0, fewshot=0):
+def first_request(name, rows=None, index=0):
     task = task_spec.load_task(name)
     rows = rows if rows is not None else shared_rows(name, index + 1)
-    return task_spec.requests(task, rows, index, fewshot)
+    return task_spec.requests(task, rows, index)
 
 
 def pairs(req):
@@ -139,19 +139,14 @@ def test_hellaswag_wikihow_preprocessing_by_hand():
     assert req["gold"] == 3
 
 
-def test_fewshot_layout_and_never_the_example_itself():
+def test_fewshot_layout():
     rows = shared_rows("arc_easy", 2)
-    req = first_request("arc_easy", rows, index=1, fewshot=1)
-    # two rows: the only shot row 1 can get is row 0, rendered with its gold answer
+    task = task_spec.load_task("arc_easy")
+    req = task_spec.requests(task, rows[1:], 0, shots=[0], pool=rows[:1])
+    # a shot: its context, the delimiter, its gold answer, "\n\n"; then the row's own context
     shot = "Question: Which technology was developed most recently?\nAnswer: cellular telephone\n\n"
     assert req["contexts"][0] == shot + f"Question: {rows[1]['question']}\nAnswer:"
-    task = task_spec.load_task("piqa")
-    for i in range(20):
-        drawn = task_spec.fewshot_indices(task, i, 20, 19)
-        assert sorted(drawn) == [j for j in range(20) if j != i]
-        assert drawn == task_spec.fewshot_indices(task, i, 20, 19)  # the same every time
-    with pytest.raises(UserError, match="--fewshot 3 needs 4 rows"):
-        task_spec.fewshot_indices(task, 0, 3, 3)
+    # draws: tests/unit/test_eval_fewshot.py
 
 
 # ---- against lm-eval's own task functions (skipped without lm_eval)

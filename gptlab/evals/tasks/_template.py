@@ -10,12 +10,19 @@ HUB_SPLIT = "validation"  # the split scored
 HUB_FILES = "data/validation-*.parquet"  # that split's parquet file(s) in the repo (a glob; see the repo's Files tab)
 REVISION = "main"  # a commit hash pins the rows; so does SHA256
 SHA256 = None  # sha256 of data/evals/<NAME>.jsonl as download_evals.py writes it; None: not checked
+# --fewshot K: the split shots come from, as lm-eval's task draws them (its fewshot_split, else training_split, else
+# validation_split); None: --fewshot > 0 is refused. Its files go to data/evals/<NAME>.fewshot.jsonl.
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "data/train-*.parquet"  # that split's parquet file(s), a glob; None when it is HUB_SPLIT
+FEWSHOT_SHA256 = None  # sha256 of data/evals/<NAME>.fewshot.jsonl (download_evals.py prints it); None: not checked
+# FEWSHOT_EXCLUDE_SELF = False  # only if lm-eval's task has a test_split other than its few-shot split (arc_easy)
 COLUMNS = {"question": str, "options": list, "answer": int}  # every row must have these, of these types
 RANDOM_BASELINE = "uniform"  # 1 / number of choices; or a number: the accuracy of a random guess
 CORE = True  # part of --tasks core
 # KIND = "greedy"  # only for one-choice tasks scored by greedy match (as LAMBADA); default "multiple_choice"
 # TARGET_DELIMITER = " "  # between the context and each choice (the default)
-# FEWSHOT_DELIMITER = "\n\n"  # between shots (the default)
+# FEWSHOT_DELIMITER = "\n\n"  # after each shot (the default)
+# FEWSHOT_TARGET_DELIMITER = " "  # between a shot's context and its answer (default: TARGET_DELIMITER)
 
 
 def render(row):

@@ -9,4 +9,9 @@ HUB_SPLIT = "validation"
 HUB_FILES = "ARC-Challenge/validation-*.parquet"
 REVISION = "main"
 SHA256 = "e91e22bf541b70fb1940476e45dae46a986a72dff25e822c8b3205b4367c41ab"
+# lm-eval's task: shots from its training_split; its test_split (test) is not that split, so it draws K
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "ARC-Challenge/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
+FEWSHOT_EXCLUDE_SELF = False
 CORE = True

@@ -8,6 +8,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "ARC-Easy/validation-*.parquet"
 REVISION = "main"
 SHA256 = "1591d2431c45b1712f9c9e7032bd2dfcba863a5eec748c88b2ec11cf7c7da6c5"
+# lm-eval's task: shots from its training_split; its test_split (test) is not that split, so it draws K
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "ARC-Easy/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
+FEWSHOT_EXCLUDE_SELF = False
 COLUMNS = {"question": str, "choices": dict, "answerKey": str}
 RANDOM_BASELINE = "uniform"
 CORE = True

@@ -8,6 +8,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "data/validation-*.parquet"
 REVISION = "main"
 SHA256 = "dbad2984e58eaa2184b6d0acfe2e94a73b9868381046255d6be6c3bed9088b68"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "data/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"question": str, "answer": bool, "passage": str}
 RANDOM_BASELINE = 0.5
 CORE = True

@@ -9,6 +9,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "copa/validation-*.parquet"
 REVISION = "main"
 SHA256 = "fbec30f4988f13714e8f51752cdcf1294ac237d4fb948353b7a55c5d0c0ee077"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "copa/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"premise": str, "choice1": str, "choice2": str, "question": str, "label": int}
 RANDOM_BASELINE = 0.5
 CORE = True

@@ -11,6 +11,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "data/validation-*.parquet"
 REVISION = "main"
 SHA256 = "d5c08c3e5771307e73886dc9d2744df8ca5f372a7857f32fe77df8c58942f950"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "data/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"activity_label": str, "ctx_a": str, "ctx_b": str, "endings": list, "label": str}
 RANDOM_BASELINE = 0.25
 CORE = True

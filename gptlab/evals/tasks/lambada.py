@@ -12,6 +12,9 @@ COLUMNS = {"text": str}
 RANDOM_BASELINE = 0.0
 KIND = "greedy"
 TARGET_DELIMITER = ""
+# lm-eval's lambada_openai has only its test split (the one scored): it would draw shots from it, the row itself
+# included; we refuse --fewshot on it instead
+FEWSHOT_SPLIT = None
 CORE = True
 
 

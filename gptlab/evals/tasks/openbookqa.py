@@ -7,6 +7,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "main/validation-*.parquet"
 REVISION = "main"
 SHA256 = "90adcc55f4724ec367585978363aa451628d18093b6c827b2fd295128cd61e87"
+# lm-eval's task: shots from its training_split; its test_split (test) is not that split, so it draws K
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "main/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
+FEWSHOT_EXCLUDE_SELF = False
 COLUMNS = {"question_stem": str, "choices": dict, "answerKey": str}
 RANDOM_BASELINE = "uniform"
 CORE = True

@@ -7,6 +7,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "plain_text/validation/*.parquet"
 REVISION = "refs/convert/parquet"
 SHA256 = "61533005e22f175534909b1ec8eacb6da03c233933558d1bafb15787453b1f55"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "plain_text/train/*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"goal": str, "sol1": str, "sol2": str, "label": int}
 RANDOM_BASELINE = 0.5
 CORE = True

@@ -7,6 +7,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "default/validation/*.parquet"
 REVISION = "refs/convert/parquet"
 SHA256 = "17c8ece78c7b3f61cb21f53ad635940620c941542799580db06df5e47bf5e77e"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "default/train/*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"context": str, "question": str, "answerA": str, "answerB": str, "answerC": str, "label": str}
 RANDOM_BASELINE = 1 / 3
 CORE = True

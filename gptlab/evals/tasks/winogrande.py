@@ -9,6 +9,11 @@ HUB_SPLIT = "validation"
 HUB_FILES = "winogrande_xl/validation-*.parquet"
 REVISION = "main"
 SHA256 = "69f3d7f3a900d775339b04c7de672609c40fca573e50f594f2ae66d8782505be"
+# lm-eval's task: shots from its training_split; its test_split is unset, as its fewshot_split, so it
+# drops the row itself from K + 1 drawn (FEWSHOT_EXCLUDE_SELF, the default)
+FEWSHOT_SPLIT = "train"
+FEWSHOT_FILES = "winogrande_xl/train-*.parquet"
+FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 COLUMNS = {"sentence": str, "option1": str, "option2": str, "answer": str}
 RANDOM_BASELINE = 0.5
 CORE = True
