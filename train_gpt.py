@@ -41,7 +41,7 @@ from gptlab.data.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
-from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row
+from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_final
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
@@ -664,7 +664,7 @@ def train(args, ctx, ckpt=None):
                     figures = suite.score(logits_fn, device=device, block=model_geometry(plain)[0],
                                           window=min(eval_windows), padded_vocab=model.padded_vocab, ctx=ctx,
                                           progress=ctx.is_main)
-                    run.log_evals(step, figures, metrics_row(figures))
+                    run.log_evals(step, figures, metrics_row(figures), write_examples=write_final)
             if last:
                 break
 

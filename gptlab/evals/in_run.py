@@ -63,11 +63,26 @@ class RunEvals:
 
     def score(self, logits_fn, *, device, block=1, window=None, padded_vocab=None, ctx=None, progress=False):
         """{"per_task": {task: its summary}, "core", "core_ci95", "gold_bpb", "gold_bpb_ci95", "tasks", "limit",
-        "sequences", "seconds"} of the model behind logits_fn (the same on every rank)."""
+        "sequences", "seconds", "records": {task: [per-example record]}} of the model behind logits_fn (the same on
+        every rank)."""
         self.check_files()
-        _, summaries, suite = suite_mod.score_tasks(
+        records, summaries, suite = suite_mod.score_tasks(
             logits_fn, self.encoding, self.tasks, limit=self.limit, data_dir=self.data_dir, device=device,
             block=block, window=window, padded_vocab=padded_vocab, ctx=ctx, progress=progress,
             prepared=self.prepared, encoded=self.encoded)
-        return {**suite, "per_task": summaries}
+        return {**suite, "per_task": summaries, "records": records}
+
+
+def final_eval_dir(run_dir, step):
+    """Where a run's last --evals evaluation writes its per-example files (evaluate.py's layout, so that
+    `compare_experiments.py --evals RUN_A RUN_B` pairs two runs example by example): RUN/evals/in_run_step_<N>."""
+    return os.path.join(run_dir, "evals", f"in_run_step_{step:06d}")
+
+
+def write_final(run_dir, step, figures, meta):
+    """The per-example files and summary.json of the run's last evaluation (rank 0; replaced by a resume that
+    scores the last step again)."""
+    summary = {k: v for k, v in figures.items() if k not in ("per_task", "records")}
+    suite_mod.write_results(final_eval_dir(run_dir, step), figures["records"], figures["per_task"],
+                            {**summary, "fewshot": 0}, {**meta, "step": step, "in_run": True}, overwrite=True)
 

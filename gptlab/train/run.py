@@ -461,12 +461,17 @@ class Run:
             self._write_metrics(step=step, tokens=step * self.cfg.batch_size, hellaswag_acc=figures["acc"],
                                 hellaswag_acc_norm=figures["acc_norm"], elapsed_s=self.train_time_s)
 
-    def log_evals(self, step, figures, row):
+    def log_evals(self, step, figures, row, write_examples=None):
         """figures: gptlab.evals.in_run.RunEvals.score's (the suite of --evals), row: their metrics.csv cells
         (gptlab.evals.in_run.metrics_row): a log line per task and one for the suite, a metrics.csv row; the last
-        step's go to results.json as "evals"."""
+        step's go to results.json as "evals", and to write_examples(run_dir, step, figures, meta) (its per-example
+        files: gptlab.evals.in_run.write_final)."""
         if step == self.cfg.train_steps:
             self.final["evals"] = _evals_results(figures)
+            if self.ctx.is_main and write_examples:  # per example: paired tests between runs
+                write_examples(self.dir, step, figures, {"checkpoint": None, "tokenizer": self.cfg.tokenizer,
+                                                         "ranks": self.ctx.world_size,
+                                                         "device": self.ctx.device.type, "dtype": self.cfg.dtype})
         for name, t in figures["per_task"].items():
             self.log(f"step {step} evals {name} acc {t['acc']:.4f} (95% CI {_interval(t['acc_ci95'])}) acc_norm "
                      f"{t['acc_norm']:.4f} centred {t['centred']:.4f} gold_bpb {t['gold_bpb']:.4f} "

@@ -82,6 +82,29 @@ def test_in_run_figures_equal_evaluate_py_on_the_checkpoint_of_that_step(straigh
                                                          theirs["per_task"][name][f + "_ci95"]))
 
 
+def test_the_last_evaluation_keeps_its_examples_so_two_runs_pair_example_by_example(straight, tmp_path):
+    """RUN/evals/in_run_step_<N>: evaluate.py's layout, per example the log-probabilities evaluate.py computes on the
+    final checkpoint; `compare_experiments.py --evals RUN OTHER` takes the run folder itself."""
+    folder, data, run_dir = straight
+    examples = os.path.join(run_dir, "evals", "in_run_step_000004")
+    assert sorted(os.listdir(examples)) == sorted([f"{t}.jsonl" for t in TASKS] + ["summary.json"])
+    summary = json.loads(open(os.path.join(examples, "summary.json")).read())
+    assert summary["in_run"] is True and summary["step"] == 4 and summary["fewshot"] == 0
+    assert summary["dtype"] == "float32" and summary["core"] == run_json(run_dir, records.RESULTS_FILE)["evals"]["core"]
+    out = tmp_path / "eval_4"
+    run_script(["evaluate.py", os.path.join(run_dir, "checkpoints", "step_000004.pt"), "--tasks", ",".join(TASKS),
+                "--limit", str(LIMIT), "--data_dir", data, "--out", str(out), "--quiet"], check=True, timeout=600)
+    for name in TASKS:
+        ours = [json.loads(line) for line in open(os.path.join(examples, f"{name}.jsonl"))]
+        theirs = [json.loads(line) for line in open(out / f"{name}.jsonl")]
+        assert len(ours) == len(theirs) == LIMIT
+        for a, b in zip(ours, theirs):
+            assert a["gold"] == b["gold"] and a["bytes"] == b["bytes"] and a["pred"] == b["pred"]
+            assert all(close(x, y, 1e-9) for x, y in zip(a["logprob"], b["logprob"])), name
+    proc = run_script(["compare_experiments.py", "--evals", run_dir, str(out)], check=True, timeout=300)
+    assert all(name in proc.stdout for name in TASKS)
+
+
 def test_a_resumed_run_scores_the_same_figures_at_the_same_steps_and_2_ranks_score_what_1_does(straight):
     folder, data, run_dir = straight
     ckpts = os.path.join(run_dir, "checkpoints")
