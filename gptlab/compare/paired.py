@@ -95,6 +95,7 @@ class Evaluation:
     path: str
     fewshot: object
     dtype: str  # evaluate.py --dtype as resolved (summaries written before it: float32)
+    shots: dict  # task → where its few-shot examples came from (summary.json "fewshot_source"; {} before it)
     records: dict = field(default_factory=dict)  # task name → [record]
 
 
@@ -151,8 +152,9 @@ def load_evaluation(path):
     if bad:
         raise UserError(f"{os.path.join(folder, SUMMARY_FILE)} names a task {bad[0]!r} that is no task file's name; "
                         "re-run evaluate.py")
+    shots = summary.get("fewshot_source")
     return Evaluation(folder, summary.get("fewshot"), str(summary.get("dtype", "float32")),
-                      {t: _read_records(folder, t) for t in sorted(tasks)})
+                      shots if isinstance(shots, dict) else {}, {t: _read_records(folder, t) for t in sorted(tasks)})
 
 
 def _check_same_examples(task, a, b, name_a, name_b):
@@ -235,6 +237,13 @@ def compare_evaluations(path_a, path_b):
     if not common:
         raise UserError(f"{ea.path} and {eb.path} share no task ({', '.join(sorted(ea.records))} vs "
                         f"{', '.join(sorted(eb.records))}); evaluate both with the same --tasks")
+    for task in common:  # the same K from other pools (another download) shows other contexts
+        a, b = ea.shots.get(task), eb.shots.get(task)
+        if isinstance(a, dict) and isinstance(b, dict) and a.get("sha256") != b.get("sha256"):
+            raise UserError(f"{task}: {ea.path} drew its few-shot examples from {a.get('file')} (sha256 "
+                            f"{str(a.get('sha256'))[:12]}) and {eb.path} from {b.get('file')} (sha256 "
+                            f"{str(b.get('sha256'))[:12]}); a paired comparison needs the same contexts (evaluate "
+                            "both from the same data/evals download)")
     rows = []
     for task in common:
         _check_same_examples(task, ea.records[task], eb.records[task], ea.path, eb.path)

@@ -122,6 +122,17 @@ def test_other_fewshot_no_common_task_and_broken_files_are_refused(tmp_path):
         json.dump({**summary, "dtype": "bfloat16"}, f)
     with pytest.raises(UserError, match="scored in float32 and .* in bfloat16; .* same --dtype"):
         paired.compare_evaluations(a, bf16)  # a: written before --dtype, float32
+    pools = {}
+    for name, digest in (("p1", "aa" * 32), ("p2", "bb" * 32), ("p3", "aa" * 32)):
+        pools[name] = write_eval(tmp_path / name, {"t1": t}, fewshot=2)
+        with open(os.path.join(pools[name], "summary.json")) as f:
+            summary = json.load(f)
+        summary["fewshot_source"] = {"t1": {"split": "train", "file": "t1.fewshot.jsonl", "sha256": digest}}
+        with open(os.path.join(pools[name], "summary.json"), "w") as f:
+            json.dump(summary, f)
+    with pytest.raises(UserError, match=r"t1: .*\(sha256 aaaaaaaaaaaa\) and .*\(sha256 bbbbbbbbbbbb\).* same contexts"):
+        paired.compare_evaluations(pools["p1"], pools["p2"])
+    assert paired.compare_evaluations(pools["p1"], pools["p3"])[0]  # the same pool: paired
     d = write_eval(tmp_path / "d", {"t1": t})
     os.remove(os.path.join(d, "t1.jsonl"))
     with pytest.raises(UserError, match="incomplete"):
