@@ -2,14 +2,13 @@
 removed while a run trains stops the run at its next HellaSwag with one error line naming the file, and
 results.json says failed with that line (docs/faults.md, 'Evaluation files cannot change under a run'), as a
 changed shard does, instead of a silently different acc_norm under the same 'first N' label."""
-import json
 import os
 import sys
 
 import pytest
 
 from conftest import HELLASWAG_VAL, SHARED_DATA
-from helpers.tiny_runs import only_run_dir, run_acting, tiny_args
+from helpers.tiny_runs import run_acting, stopped_by_changed_file, tiny_args
 from gptlab.train import records
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
@@ -33,13 +32,6 @@ def test_a_hellaswag_file_changed_mid_run_stops_it_with_one_error(tiny, tmp_path
     argv = tiny_args(tiny, tmp_path / "exps", train_steps=4, val_loss_every=0, hellaswag_every=2, hellaswag_limit=10,
                      hellaswag_path=path)
     proc = run_acting(argv, "train_step:1", change.format(path=path, other=other))  # before the first HellaSwag
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr[-3000:]
-    assert errors[0].startswith(f"error: evaluation file {path} changed since the run started (") and what in errors[0]
-    run_dir = only_run_dir(tmp_path / "exps")
-    with open(os.path.join(run_dir, records.RESULTS_FILE)) as f:
-        results = json.load(f)
-    assert results["status"] == "failed" and "error: " + results["error"] == errors[0]
+    run_dir = stopped_by_changed_file(proc, path, what, tmp_path / "exps")
     rows = records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
     assert [r for r in rows if r["hellaswag_acc"] is not None] == []  # no figure from the changed file

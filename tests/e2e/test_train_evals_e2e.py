@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SHARED_DATA, free_port, run_script, run_scripts
 from helpers.eval_tasks import data_dir_with
-from helpers.tiny_runs import only_run_dir, run_acting, run_json, run_main_expecting, tiny_args
+from helpers.tiny_runs import only_run_dir, run_acting, run_json, run_main_expecting, stopped_by_changed_file, tiny_args
 from gptlab.train import records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
@@ -135,13 +135,7 @@ def test_a_task_file_changed_mid_run_stops_it_with_one_error(straight, tiny, tmp
     path, other = os.path.join(mine, "boolq.jsonl"), os.path.join(data, "boolq.jsonl")  # the other: 3 more rows
     argv = evals_args(tiny, tmp_path / "exps", mine, checkpoint_every=0)
     proc = run_acting(argv, "train_step:1", change.format(path=path, other=other))  # before the first suite
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr[-3000:]
-    assert errors[0].startswith(f"error: evaluation file {path} changed since the run started (") and what in errors[0]
-    run_dir = only_run_dir(tmp_path / "exps")
-    results = run_json(run_dir, records.RESULTS_FILE)
-    assert results["status"] == "failed" and "error: " + results["error"] == errors[0]
+    run_dir = stopped_by_changed_file(proc, path, what, tmp_path / "exps")
     assert evals_rows(run_dir) == {}  # no figure from the changed file
 
 

@@ -72,6 +72,22 @@ def run_acting(argv, at, do, ranks=1, **env):
     return run_script(launch + argv, env_extra=dict(env, GPTLAB_TEST_AT=at, GPTLAB_TEST_DO=do))
 
 
+def stopped_by_changed_file(proc, path, what, exp_dir):
+    """Check a run stopped by an evaluation file changed mid-run: exit 2, one `error: evaluation file PATH changed
+    since the run started (... WHAT ...)` line and no traceback, results.json `failed` with that error. Returns
+    the run folder."""
+    from gptlab.train import records
+
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith(f"error: evaluation file {path} changed since the run started (") and what in errors[0]
+    run_dir = only_run_dir(exp_dir)
+    results = run_json(run_dir, records.RESULTS_FILE)
+    assert results["status"] == "failed" and "error: " + results["error"] == errors[0]
+    return run_dir
+
+
 def run_recorded_command(command):
     """Run a command a run recorded (`python train_gpt.py ...` or `torchrun --nproc_per_node=N train_gpt.py ...`)
     as written, on a free port; the CompletedProcess."""
