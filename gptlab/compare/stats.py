@@ -364,18 +364,31 @@ class GroupComparison:
     hs_answers: tuple = None  # (n, reference n)
 
 
+def pooled_hellaswag(runs, other_runs):
+    """(two-proportion test, (answers, other's answers), None) of two settings' HellaSwag acc_norm, the answers
+    pooled over each one's runs (one per seed); (None, None, why) when there is no test to make: a run's n
+    unknown, or answers to other examples (the first 1000 do not compare with all 10042)."""
+    counts = [[hellaswag_counts(r) for r in side] for side in (runs, other_runs)]
+    if not all(counts):
+        return None, None, None
+    if any(None in c for c in counts):
+        return None, None, "(n unknown)"
+    ns = [sorted({n for _, n in c}) for c in counts]
+    if len(set(ns[0] + ns[1])) > 1:
+        shown = [" / ".join(map(str, side)) for side in ns]
+        return None, None, f"not compared (n = {shown[0]} vs {shown[1]}: other examples)"
+    (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
+    return two_proportion_test(k_a, n_a, k_b, n_b), (n_a, n_b), None
+
+
 def compare_groups(group, reference):
     bpb, ref_bpb = group.stats("val_bpb"), reference.stats("val_bpb")
     if bpb is None or ref_bpb is None:
         return None
     result = GroupComparison(group, reference, welch_t_test(group.values("val_bpb"), reference.values("val_bpb")),
                              bpb, ref_bpb)
-    counts = [[hellaswag_counts(r) for r in g.counted_runs("hs_acc_norm")] for g in (group, reference)]
-    # pooled only over one set of examples: answers on the first 1000 do not compare with answers on all 10042
-    if all(c and None not in c for c in counts) and len({n for c in counts for _, n in c}) == 1:
-        (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
-        result.hellaswag = two_proportion_test(k_a, n_a, k_b, n_b)
-        result.hs_answers = (n_a, n_b)
+    result.hellaswag, result.hs_answers, _ = pooled_hellaswag(group.counted_runs("hs_acc_norm"),
+                                                              reference.counted_runs("hs_acc_norm"))
     return result
 
 
@@ -478,6 +491,13 @@ class SettingComparison:
     differs: dict = None
     n: tuple = None  # (values, values of other)
     m: int = 0  # tests in the family Holm corrects over
+    # HellaSwag acc_norm, a family of its own (pooled_hellaswag): the test, its answers, Holm's p over the
+    # HellaSwag tests made and their number; hs_refused says why none was made
+    hs_test: ProportionTest = None
+    hs_answers: tuple = None
+    hs_p_holm: float = None
+    hs_m: int = 0
+    hs_refused: str = None
 
 
 def _values(run, groups, attr):
@@ -534,7 +554,21 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
     tested = [c for c in family if c.test is not None]
     for c, p in zip(tested, holm([c.test.p for c in tested])):
         c.p_holm, c.m = p, len(tested)
+    for c in family:  # the same settings on HellaSwag, unless refused for another length or size
+        if not (c.refused or "").startswith("not compared: other"):
+            c.hs_test, c.hs_answers, c.hs_refused = pooled_hellaswag(_hellaswag_runs(c.run, groups),
+                                                                     _hellaswag_runs(c.other, groups))
+    tested = [c for c in family if c.hs_test is not None]
+    for c, p in zip(tested, holm([c.hs_test.p for c in tested])):
+        c.hs_p_holm, c.hs_m = p, len(tested)
     return family
+
+
+def _hellaswag_runs(run, groups):
+    """The runs whose HellaSwag answers stand for run's setting: its seed group's (one per seed), else its own."""
+    group = group_of(run, groups)
+    counted = group.counted_runs("hs_acc_norm") if group else []
+    return counted or ([run] if run.final and run.hs_acc_norm is not None else [])
 
 
 def holm_verdict(c, alpha, lower_is_better=True):
@@ -542,7 +576,18 @@ def holm_verdict(c, alpha, lower_is_better=True):
     raw p is in the lines under the table and in --summary)."""
     if c.p_holm is None:
         return None
-    word = _verdict(c.test.diff, c.p_holm, alpha, lower_is_better).split(",")[0]
-    if c.m <= 1:  # a family of one: Holm's p is the p
-        return f"{word}, {format_p(c.test.p)}"
-    return f"{word}, Holm {format_p(c.p_holm)}"
+    return _holm_words(c.test.diff, c.test.p, c.p_holm, c.m, alpha, lower_is_better)
+
+
+def hellaswag_holm_verdict(c, alpha):
+    """holm_verdict of the HellaSwag family (higher acc_norm is better)."""
+    if c.hs_p_holm is None:
+        return None
+    return _holm_words(c.hs_test.diff, c.hs_test.p, c.hs_p_holm, c.hs_m, alpha, lower_is_better=False)
+
+
+def _holm_words(diff, p, p_holm, m, alpha, lower_is_better):
+    word = _verdict(diff, p_holm, alpha, lower_is_better).split(",")[0]
+    if m <= 1:  # a family of one: Holm's p is the p
+        return f"{word}, {format_p(p)}"
+    return f"{word}, Holm {format_p(p_holm)}"
