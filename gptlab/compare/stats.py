@@ -461,6 +461,50 @@ def scale_differences(run, reference):
     return out
 
 
+def _whole(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _validation_set(run):
+    """(rows, tokens a row, {"val_shards"/"val_files": project paths}) that the run's val bpb was measured on (the
+    first val_steps x (val_batch_size // val_seq_len) windows of the val shards), each None or absent when not
+    recorded."""
+    config = run.config or {}
+    steps, batch, seq = (_whole(config.get(k)) for k in ("val_steps", "val_batch_size", "val_seq_len"))
+    rows = steps * (batch // seq) if None not in (steps, batch, seq) else None
+    files, root = {}, run_root(run.path, config)
+    for key in ("val_shards", "val_files"):  # the shards it read, else the patterns it was given (older runs)
+        value = config.get(key)
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+            files[key] = [_project_path(x, root) for x in value]
+    return rows, seq, files
+
+
+def _shards_difference(a, b):
+    only_a, only_b = [x for x in a if x not in b], [x for x in b if x not in a]
+    if only_a and only_b:
+        return " vs ".join(", ".join(x[:2]) + (f" (+{len(x) - 2} more)" if len(x) > 2 else "")
+                           for x in (only_a, only_b))
+    return f"{len(a)} vs {len(b)} val shards" if len(a) != len(b) else "the val shards in another order"
+
+
+def validation_difference(run, other):
+    """'128 vs 64 rows of 256 tokens' (or the val shards of each) when the two runs' val bpb were measured on other
+    text, else None. Runs of other tokenizers read other shards of (it is assumed) the same text, so bpb, which is
+    per byte, is compared across them: only runs of one tokenizer are checked."""
+    if run.tokenizer_id != other.tokenizer_id:
+        return None
+    (rows, seq, files), (o_rows, o_seq, o_files) = _validation_set(run), _validation_set(other)
+    key = next((k for k in ("val_shards", "val_files") if k in files and k in o_files), None)
+    if key and files[key] != o_files[key]:
+        return _shards_difference(files[key], o_files[key])
+    if None not in (rows, o_rows) and (rows, seq) != (o_rows, o_seq):
+        return f"{rows} vs {o_rows} rows of {seq} tokens" if seq == o_seq else \
+            f"{rows} rows of {seq} vs {o_rows} rows of {o_seq} tokens"
+    return None
+
+
 def bpb_at_flops(run, flops):
     """The run's val bpb after `flops` training FLOPs, read off its curve (metrics.csv's val rows, FLOPs in
     proportion to tokens), linear in log FLOPs between evaluations; its final val bpb when it ended within 0.1% of
@@ -532,11 +576,16 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
         for run in finished + [r for g in groups for r in g.runs]:  # the seed groups' runs not shown too
             run.matched_bpb = bpb_at_flops(run, flops) if flops and run.final else None
         attr = "matched_bpb"
-    family = []
+    family, scale_clashes = [], []
     for a, b in couples:
         c = SettingComparison(a, b, differs=scale_differences(a, b))
-        held = {"all": ("length", "size"), "tokens": ("length",), "params": ("size",)}.get(match, ())
+        val = validation_difference(a, b)
+        if val:  # val bpb of other text: held whatever the budget match, compared only under --match none
+            c.differs["validation set"] = val
+        held = {"all": ("length", "size"), "tokens": ("length",), "params": ("size",)}.get(match, ()) + \
+            (("validation set",) if match != "none" else ())
         clash = [f"other {k} ({v})" for k, v in c.differs.items() if k in held]
+        scale_clash = [f"other {k} ({v})" for k, v in c.differs.items() if k in held and k in ("length", "size")]
         x, y = _values(a, groups, attr), _values(b, groups, attr)
         if clash:
             c.refused = "not compared: " + ", ".join(clash)
@@ -551,11 +600,14 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
             elif noise is not None:
                 c.test = t_test_with_noise(x, y, noise)
         family.append(c)
+        scale_clashes.append(scale_clash)
     tested = [c for c in family if c.test is not None]
     for c, p in zip(tested, holm([c.test.p for c in tested])):
         c.p_holm, c.m = p, len(tested)
-    for c in family:  # the same settings on HellaSwag, unless refused for another length or size
-        if not (c.refused or "").startswith("not compared: other"):
+    for c, scale_clash in zip(family, scale_clashes):  # the same settings on HellaSwag, unless of another length
+        if scale_clash:  # or size (a longer or larger run is expected to score higher too)
+            c.hs_refused = "not compared: " + ", ".join(scale_clash)
+        else:
             c.hs_test, c.hs_answers, c.hs_refused = pooled_hellaswag(_hellaswag_runs(c.run, groups),
                                                                      _hellaswag_runs(c.other, groups))
     tested = [c for c in family if c.hs_test is not None]

@@ -288,9 +288,9 @@ def hellaswag_cell(run, reference, groups, family, alpha):
     c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
     if c is None:
         return f"{diff:+.4f} not compared"
-    if c.refused and c.refused.startswith("not compared: other"):
-        return c.refused
-    asked = "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+    if (c.hs_refused or "").startswith("not compared: other"):
+        return c.hs_refused
+    asked = "".join(f" [other {k}: {v}]" for k, v in c.differs.items() if k != "validation set")
     if c.hs_test is None:
         return f"{diff:+.4f} {c.hs_refused or 'not compared'}{asked}"
     return f"{diff:+.4f} {hellaswag_holm_verdict(c, alpha)}{asked}"
@@ -393,15 +393,21 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
                      if baseline is None else f"Runs are compared against {chosen}")
         tested = sum(c.test is not None for c in family)
-        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
-                      "the baseline's") + f": {tested} val bpb test(s), Holm-corrected: a verdict is at the corrected p. "
+        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or "
+                      "a run alone) against the baseline's") + f": {tested} val bpb test(s), Holm-corrected: a "
+                      "verdict is at the corrected p. "
                       + {"all": "Settings of other lengths (steps, tokens) or sizes (parameters) are not compared "
                                 "(--match tokens, params, flops or none to ask).",
                          "tokens": "--match tokens: settings of other sizes are compared at equal tokens, marked.",
                          "params": "--match params: settings of other lengths are compared at equal size, marked.",
                          "flops": "--match flops: val bpb at the baseline's training FLOPs, read off each run's "
                                   "curve (bpb vs baseline is the difference there).",
-                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match]))
+                         "none": "--match none: final val bpb compared whatever the lengths, sizes and "
+                                 "validation sets, marked."}[match]
+                      + ("" if match == "none" else " Settings whose val bpb was measured on another validation set "
+                         "(other val shards, or another --val_steps, --val_batch_size or --val_seq_len, with one "
+                         "tokenizer) are not compared: the difference would be partly other text (--match none to "
+                         "ask).")))
         notes = [n for n in notes if n]
         hs_tested = sum(c.hs_test is not None for c in family)
         hellaswag_how = ("HellaSwag vs baseline: a two-proportion z-test of the two settings' acc_norm, answers "
@@ -760,6 +766,7 @@ def render_summary(board, fmt):
     """The settings' summary as CSV (one number a column), Markdown or LaTeX (mean ± std, n, 95% CI, Δ, p, Holm p,
     verdict)."""
     rows = summary_rows(board)
+    tested = sum(c.test is not None for c in board.family)
     what = "val bpb at the baseline's training FLOPs" if board.match == "flops" else "final val bpb"
     if fmt == "csv":
         import csv
@@ -781,7 +788,8 @@ def render_summary(board, fmt):
              for r in rows]
     headers = ["Setting", "n", "Val bpb mean ± std", "95% CI of the mean", "Δ vs baseline", "p", "Holm p", "Verdict"]
     caption = (f"{what}; each setting against the baseline {rows[0].name if rows else MISSING} (Welch's t-test, or "
-               f"a t-test with the measured noise for a single run); Holm's correction over the tests; verdict at "
+               f"a t-test with the measured noise for a single run); Holm's correction over the {tested} tests "
+               f"{'of every pair of settings (--pairs)' if board.pairs else 'against the baseline'}; verdict at "
                f"p < {board.alpha:g}")
     align = "lrllrrrl"
     if any(r.core or r.gold_bpb for r in rows):  # --evals figures: two more columns (none without, as before)

@@ -206,3 +206,32 @@ def test_match_flops_without_the_baselines_flops_and_with_seeds_not_shown(tmp_pa
                         write=False, match="flops")["board"]
     assert cells_by_run(board)["20260102_000000_Idea"]["bpb vs baseline"] == \
         "not compared: the baseline records no training FLOPs"
+
+
+VAL = dict(val_steps=4, val_batch_size=4096, val_seq_len=256, val_shards=["data/fw_gpt2/val_000000.bin"])
+
+
+def test_val_bpb_on_another_validation_set_is_not_compared_as_if_equal(tmp_path):
+    """val bpb is measured on the first val_steps x val_batch_size / val_seq_len windows of the val shards: Idea
+    scored on 8 x 16 = 128 rows against Base's 4 x 16 = 64, Other on other shards, so their val bpb differences
+    are partly other text, whatever the seeds say. Not compared unless --match none (then marked); HellaSwag, which
+    does not read the val shards, still is; another tokenizer (bpb across tokenizers) still is."""
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1, **VAL)
+    _group(root, "Idea", [v - 0.015 for v in BASE], 2, acc=0.33, **dict(VAL, val_steps=8))
+    _group(root, "Other", [v - 0.015 for v in BASE], 3, **dict(VAL, val_shards=["data/fw2_gpt2/val_000000.bin"]))
+    _group(root, "Tok", [v - 0.015 for v in BASE], 4, tokenizer_ranks_sha256="ccc333", tokenizer_name="mytok",
+           **dict(VAL, val_shards=["data/fw_mytok/val_000000.bin"]))
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False)["board"]
+    cells = cells_by_run(board)
+    assert cells["20260102_000000_Idea"]["bpb vs baseline"] == \
+        "not compared: other validation set (128 vs 64 rows of 256 tokens)"
+    assert cells["20260103_000000_Other"]["bpb vs baseline"] == \
+        "not compared: other validation set (data/fw2_gpt2/val_000000.bin vs data/fw_gpt2/val_000000.bin)"
+    p = _p_of_shift(0.015)  # Tok's is the one val bpb test made: its p is Holm's
+    assert cells["20260104_000000_Tok"]["bpb vs baseline"] == f"-0.0150 better, {stats.format_p(p)}"
+    assert cells["20260102_000000_Idea"]["HellaSwag vs baseline"].startswith("+0.0300 better")
+    cells = cells_by_run(cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="none")["board"])
+    assert cells["20260102_000000_Idea"]["bpb vs baseline"] == (  # three tests of one p now: Holm's is 3 p
+        f"-0.0150 not distinguishable, Holm {stats.format_p(3 * p)} [other validation set: 128 vs 64 rows of 256 "
+        "tokens]")
