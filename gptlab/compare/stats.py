@@ -534,6 +534,7 @@ class SettingComparison:
     refused: str = None
     differs: dict = None
     n: tuple = None  # (values, values of other)
+    summaries: tuple = None  # ((mean, std, n), (mean, std, n)) of the values tested, when both have 2 or more
     m: int = 0  # tests in the family Holm corrects over
     # HellaSwag acc_norm, a family of its own (pooled_hellaswag): the test, its answers, Holm's p over the
     # HellaSwag tests made and their number; hs_refused says why none was made
@@ -597,6 +598,7 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
             c.diff, c.n = statistics.mean(x) - statistics.mean(y), (len(x), len(y))
             if len(x) >= 2 and len(y) >= 2:
                 c.test = welch_t_test(x, y)
+                c.summaries = tuple((statistics.mean(v), statistics.stdev(v), len(v)) for v in (x, y))
             elif noise is not None:
                 c.test = t_test_with_noise(x, y, noise)
         family.append(c)

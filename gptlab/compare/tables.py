@@ -494,23 +494,21 @@ def comparison_lines(board):
     """One line per comparison of the family (each setting against the baseline's, or every pair): seed groups by
     Welch's t-test on val bpb, a run alone by a t-test with the measured noise, and both on HellaSwag by the pooled
     two-proportion test; each family's Holm-corrected p decides its verdict; a comparison refused says why."""
-    detailed = {id(getattr(c, "setting", None)): c for c in board.comparisons}
     lines = []
-    for s in board.family:
+    for s in board.family:  # each line reports the test its verdict is from (--match flops: values at the FLOPs)
         name, other = s.run.model_name, s.other.model_name
-        c = detailed.get(id(s))
         if s.refused:
             lines.append(f"{name} vs {other}: {s.refused}" + _hellaswag_part(s, board.alpha))
             continue
         p = s.p_holm
         asked = "".join(f" [other {k}: {v}]" for k, v in s.differs.items())
         hs = _hellaswag_part(s, board.alpha)
-        if c is not None:
-            (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
-            verdict = ("lower" if c.bpb.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+        if s.summaries is not None:
+            (mean, std, n), (ref_mean, ref_std, ref_n) = s.summaries
+            verdict = ("lower" if s.test.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
             lines.append(f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {other} ({ref_mean:.4f} ± {ref_std:.4f}, "
-                         f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
-                         f"{format_p(c.bpb.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})"
+                         f"n={ref_n}): val bpb {s.test.diff:+.4f}, Welch t = {s.test.t:.2f}, df = {s.test.df:.1f}, "
+                         f"{format_p(s.test.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})"
                          + hs + asked)
         elif s.test is None:
             lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, noise unknown{hs}"

@@ -184,6 +184,11 @@ def test_match_flops_reads_val_bpb_off_the_curve_at_the_baselines_compute(tmp_pa
     cell = cells_by_run(board)["20260102_000000_Long"]["bpb vs baseline"]
     assert cell.startswith("-0.0250 better") and cell.endswith("[other length: 80 vs 40 steps]")
     assert "at the baseline's training FLOPs" in cmp.render_text(board)
+    # the line under the table reports the same test (values at Base's FLOPs: 1.2800 ± 0.0050), not final val bpb's
+    t = -0.025 / math.sqrt(2 * 2.5e-5 / 3)
+    (line,) = comparison_lines(board)
+    assert line.startswith(f"Long (1.2800 ± 0.0050, n=3) vs Base (1.3050 ± 0.0050, n=3): val bpb -0.0250, Welch "
+                           f"t = {t:.2f}, df = 4.0, {stats.format_p(_p_of_shift(0.025))} (lower)"), line
     # a run that stopped short of the baseline's FLOPs is not compared
     _group(root, "Short", BASE, 3, steps=20, num_layers=7)
     board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, match="flops")["board"]
