@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from gptlab.compare.diff import research_code_notes
 from gptlab.compare.runs import MISSING, Run
-from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
+from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, _values, bpb_noise,
                                   compare_groups, compare_settings, format_p, group_of, hellaswag_holm_verdict,
                                   holm_verdict, pick_reference, runs_needed, seed_groups, setting_key)
 from gptlab.core.errors import UserError, escape_controls
@@ -720,10 +720,12 @@ def summary_rows(board):
     names, rows = {}, []
     for key, run in settings.items():
         group = group_of(run, board.groups)
-        values = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
-        counted = group.counted_runs("val_bpb") if len(values) >= 2 else [run]  # the runs of `values`
-        n, mean = len(values), sum(values) / len(values)
-        std = statistics.stdev(values) if n >= 2 else None
+        finals = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
+        counted = group.counted_runs("val_bpb") if len(finals) >= 2 else [run]  # the runs of `finals`
+        # the values the comparisons tested: final val bpb, or (--match flops) val bpb at the baseline's FLOPs
+        values = _values(run, board.groups, "matched_bpb") if board.match == "flops" else finals
+        n, mean = len(values) or len(finals), sum(values) / len(values) if values else None
+        std = statistics.stdev(values) if len(values) >= 2 else None
         half = None if std is None else float(scipy_stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
         names[run.model_name] = names.get(run.model_name, 0) + 1
         name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
@@ -807,6 +809,8 @@ def render_summary(board, fmt):
 
 
 def _mean_std(mean, std):
+    if mean is None:  # --match flops: a setting whose curve does not reach the baseline's FLOPs
+        return MISSING
     return f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}")
 
 

@@ -240,3 +240,26 @@ def test_val_bpb_on_another_validation_set_is_not_compared_as_if_equal(tmp_path)
     assert cells["20260102_000000_Idea"]["bpb vs baseline"] == (  # three tests of one p now: Holm's is 3 p
         f"-0.0150 not distinguishable, Holm {stats.format_p(3 * p)} [other validation set: 128 vs 64 rows of 256 "
         "tokens]")
+
+
+def test_the_summary_under_match_flops_gives_the_values_it_tested(tmp_path):
+    """--match flops --summary csv: Long's mean is its val bpb at Base's FLOPs (final + 0.375, by hand), so the
+    mean, its interval and Δ vs baseline describe one quantity; Short, which never reached them, has no mean there."""
+    import csv
+    import io
+
+    root = str(tmp_path)
+    _group(root, "Base", BASE, 1)
+    _group(root, "Long", [v - 0.4 for v in BASE], 2, steps=80)
+    _group(root, "Short", BASE, 3, steps=20, num_layers=7)
+    out = io.StringIO()
+    cmp.compare([], experiments_dir=root, out=out, summary="csv", match="flops")
+    rows = {r["setting"]: r for r in csv.DictReader(io.StringIO(out.getvalue()))}
+    assert float(rows["Long"]["val_bpb_mean"]) == pytest.approx(1.305 - 0.4 + 0.375, abs=1e-9)
+    assert float(rows["Long"]["diff_vs_baseline"]) == pytest.approx(-0.025, abs=1e-9)
+    assert float(rows["Base"]["val_bpb_mean"]) == pytest.approx(1.305, abs=1e-9)
+    assert rows["Short"]["val_bpb_mean"] == "" and rows["Short"]["verdict"].startswith(
+        "not compared: did not reach the baseline's training FLOPs")
+    md = io.StringIO()
+    cmp.compare([], experiments_dir=root, out=md, summary="md", match="flops")  # no mean: a dash, no traceback
+    assert "| Short | 3 | — |" in md.getvalue()
