@@ -479,7 +479,7 @@ NOISE_HEADERS = ["Model", "Runs", "Seeds", "Val bpb mean ± std", "HellaSwag acc
 
 
 def _hellaswag_part(s, alpha):
-    """'; HellaSwag acc_norm +0.0113, two-proportion z = 0.72, p = 0.47, Holm p = 0.94 (not distinguishable) (...)'
+    """'; HellaSwag acc_norm +0.0113, two-proportion z = 0.72, p = 0.47, Holm p = 0.94 (not distinguishable; ...)'
     for a comparison of the family with a HellaSwag test, else ''."""
     if s.hs_test is None:
         return ""
