@@ -273,19 +273,28 @@ def setting_bpb(run, groups):
     return f"{stats[0]:.4f} ± {stats[1]:.4f}" if stats else MISSING
 
 
+def _versus(run, reference, groups, family, attr):
+    """(the cell, None) when run vs reference on `attr` needs no test (the reference itself, a figure missing or not
+    final, a run of the reference's seed group), else (None, the family's comparison of run's setting with the
+    reference's, or None)."""
+    cell = _unjudged(run, reference, attr)
+    if cell is not None:
+        return cell, None
+    group = group_of(run, groups)
+    if group is not None and group is group_of(reference, groups):
+        return f"{getattr(run, attr) - getattr(reference, attr):+.4f} same config (seed noise)", None
+    key = setting_key(run)
+    return None, next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+
+
 def hellaswag_cell(run, reference, groups, family, alpha):
     """The "HellaSwag vs baseline" cell: its setting's answers against the baseline's (pooled over the seeds),
     Holm-corrected over the HellaSwag family; refused as its val bpb comparison is for another length or size (a
     longer run is expected to score higher too); asked for (--match), the same mark."""
-    cell = _unjudged(run, reference, "hs_acc_norm")
+    cell, c = _versus(run, reference, groups, family, "hs_acc_norm")
     if cell is not None:
         return cell
     diff = run.hs_acc_norm - reference.hs_acc_norm
-    group = group_of(run, groups)
-    if group is not None and group is group_of(reference, groups):
-        return f"{diff:+.4f} same config (seed noise)"
-    key = setting_key(run)
-    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
     if c is None:
         return f"{diff:+.4f} not compared"
     if (c.hs_refused or "").startswith("not compared: other"):
@@ -299,14 +308,9 @@ def hellaswag_cell(run, reference, groups, family, alpha):
 def bpb_cell(run, reference, groups, family, alpha, match):
     """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
     attr = "matched_bpb" if match == "flops" else "val_bpb"
-    cell = _unjudged(run, reference, "val_bpb")
+    cell, c = _versus(run, reference, groups, family, "val_bpb")
     if cell is not None:
         return cell
-    group = group_of(run, groups)
-    if group is not None and group is group_of(reference, groups):
-        return f"{run.val_bpb - reference.val_bpb:+.4f} same config (seed noise)"
-    key = setting_key(run)
-    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
     if c is None or c.refused:
         return c.refused if c is not None else "not compared"
     mine, theirs = getattr(run, attr, None), getattr(reference, attr, None)
