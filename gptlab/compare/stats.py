@@ -364,18 +364,31 @@ class GroupComparison:
     hs_answers: tuple = None  # (n, reference n)
 
 
+def pooled_hellaswag(runs, other_runs):
+    """(two-proportion test, (answers, other's answers), None) of two settings' HellaSwag acc_norm, the answers
+    pooled over each one's runs (one per seed); (None, None, why) when there is no test to make: a run's n
+    unknown, or answers to other examples (the first 1000 do not compare with all 10042)."""
+    counts = [[hellaswag_counts(r) for r in side] for side in (runs, other_runs)]
+    if not all(counts):
+        return None, None, None
+    if any(None in c for c in counts):
+        return None, None, "(n unknown)"
+    ns = [sorted({n for _, n in c}) for c in counts]
+    if len(set(ns[0] + ns[1])) > 1:
+        shown = [" / ".join(map(str, side)) for side in ns]
+        return None, None, f"not compared (n = {shown[0]} vs {shown[1]}: other examples)"
+    (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
+    return two_proportion_test(k_a, n_a, k_b, n_b), (n_a, n_b), None
+
+
 def compare_groups(group, reference):
     bpb, ref_bpb = group.stats("val_bpb"), reference.stats("val_bpb")
     if bpb is None or ref_bpb is None:
         return None
     result = GroupComparison(group, reference, welch_t_test(group.values("val_bpb"), reference.values("val_bpb")),
                              bpb, ref_bpb)
-    counts = [[hellaswag_counts(r) for r in g.counted_runs("hs_acc_norm")] for g in (group, reference)]
-    # pooled only over one set of examples: answers on the first 1000 do not compare with answers on all 10042
-    if all(c and None not in c for c in counts) and len({n for c in counts for _, n in c}) == 1:
-        (k_a, n_a), (k_b, n_b) = ([sum(x) for x in zip(*c)] for c in counts)
-        result.hellaswag = two_proportion_test(k_a, n_a, k_b, n_b)
-        result.hs_answers = (n_a, n_b)
+    result.hellaswag, result.hs_answers, _ = pooled_hellaswag(group.counted_runs("hs_acc_norm"),
+                                                              reference.counted_runs("hs_acc_norm"))
     return result
 
 
@@ -448,6 +461,50 @@ def scale_differences(run, reference):
     return out
 
 
+def _whole(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _validation_set(run):
+    """(rows, tokens a row, {"val_shards"/"val_files": project paths}) that the run's val bpb was measured on (the
+    first val_steps x (val_batch_size // val_seq_len) windows of the val shards), each None or absent when not
+    recorded."""
+    config = run.config or {}
+    steps, batch, seq = (_whole(config.get(k)) for k in ("val_steps", "val_batch_size", "val_seq_len"))
+    rows = steps * (batch // seq) if None not in (steps, batch, seq) else None
+    files, root = {}, run_root(run.path, config)
+    for key in ("val_shards", "val_files"):  # the shards it read, else the patterns it was given (older runs)
+        value = config.get(key)
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+            files[key] = [_project_path(x, root) for x in value]
+    return rows, seq, files
+
+
+def _shards_difference(a, b):
+    only_a, only_b = [x for x in a if x not in b], [x for x in b if x not in a]
+    if only_a and only_b:
+        return " vs ".join(", ".join(x[:2]) + (f" (+{len(x) - 2} more)" if len(x) > 2 else "")
+                           for x in (only_a, only_b))
+    return f"{len(a)} vs {len(b)} val shards" if len(a) != len(b) else "the val shards in another order"
+
+
+def validation_difference(run, other):
+    """'128 vs 64 rows of 256 tokens' (or the val shards of each) when the two runs' val bpb were measured on other
+    text, else None. Runs of other tokenizers read other shards of (it is assumed) the same text, so bpb, which is
+    per byte, is compared across them: only runs of one tokenizer are checked."""
+    if run.tokenizer_id != other.tokenizer_id:
+        return None
+    (rows, seq, files), (o_rows, o_seq, o_files) = _validation_set(run), _validation_set(other)
+    key = next((k for k in ("val_shards", "val_files") if k in files and k in o_files), None)
+    if key and files[key] != o_files[key]:
+        return _shards_difference(files[key], o_files[key])
+    if None not in (rows, o_rows) and (rows, seq) != (o_rows, o_seq):
+        return f"{rows} vs {o_rows} rows of {seq} tokens" if seq == o_seq else \
+            f"{rows} rows of {seq} vs {o_rows} rows of {o_seq} tokens"
+    return None
+
+
 def bpb_at_flops(run, flops):
     """The run's val bpb after `flops` training FLOPs, read off its curve (metrics.csv's val rows, FLOPs in
     proportion to tokens), linear in log FLOPs between evaluations; its final val bpb when it ended within 0.1% of
@@ -477,7 +534,15 @@ class SettingComparison:
     refused: str = None
     differs: dict = None
     n: tuple = None  # (values, values of other)
+    summaries: tuple = None  # ((mean, std, n), (mean, std, n)) of the values tested, when both have 2 or more
     m: int = 0  # tests in the family Holm corrects over
+    # HellaSwag acc_norm, a family of its own (pooled_hellaswag): the test, its answers, Holm's p over the
+    # HellaSwag tests made and their number; hs_refused says why none was made
+    hs_test: ProportionTest = None
+    hs_answers: tuple = None
+    hs_p_holm: float = None
+    hs_m: int = 0
+    hs_refused: str = None
 
 
 def _values(run, groups, attr):
@@ -512,11 +577,16 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
         for run in finished + [r for g in groups for r in g.runs]:  # the seed groups' runs not shown too
             run.matched_bpb = bpb_at_flops(run, flops) if flops and run.final else None
         attr = "matched_bpb"
-    family = []
+    family, scale_clashes = [], []
     for a, b in couples:
         c = SettingComparison(a, b, differs=scale_differences(a, b))
-        held = {"all": ("length", "size"), "tokens": ("length",), "params": ("size",)}.get(match, ())
+        val = validation_difference(a, b)
+        if val:  # val bpb of other text: held whatever the budget match, compared only under --match none
+            c.differs["validation set"] = val
+        held = {"all": ("length", "size"), "tokens": ("length",), "params": ("size",)}.get(match, ()) + \
+            (("validation set",) if match != "none" else ())
         clash = [f"other {k} ({v})" for k, v in c.differs.items() if k in held]
+        scale_clash = [f"other {k} ({v})" for k, v in c.differs.items() if k in held and k in ("length", "size")]
         x, y = _values(a, groups, attr), _values(b, groups, attr)
         if clash:
             c.refused = "not compared: " + ", ".join(clash)
@@ -528,13 +598,31 @@ def compare_settings(runs, reference, groups, noise, match="all", pairs=False):
             c.diff, c.n = statistics.mean(x) - statistics.mean(y), (len(x), len(y))
             if len(x) >= 2 and len(y) >= 2:
                 c.test = welch_t_test(x, y)
+                c.summaries = tuple((statistics.mean(v), statistics.stdev(v), len(v)) for v in (x, y))
             elif noise is not None:
                 c.test = t_test_with_noise(x, y, noise)
         family.append(c)
+        scale_clashes.append(scale_clash)
     tested = [c for c in family if c.test is not None]
     for c, p in zip(tested, holm([c.test.p for c in tested])):
         c.p_holm, c.m = p, len(tested)
+    for c, scale_clash in zip(family, scale_clashes):  # the same settings on HellaSwag, unless of another length
+        if scale_clash:  # or size (a longer or larger run is expected to score higher too)
+            c.hs_refused = "not compared: " + ", ".join(scale_clash)
+        else:
+            c.hs_test, c.hs_answers, c.hs_refused = pooled_hellaswag(_hellaswag_runs(c.run, groups),
+                                                                     _hellaswag_runs(c.other, groups))
+    tested = [c for c in family if c.hs_test is not None]
+    for c, p in zip(tested, holm([c.hs_test.p for c in tested])):
+        c.hs_p_holm, c.hs_m = p, len(tested)
     return family
+
+
+def _hellaswag_runs(run, groups):
+    """The runs whose HellaSwag answers stand for run's setting: its seed group's (one per seed), else its own."""
+    group = group_of(run, groups)
+    counted = group.counted_runs("hs_acc_norm") if group else []
+    return counted or ([run] if run.final and run.hs_acc_norm is not None else [])
 
 
 def holm_verdict(c, alpha, lower_is_better=True):
@@ -542,7 +630,18 @@ def holm_verdict(c, alpha, lower_is_better=True):
     raw p is in the lines under the table and in --summary)."""
     if c.p_holm is None:
         return None
-    word = _verdict(c.test.diff, c.p_holm, alpha, lower_is_better).split(",")[0]
-    if c.m <= 1:  # a family of one: Holm's p is the p
-        return f"{word}, {format_p(c.test.p)}"
-    return f"{word}, Holm {format_p(c.p_holm)}"
+    return _holm_words(c.test.diff, c.test.p, c.p_holm, c.m, alpha, lower_is_better)
+
+
+def hellaswag_holm_verdict(c, alpha):
+    """holm_verdict of the HellaSwag family (higher acc_norm is better)."""
+    if c.hs_p_holm is None:
+        return None
+    return _holm_words(c.hs_test.diff, c.hs_test.p, c.hs_p_holm, c.hs_m, alpha, lower_is_better=False)
+
+
+def _holm_words(diff, p, p_holm, m, alpha, lower_is_better):
+    word = _verdict(diff, p_holm, alpha, lower_is_better).split(",")[0]
+    if m <= 1:  # a family of one: Holm's p is the p
+        return f"{word}, {format_p(p)}"
+    return f"{word}, Holm {format_p(p_holm)}"

@@ -11,8 +11,8 @@ from tabulate import tabulate
 
 from gptlab.compare.diff import research_code_notes
 from gptlab.compare.runs import MISSING, Run
-from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, bpb_noise,
-                                  compare_groups, compare_hellaswag, compare_settings, format_p, group_of,
+from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, _values, bpb_noise,
+                                  compare_groups, compare_settings, format_p, group_of, hellaswag_holm_verdict,
                                   holm_verdict, pick_reference, runs_needed, seed_groups, setting_key)
 from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write_text
@@ -273,29 +273,44 @@ def setting_bpb(run, groups):
     return f"{stats[0]:.4f} ± {stats[1]:.4f}" if stats else MISSING
 
 
-def _like_with_like(cell, run, reference, family):
-    """The HellaSwag cell of a run whose setting's val bpb comparison was refused for another length or size: the
-    same refusal (a longer run is expected to score higher too); asked for (--match), the same mark."""
+def _versus(run, reference, groups, family, attr):
+    """(the cell, None) when run vs reference on `attr` needs no test (the reference itself, a figure missing or not
+    final, a run of the reference's seed group), else (None, the family's comparison of run's setting with the
+    reference's, or None)."""
+    cell = _unjudged(run, reference, attr)
+    if cell is not None:
+        return cell, None
+    group = group_of(run, groups)
+    if group is not None and group is group_of(reference, groups):
+        return f"{getattr(run, attr) - getattr(reference, attr):+.4f} same config (seed noise)", None
     key = setting_key(run)
-    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
-    if c is None or cell in ("reference", MISSING):
+    return None, next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
+
+
+def hellaswag_cell(run, reference, groups, family, alpha):
+    """The "HellaSwag vs baseline" cell: its setting's answers against the baseline's (pooled over the seeds),
+    Holm-corrected over the HellaSwag family; refused as its val bpb comparison is for another length or size (a
+    longer run is expected to score higher too); asked for (--match), the same mark."""
+    cell, c = _versus(run, reference, groups, family, "hs_acc_norm")
+    if cell is not None:
         return cell
-    if c.refused and c.refused.startswith("not compared: other"):
-        return c.refused
-    return cell + "".join(f" [other {k}: {v}]" for k, v in c.differs.items())
+    diff = run.hs_acc_norm - reference.hs_acc_norm
+    if c is None:
+        return f"{diff:+.4f} not compared"
+    if (c.hs_refused or "").startswith("not compared: other"):
+        return c.hs_refused
+    asked = "".join(f" [other {k}: {v}]" for k, v in c.differs.items() if k != "validation set")
+    if c.hs_test is None:
+        return f"{diff:+.4f} {c.hs_refused or 'not compared'}{asked}"
+    return f"{diff:+.4f} {hellaswag_holm_verdict(c, alpha)}{asked}"
 
 
 def bpb_cell(run, reference, groups, family, alpha, match):
     """The "bpb vs baseline" cell: its setting's comparison with the baseline's (Holm-corrected p), or why none."""
     attr = "matched_bpb" if match == "flops" else "val_bpb"
-    cell = _unjudged(run, reference, "val_bpb")
+    cell, c = _versus(run, reference, groups, family, "val_bpb")
     if cell is not None:
         return cell
-    group = group_of(run, groups)
-    if group is not None and group is group_of(reference, groups):
-        return f"{run.val_bpb - reference.val_bpb:+.4f} same config (seed noise)"
-    key = setting_key(run)
-    c = next((c for c in family if c.other is reference and setting_key(c.run) == key), None)
     if c is None or c.refused:
         return c.refused if c is not None else "not compared"
     mine, theirs = getattr(run, attr, None), getattr(reference, attr, None)
@@ -373,7 +388,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
             group = group_of(run, groups)
             same_config = group is not None and group is group_of(reference, groups)
             cells += [bpb_cell(run, reference, groups, family, alpha, match),
-                      _like_with_like(compare_hellaswag(run, reference, alpha), run, reference, family),
+                      hellaswag_cell(run, reference, groups, family, alpha),
                       cost_per_bpb(run, reference, same_config)]
         rows.append(cells)
 
@@ -382,18 +397,27 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Runs are compared against {reference.name}, a run of {chosen}"
                      if baseline is None else f"Runs are compared against {chosen}")
         tested = sum(c.test is not None for c in family)
-        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or a run alone) against "
-                      "the baseline's") + f": {tested} test(s), Holm-corrected: a verdict is at the corrected p. "
+        notes.append(("" if not family else ("Every pair of settings" if pairs else "Each setting (a seed group, or "
+                      "a run alone) against the baseline's") + f": {tested} val bpb test(s), Holm-corrected: a "
+                      "verdict is at the corrected p. "
                       + {"all": "Settings of other lengths (steps, tokens) or sizes (parameters) are not compared "
                                 "(--match tokens, params, flops or none to ask).",
                          "tokens": "--match tokens: settings of other sizes are compared at equal tokens, marked.",
                          "params": "--match params: settings of other lengths are compared at equal size, marked.",
                          "flops": "--match flops: val bpb at the baseline's training FLOPs, read off each run's "
                                   "curve (bpb vs baseline is the difference there).",
-                         "none": "--match none: final val bpb compared whatever the lengths and sizes, marked."}[match]))
+                         "none": "--match none: final val bpb compared whatever the lengths, sizes and "
+                                 "validation sets, marked."}[match]
+                      + ("" if match == "none" else " Settings whose val bpb was measured on another validation set "
+                         "(other val shards, or another --val_steps, --val_batch_size or --val_seq_len, with one "
+                         "tokenizer) are not compared: the difference would be partly other text (--match none to "
+                         "ask).")))
         notes = [n for n in notes if n]
-        hellaswag_how = ("HellaSwag: a two-proportion z-test of the two runs' acc_norm over their n examples. "
-                         f"\"better\" / \"worse\" when p < {alpha:g}, else \"not distinguishable\".")
+        hs_tested = sum(c.hs_test is not None for c in family)
+        hellaswag_how = ("HellaSwag vs baseline: a two-proportion z-test of the two settings' acc_norm, answers "
+                         "pooled over each setting's seeds (only answers to the same examples), a family of its own: "
+                         f"{hs_tested} test(s), Holm-corrected; runs of the baseline's seed group are the same config. "
+                         f"\"better\" / \"worse\" when the corrected p < {alpha:g}, else \"not distinguishable\".")
         if noise is not None:
             notes.append("val bpb p: Welch's t-test of the two settings' seed groups when both have 2+ seeds, else a "
                          f"t-test of their means with the run-to-run std {noise.std:.4f} ({noise.source}; a run "
@@ -458,47 +482,57 @@ def noise_rows(groups):
 NOISE_HEADERS = ["Model", "Runs", "Seeds", "Val bpb mean ± std", "HellaSwag acc_norm mean ± std", "Run folders"]
 
 
+def _hellaswag_part(s, alpha):
+    """'; HellaSwag acc_norm +0.0113, two-proportion z = 0.72, p = 0.47, Holm p = 0.94 (not distinguishable; ...)'
+    for a comparison of the family with a HellaSwag test, else ''."""
+    if s.hs_test is None:
+        return ""
+    t, (n_a, n_b) = s.hs_test, s.hs_answers
+    verdict = ("higher" if t.diff > 0 else "lower") if s.hs_p_holm < alpha else "not distinguishable"
+    return (f"; HellaSwag acc_norm {t.diff:+.4f}, two-proportion z = {t.z:.2f}, {format_p(t.p)}"
+            + ("" if s.hs_m <= 1 else f", Holm {format_p(s.hs_p_holm)}")
+            + f" ({verdict}; {n_a:,} vs {n_b:,} answers pooled over the seeds)")
+
+
 def comparison_lines(board):
     """One line per comparison of the family (each setting against the baseline's, or every pair): seed groups by
-    Welch's t-test on val bpb (and the pooled two-proportion test on HellaSwag), a run alone by a t-test with the
-    measured noise; the Holm-corrected p decides the verdict; a comparison refused says why."""
-    detailed = {id(getattr(c, "setting", None)): c for c in board.comparisons}
+    Welch's t-test on val bpb, a run alone by a t-test with the measured noise, and both on HellaSwag by the pooled
+    two-proportion test; each family's Holm-corrected p decides its verdict; a comparison refused says why."""
     lines = []
-    for s in board.family:
+    for s in board.family:  # each line reports the test its verdict is from (--match flops: values at the FLOPs)
         name, other = s.run.model_name, s.other.model_name
-        c = detailed.get(id(s))
         if s.refused:
-            lines.append(f"{name} vs {other}: {s.refused}")
+            lines.append(f"{name} vs {other}: {s.refused}" + _hellaswag_part(s, board.alpha))
             continue
-        p = s.p_holm if s.p_holm is not None else None
+        p = s.p_holm
         asked = "".join(f" [other {k}: {v}]" for k, v in s.differs.items())
-        if c is not None:
-            (mean, std, n), (ref_mean, ref_std, ref_n) = c.bpb_stats, c.ref_bpb_stats
-            verdict = ("lower" if c.bpb.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
-            line = (f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {other} ({ref_mean:.4f} ± {ref_std:.4f}, "
-                    f"n={ref_n}): val bpb {c.bpb.diff:+.4f}, Welch t = {c.bpb.t:.2f}, df = {c.bpb.df:.1f}, "
-                    f"{format_p(c.bpb.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})")
-            if c.hellaswag is not None:
-                line += (f"; HellaSwag acc_norm {c.hellaswag.diff:+.4f}, two-proportion z = {c.hellaswag.z:.2f}, "
-                         f"{format_p(c.hellaswag.p)} ({c.hs_answers[0]:,} vs {c.hs_answers[1]:,} answers pooled "
-                         "over the seeds)")
-            lines.append(line + asked)
+        hs = _hellaswag_part(s, board.alpha)
+        if s.summaries is not None:
+            (mean, std, n), (ref_mean, ref_std, ref_n) = s.summaries
+            verdict = ("lower" if s.test.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
+            lines.append(f"{name} ({mean:.4f} ± {std:.4f}, n={n}) vs {other} ({ref_mean:.4f} ± {ref_std:.4f}, "
+                         f"n={ref_n}): val bpb {s.test.diff:+.4f}, Welch t = {s.test.t:.2f}, df = {s.test.df:.1f}, "
+                         f"{format_p(s.test.p)}" + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict})"
+                         + hs + asked)
         elif s.test is None:
-            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, noise unknown{asked}")
+            lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, noise unknown{hs}"
+                         f"{asked}")
         else:
             verdict = ("lower" if s.diff < 0 else "higher") if p < board.alpha else "not distinguishable"
             lines.append(f"{name} (n={s.n[0]}) vs {other} (n={s.n[1]}): val bpb {s.diff:+.4f}, "
                          f"{'Welch ' if s.test.how == 'Welch' else ''}t = {s.test.t:.2f}, df = {s.test.df:.1f}"
                          f"{'' if s.test.how == 'Welch' else ' (measured noise)'}, {format_p(s.test.p)}"
-                         + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict}){asked}")
+                         + ("" if s.m <= 1 else f", Holm {format_p(p)}") + f" ({verdict}){hs}{asked}")
     return lines
 
 
 def comparisons_title(board):
     tested = sum(s.test is not None for s in board.family)
+    hs_tested = sum(s.hs_test is not None for s in board.family)
     what = "every pair of settings" if board.pairs else "each setting against the baseline's"
     at = " at the baseline's training FLOPs" if board.match == "flops" else ""
-    return f"Settings compared ({what}, val bpb{at}; Holm's correction over {tested} test(s)):"
+    hs = f"; HellaSwag: Holm's correction over its own {hs_tested} test(s)" if hs_tested else ""
+    return f"Settings compared ({what}, val bpb{at}; Holm's correction over {tested} test(s){hs}):"
 
 
 def one_line(text):
@@ -690,10 +724,12 @@ def summary_rows(board):
     names, rows = {}, []
     for key, run in settings.items():
         group = group_of(run, board.groups)
-        values = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
-        counted = group.counted_runs("val_bpb") if len(values) >= 2 else [run]  # the runs of `values`
-        n, mean = len(values), sum(values) / len(values)
-        std = statistics.stdev(values) if n >= 2 else None
+        finals = group.values("val_bpb") if group and len(group.values("val_bpb")) >= 2 else [run.val_bpb]
+        counted = group.counted_runs("val_bpb") if len(finals) >= 2 else [run]  # the runs of `finals`
+        # the values the comparisons tested: final val bpb, or (--match flops) val bpb at the baseline's FLOPs
+        values = _values(run, board.groups, "matched_bpb") if board.match == "flops" else finals
+        n, mean = len(values) or len(finals), sum(values) / len(values) if values else None
+        std = statistics.stdev(values) if len(values) >= 2 else None
         half = None if std is None else float(scipy_stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
         names[run.model_name] = names.get(run.model_name, 0) + 1
         name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
@@ -734,6 +770,7 @@ def render_summary(board, fmt):
     """The settings' summary as CSV (one number a column), Markdown or LaTeX (mean ± std, n, 95% CI, Δ, p, Holm p,
     verdict)."""
     rows = summary_rows(board)
+    tested = sum(c.test is not None for c in board.family)
     what = "val bpb at the baseline's training FLOPs" if board.match == "flops" else "final val bpb"
     if fmt == "csv":
         import csv
@@ -755,7 +792,8 @@ def render_summary(board, fmt):
              for r in rows]
     headers = ["Setting", "n", "Val bpb mean ± std", "95% CI of the mean", "Δ vs baseline", "p", "Holm p", "Verdict"]
     caption = (f"{what}; each setting against the baseline {rows[0].name if rows else MISSING} (Welch's t-test, or "
-               f"a t-test with the measured noise for a single run); Holm's correction over the tests; verdict at "
+               f"a t-test with the measured noise for a single run); Holm's correction over the {tested} tests "
+               f"{'of every pair of settings (--pairs)' if board.pairs else 'against the baseline'}; verdict at "
                f"p < {board.alpha:g}")
     align = "lrllrrrl"
     if any(r.core or r.gold_bpb for r in rows):  # --evals figures: two more columns (none without, as before)
@@ -775,6 +813,8 @@ def render_summary(board, fmt):
 
 
 def _mean_std(mean, std):
+    if mean is None:  # --match flops: a setting whose curve does not reach the baseline's FLOPs
+        return MISSING
     return f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}")
 
 

@@ -77,3 +77,21 @@ def test_a_narrow_terminal_keeps_hellaswag_and_names_the_columns_that_never_chan
         assert same not in header
     assert "Same in every row: " in text and "Status finished" in text and "Params 7.34M" in text
     assert max(len(line) for line in text.split("\n\nnote:")[0].splitlines()) <= 120
+
+
+def test_the_summary_under_pairs_says_its_holm_p_is_over_every_pair(tmp_path):
+    """--pairs --summary: A vs Base's Holm p is over the 3 pairs (Base-A, Base-C, A-C, shifts 0.015, 0.020, 0.035),
+    by hand: sorted A-C, C-Base, A-Base; A-Base gets max(3 p_AC, 2 p_C, p_A); the caption says over which tests."""
+    root = str(tmp_path)
+    _lab(root, (("A", -0.015), ("C", 0.020)))
+    p_a, p_c, p_ac = (t_p(s / math.sqrt(2 * 2.5e-5 / 3), 4) for s in (0.015, 0.020, 0.035))
+    out = io.StringIO()
+    cmp.compare([], experiments_dir=root, out=out, summary="csv", pairs=True)
+    a = list(csv.DictReader(io.StringIO(out.getvalue())))[1]
+    assert a["setting"] == "A" and float(a["p_holm"]) == pytest.approx(max(3 * p_ac, 2 * p_c, p_a), rel=1e-5)
+    md = io.StringIO()
+    cmp.compare([], experiments_dir=root, out=md, summary="md", pairs=True)
+    assert "Holm's correction over the 3 tests of every pair of settings (--pairs)" in md.getvalue()
+    md = io.StringIO()
+    cmp.compare([], experiments_dir=root, out=md, summary="md")
+    assert "Holm's correction over the 2 tests against the baseline" in md.getvalue()
