@@ -274,8 +274,11 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
             "peak_mem_allocated_gb": mem["allocated_gb"], "peak_mem_reserved_gb": mem["reserved_gb"],
             "peak_mem_label": mem["label"], "n_params": sum(p.numel() for p in model.parameters()),
             "analytical": est,
-            # probe, training and the model-alone pass share one graph: more is a recompile to look into
-            "compiled_graphs": compiled_graphs() - graphs_before if compiled else 0}
+            # probe, training and the model-alone pass share one graph; on CUDA Muon's Newton-Schulz adds one
+            # per matrix shape it orthogonalizes (compiled with dynamic=False): more is a recompile to look into
+            "compiled_graphs": compiled_graphs() - graphs_before if compiled else 0,
+            "expected_graphs": (1 + (len({tuple(p.shape) for g in optimizers[-1].param_groups for p in g["params"]})
+                                     if device.type == "cuda" else 0)) if compiled else 0}
 
 
 def gb_list(values):
@@ -413,7 +416,8 @@ def main(argv=None):
                           f"attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs; model alone "
                           f"{m['tokens_per_s']:,.0f} tokens/s, MFU {mfu(m['mfu'])}; peak memory "
                           f"{r['peak_mem_allocated_gb']:.2f} GB allocated / {r['peak_mem_reserved_gb']:.2f} GB "
-                          f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']}; per rank: "
+                          f"reserved ({r['peak_mem_label']}); graphs compiled {r['compiled_graphs']} (expected "
+                          f"{r['expected_graphs']}: the model's 1 + Newton-Schulz's 1 per Muon matrix shape on CUDA); per rank: "
                           f"training state {gb_list(r['state_gb_per_rank'])} GB (parameters, gradients, optimizer "
                           f"state), peak memory {gb_list(r['peak_mem_allocated_gb_per_rank'])} GB", flush=True)
             if args.shard_params == "both" and ctx.is_main:

@@ -69,7 +69,7 @@ data_dir_with('$evals_data', SHARED_TASKS + ['hellaswag'])"
     cat "$OUT/gpu.txt" ;;
   tests)
     "${LIMIT[@]}" "$PY" -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py tests/unit/test_bpe.py 2>&1 | tee "$OUT/gpu_tests.txt" ;;
-  train)  # its line ends with "graphs compiled N": probe, training and the model-alone pass should share 1
+  train)  # "graphs compiled N (expected M)": the model's one graph + Newton-Schulz's one per Muon matrix shape
     "${LIMIT[@]}" "$PY" bench/bench_train.py --compile on --out "$OUT/bench_train.json" 2>&1 | grep -v "^W[0-9]" \
       | tee "$OUT/bench_train.txt" ;;
   train-eager)
