@@ -78,12 +78,13 @@ def main(argv=None):
     key = api_key(args)
     prompts, prompts_sha = session.load_prompts(args.prompts)
     prompts = prompts[:args.limit]
-    api.check_reachable(args.judge_url)  # before any model loads
     out = args.out or session.default_out(experiment_run, baseline_run, args.judge_model)
     settings = {"baseline": os.path.abspath(baseline_ckpt), "experiment": os.path.abspath(experiment_ckpt),
                 "prompts_sha256": prompts_sha, "max_tokens": args.max_tokens, "temperature": args.temperature,
                 "top_k": args.top_k, "seed": args.seed, "judge_model": args.judge_model,
                 "judge_prompt_sha256": verdicts.PROMPT_SHA256, "judge_max_tokens": args.judge_max_tokens}
+    session.check_settings(out, settings, args.overwrite)
+    api.check_reachable(args.judge_url)  # before any model loads
     from gptlab.core.files import exclusive_lock
     with exclusive_lock(os.path.join(out, ".judge.lock"), f"the judging in {out}"):
         samples, answered, history = session.open_folder(out, settings, args.overwrite)

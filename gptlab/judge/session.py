@@ -140,21 +140,8 @@ def open_folder(out, settings, overwrite):
         for name in OWN_FILES:
             if os.path.exists(os.path.join(out, name)):
                 os.remove(os.path.join(out, name))
-    if os.path.exists(path):
-        saved, why = read_json_file(path, 1 << 20)
-        if not isinstance(saved, dict):
-            raise UserError(f"{path} {why or 'is not a JSON object'}; pass --overwrite to judge again from the start")
-        for key, value in settings.items():
-            if saved.get(key) != value:
-                raise UserError(f"{out} holds a judging with other settings ({key}: {_short(saved.get(key))} there, "
-                                f"{_short(value)} now); run the same command to resume it, pass --overwrite to start "
-                                "again, or --out another folder")
-    else:
+    if not check_settings(out, settings):
         os.makedirs(out, exist_ok=True)
-        for name in (PROMPTS_FILE, VERDICTS_FILE):  # left by a judging whose settings.json was removed
-            if os.path.exists(os.path.join(out, name)):
-                raise UserError(f"{os.path.join(out, name)} exists without {SETTINGS_FILE}; pass --overwrite to judge "
-                                "again from the start, or --out another folder")
         atomic_write_text(path, json.dumps(settings, indent=2) + "\n")
     samples = {r["id"]: r for r in read_jsonl(os.path.join(out, PROMPTS_FILE))}
     history = read_jsonl(os.path.join(out, VERDICTS_FILE))
@@ -162,6 +149,29 @@ def open_folder(out, settings, overwrite):
     for record in history:
         answered[(record["id"], record["order"])] = record
     return samples, answered, history
+
+
+def check_settings(out, settings, overwrite=False):
+    """Whether `out` holds a judging with these settings (to resume); a judging with others is a UserError unless
+    overwrite (which starts again). Reads only: call it before anything is made."""
+    path = os.path.join(out, SETTINGS_FILE)
+    if overwrite:
+        return False
+    if not os.path.exists(path):
+        for name in (PROMPTS_FILE, VERDICTS_FILE):  # left by a judging whose settings.json was removed
+            if os.path.exists(os.path.join(out, name)):
+                raise UserError(f"{os.path.join(out, name)} exists without {SETTINGS_FILE}; pass --overwrite to judge "
+                                "again from the start, or --out another folder")
+        return False
+    saved, why = read_json_file(path, 1 << 20)
+    if not isinstance(saved, dict):
+        raise UserError(f"{path} {why or 'is not a JSON object'}; pass --overwrite to judge again from the start")
+    for key, value in settings.items():
+        if saved.get(key) != value:
+            raise UserError(f"{out} holds a judging with other settings ({key}: {_short(saved.get(key))} there, "
+                            f"{_short(value)} now); run the same command to resume it, pass --overwrite to start "
+                            "again, or --out another folder")
+    return True
 
 
 def _short(value):

@@ -33,7 +33,7 @@ def prefer_first(text, a, b):
 
 class JudgeStandin:
     def __init__(self, rule=prefer_longer, failures=(), stop_after=None, port=0, key=None):
-        """failures: what the first requests get instead of an answer, in order: 429, 500 (statuses), "malformed",
+        """failures: what the first requests get, in order: 429, 500 (statuses), "malformed", None (the answer),
         ("sleep", seconds) (then the answer). stop_after: close the port after that many answers. key: the Bearer
         key required (401 otherwise)."""
         self.rule, self.failures, self.stop_after, self.key = rule, list(failures), stop_after, key
