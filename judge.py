@@ -30,9 +30,9 @@ def build_parser():
                    "checkpoint")
     p.add_argument("experiment", type=path, metavar="EXPERIMENT_RUN", help="a run folder (its latest checkpoint) or "
                    "a checkpoint; the judging is saved in its folder")
-    p.add_argument("--prompts", type=path, default=os.path.relpath(session.DEFAULT_PROMPTS),
+    p.add_argument("--prompts", type=path, default=None,
                    help="the prompts: a .jsonl ({\"prompt\": ...} per line, an optional \"id\") or a text file (one per "
-                   "line)")
+                   "line) (default: the repository's data/judge/fineweb_edu_openings.jsonl)")
     p.add_argument("--limit", type=positive_int, default=None, help="the first N prompts only (default: all)")
     p.add_argument("--judge_url", required=True, help="the API's base URL, e.g. https://api.openai.com/v1 (requests "
                    "go to URL/chat/completions)")
@@ -76,7 +76,7 @@ def main(argv=None):
     baseline_run, baseline_ckpt = session.resolve_run(args.baseline, "BASELINE_RUN")
     experiment_run, experiment_ckpt = session.resolve_run(args.experiment, "EXPERIMENT_RUN")
     key = api_key(args)
-    prompts, prompts_sha = session.load_prompts(args.prompts)
+    prompts, prompts_sha = session.load_prompts(args.prompts or session.DEFAULT_PROMPTS)
     prompts = prompts[:args.limit]
     out = args.out or session.default_out(experiment_run, baseline_run, args.judge_model)
     settings = {"baseline": os.path.abspath(baseline_ckpt), "experiment": os.path.abspath(experiment_ckpt),
@@ -94,7 +94,7 @@ def main(argv=None):
         finally:
             summary = session.summarize([i for i, _ in prompts], answered, history, args.price_in, args.price_out)
             summary.update(baseline=baseline_run, experiment=experiment_run, judge_model=args.judge_model,
-                           judge_url=args.judge_url, prompts_file=args.prompts, settings=settings)
+                           judge_url=args.judge_url, prompts_file=args.prompts or session.DEFAULT_PROMPTS_NAME, settings=settings)
             session.write_summary(out, summary)
     print_summary(summary, out)
     return summary

@@ -27,7 +27,8 @@ PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE, SUMMARY_FILE = ("prompts.jsonl", "ve
                                                             "summary.json")
 OWN_FILES = (PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE, SUMMARY_FILE)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_PROMPTS = os.path.join(REPO_ROOT, "data", "judge", "fineweb_edu_openings.jsonl")
+DEFAULT_PROMPTS_NAME = os.path.join("data", "judge", "fineweb_edu_openings.jsonl")  # in the repository
+DEFAULT_PROMPTS = os.path.join(REPO_ROOT, DEFAULT_PROMPTS_NAME)
 MAX_PROMPT_FILE_BYTES = 64 << 20
 
 
