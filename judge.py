@@ -14,11 +14,12 @@ interruption and it resumes, asking no question twice. The default prompts are t
 documents (ODC-By; data/judge/SOURCES.md). docs/judge.md.
 """
 import os
+import signal
 import sys
 
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, int_in, non_negative_float, path, positive_float,
                              positive_int)
-from gptlab.core.errors import UserError, run_cli
+from gptlab.core.errors import StopRequested, UserError, run_cli
 from gptlab.judge import api, session, verdicts
 
 SEED = int_in(0, 2**62, "must be between 0 and 2**62, got {value}")  # seed + i stays a valid torch seed
@@ -68,7 +69,13 @@ def api_key(args):
     return key
 
 
+def stop_on_sigterm(signum, frame):
+    """SIGTERM ends a judging as Ctrl-C does: summary.json written, the lock released, exit status 143."""
+    raise StopRequested(signum)
+
+
 def main(argv=None):
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = build_parser().parse_args(argv)
     api.check_url(args.judge_url)
     if (args.price_in is None) != (args.price_out is None):

@@ -52,6 +52,8 @@ def check_reachable(url, timeout_s=10.0):
     """Open (and close) a TCP connection to the judge's host, so a judge that is not there fails at once, before any
     model is loaded."""
     parts = urllib.parse.urlsplit(url)
+    if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname):
+        return  # the requests go through a proxy: the host itself may be out of reach from here
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         socket.create_connection((parts.hostname, port), timeout=timeout_s).close()

@@ -171,3 +171,39 @@ def test_bad_input_is_one_error_line(runs, tmp_path):
         proc = run_script(["judge.py", *args], timeout=120, env_extra={"OPENAI_API_KEY": None})
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [expected], proc.stderr
     assert not os.path.exists(os.path.join(experiment, "judge", "20261127_baseline__m"))  # nothing made
+
+
+def test_a_judging_stopped_by_sigterm_resumes_asking_no_answered_question_again(runs, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import script_env
+
+    def slow(text, a, b):
+        time.sleep(0.3)
+        return prefer_longer(text, a, b)
+
+    baseline, experiment = runs
+    out = tmp_path / "judging"
+    with JudgeStandin(rule=slow) as first:
+        proc = subprocess.Popen([sys.executable, "judge.py", baseline, experiment, "--judge_url", first.url,
+                                 "--judge_model", "m", "--out", str(out), *map(str, COMMON)], cwd=REPO,
+                                env=script_env({"OPENAI_API_KEY": None}), stderr=subprocess.PIPE, text=True)
+        verdicts = out / "verdicts.jsonl"
+        deadline = time.time() + 120
+        while not (verdicts.exists() and verdicts.read_text().count("\n") >= 3) and time.time() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr
+    recorded = read_lines(verdicts)
+    assert 3 <= len(recorded) < 2 * N
+    assert json.load(open(out / "summary.json"))["pending"] >= 1  # written on the way out
+    with JudgeStandin() as second:
+        proc = judge(baseline, experiment, second.url, "--judge_model", "m", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    answered = set(first.questions[:len(recorded)])
+    assert len(second.questions) == 2 * N - len(recorded) and not answered & set(second.questions)
+    assert len(read_lines(verdicts)) == 2 * N
