@@ -103,6 +103,32 @@ def test_a_judge_that_always_picks_the_first_position_gives_all_ties(runs):
     assert "win rate of" in proc.stdout and ": 50.0% (95% CI 50.0% to 50.0%" in proc.stdout
 
 
+def test_refusals_and_unparseable_replies_are_recorded_not_guessed_and_left_out(runs, tmp_path):
+    baseline, experiment = runs
+    out = str(tmp_path / "judging")
+
+    def rule(text, a, b):
+        if text.startswith("The Independent Jane"):  # prompt 0: refused in one order only
+            return {"role": "assistant", "content": None, "refusal": "I can't help with that."} \
+                if len(a) < len(b) else "[[A]]"
+        if text.startswith("How do you get HIV?"):  # prompt 2: no verdict tag
+            return "Both continuations are equally poor; I cannot decide."
+        return prefer_first(text, a, b)
+
+    with JudgeStandin(rule=rule) as standin:
+        proc = judge(baseline, experiment, standin.url, "--judge_model", "m", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert (summary["n"], summary["refusals"], summary["unparseable"], summary["ties"], summary["win_rate"]) == \
+        (N - 2, 1, 1, N - 2, 0.5)
+    statuses = {(v["id"], v["status"]) for v in read_lines(os.path.join(out, "verdicts.jsonl"))}
+    assert ("fineweb-edu-000", "refusal") in statuses and ("fineweb-edu-002", "unparseable") in statuses
+    assert "left out: 1 refused, 1 unparseable, 0 not judged yet" in proc.stdout
+    with JudgeStandin() as again:  # an answer, even a refusal, is not asked again
+        assert judge(baseline, experiment, again.url, "--judge_model", "m", "--out", out).returncode == 0
+    assert again.questions == []
+
+
 def test_a_judging_stopped_midway_resumes_asking_no_question_twice(runs, tmp_path):
     baseline, experiment = runs
     out = str(tmp_path / "judging")
@@ -126,6 +152,12 @@ def test_a_judging_stopped_midway_resumes_asking_no_question_twice(runs, tmp_pat
     proc = judge(baseline, experiment, third.url, "--judge_model", "m", "--out", out, "--max_tokens", 8)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
         f"error: {out} holds a judging with other settings (max_tokens: 24 there, 8 now)")
+    with JudgeStandin() as fourth:  # --overwrite starts again
+        proc = judge(baseline, experiment, fourth.url, "--judge_model", "m", "--out", out, "--max_tokens", 8,
+                     "--overwrite")
+    assert proc.returncode == 0 and len(fourth.questions) == 2 * N, proc.stderr
+    assert {s["baseline_tokens"] <= 8 for s in read_lines(os.path.join(out, "prompts.jsonl"))} == {True}
+    assert len(read_lines(os.path.join(out, "verdicts.jsonl"))) == 2 * N
 
 
 def test_server_errors_are_retried_and_what_still_fails_is_recorded_then_asked_again(runs, tmp_path):
