@@ -6,7 +6,8 @@ interval over prompts, a sign test, and the judge's token use and cost.
     export OPENAI_API_KEY=...            # never written anywhere; a judge on 127.0.0.1/localhost may go without
     python judge.py experiments/BASELINE experiments/EXPERIMENT --judge_url https://api.openai.com/v1 \\
         --judge_model gpt-4o-mini --price_in 0.15 --price_out 0.60
-    python judge.py BASELINE EXPERIMENT --prompts my_prompts.jsonl --judge_url http://127.0.0.1:8080/v1 --judge_model local
+    python judge.py BASELINE EXPERIMENT --prompts my_prompts.jsonl --judge_url http://127.0.0.1:8080/v1 \\
+        --judge_model local
 
 A run folder means its latest checkpoint. Everything is saved in EXPERIMENT/judge/<baseline run>__<judge model>/
 (prompts and both continuations, every reply and verdict, summary.json); run the same command again after an
@@ -32,8 +33,8 @@ def build_parser():
     p.add_argument("experiment", type=path, metavar="EXPERIMENT_RUN", help="a run folder (its latest checkpoint) or "
                    "a checkpoint; the judging is saved in its folder")
     p.add_argument("--prompts", type=path, default=None,
-                   help="the prompts: a .jsonl ({\"prompt\": ...} per line, an optional \"id\") or a text file (one per "
-                   "line) (default: the repository's data/judge/fineweb_edu_openings.jsonl)")
+                   help="the prompts: a .jsonl ({\"prompt\": ...} per line, an optional \"id\") or a text file "
+                   "(one per line) (default: the repository's data/judge/fineweb_edu_openings.jsonl)")
     p.add_argument("--limit", type=positive_int, default=None, help="the first N prompts only (default: all)")
     p.add_argument("--judge_url", required=True, help="the API's base URL, e.g. https://api.openai.com/v1 (requests "
                    "go to URL/chat/completions)")
@@ -101,7 +102,8 @@ def main(argv=None):
         finally:
             summary = session.summarize([i for i, _ in prompts], answered, history, args.price_in, args.price_out)
             summary.update(baseline=baseline_run, experiment=experiment_run, judge_model=args.judge_model,
-                           judge_url=args.judge_url, prompts_file=args.prompts or session.DEFAULT_PROMPTS_NAME, settings=settings)
+                           judge_url=args.judge_url, prompts_file=args.prompts or session.DEFAULT_PROMPTS_NAME,
+                           settings=settings)
             session.write_summary(out, summary)
     print_summary(summary, out)
     return summary
@@ -142,9 +144,10 @@ def ask_judge(args, key, prompts, samples, answered, history, out):
         a, b = verdicts.ORDERS[order]
         entry = {"id": i, "order": order, "A": a, "B": b}
         try:
-            reply = api.chat(args.judge_url, args.judge_model, verdicts.messages(record["prompt"], record[a], record[b]),
-                             key, max_tokens=args.judge_max_tokens, timeout_s=args.timeout_s, tries=args.tries,
-                             backoff_s=args.backoff_s, key_name=args.api_key_env)
+            question = verdicts.messages(record["prompt"], record[a], record[b])
+            reply = api.chat(args.judge_url, args.judge_model, question, key, max_tokens=args.judge_max_tokens,
+                             timeout_s=args.timeout_s, tries=args.tries, backoff_s=args.backoff_s,
+                             key_name=args.api_key_env)
             status, verdict = verdicts.parse_verdict(reply)
             entry.update(status=status, verdict=verdict, reply=reply["content"], refusal=reply["refusal"],
                          finish_reason=reply["finish_reason"], usage=reply["usage"], tries=reply["tries"])

@@ -191,7 +191,8 @@ def summarize(prompt_ids, answered, history, price_in=None, price_out=None):
     return {**stats, "prompts": len(prompt_ids),
             "refusals": outcomes.count("refusal"), "unparseable": outcomes.count("unparseable"),
             "pending": outcomes.count("pending"),
-            "errors": sum(answered[k]["status"] == "error" for k in answered),
+            "errors": sum(answered.get((i, o), {}).get("status") == "error"
+                          for i in prompt_ids for o in verdicts.ORDERS),
             "judge_requests": len(replies), "judge_prompt_tokens": tokens_in, "judge_completion_tokens": tokens_out,
             "price_in_usd_per_mtok": price_in, "price_out_usd_per_mtok": price_out,
             "cost_usd": verdicts.cost_usd(tokens_in, tokens_out, price_in, price_out)}

@@ -56,8 +56,8 @@ def test_the_longer_answer_wins_each_run_samples_with_its_own_tokenizer_and_the_
     assert proc.returncode == 0, proc.stderr
     out = os.path.join(experiment, "judge", "20261127_baseline__stand-in")
     samples = read_lines(os.path.join(out, "prompts.jsonl"))
-    assert [s["prompt"] for s in samples] == [json.loads(line)["prompt"] for line in
-                                              open(os.path.join(REPO, "data", "judge", "fineweb_edu_openings.jsonl"))][:N]
+    with open(os.path.join(REPO, "data", "judge", "fineweb_edu_openings.jsonl")) as f:
+        assert [s["prompt"] for s in samples] == [json.loads(line)["prompt"] for line in f][:N]
     # by the rule: the experiment wins where its continuation is longer, in both orders
     expected = ["win" if len(s["experiment"]) > len(s["baseline"]) else
                 "loss" if len(s["experiment"]) < len(s["baseline"]) else "tie" for s in samples]
@@ -83,8 +83,8 @@ def test_the_longer_answer_wins_each_run_samples_with_its_own_tokenizer_and_the_
     for run, name in [(baseline, "baseline"), (experiment, "experiment")]:
         s = samples[1]
         checkpoint = os.path.join(run, "checkpoints", os.listdir(os.path.join(run, "checkpoints"))[0])
-        shown = run_script(["sample.py", checkpoint, "--prompt", s["prompt"], "--max_tokens", 24, "--temperature", 0.8, "--top_k", 40,
-                            "--seed", s["seed"]], check=True)
+        shown = run_script(["sample.py", checkpoint, "--prompt", s["prompt"], "--max_tokens", 24, "--temperature", 0.8,
+                            "--top_k", 40, "--seed", s["seed"]], check=True)
         assert shown.stdout == s["prompt"] + s[name] + "\n"
     assert samples[1]["seed"] == 1
     for name in os.listdir(out):  # the key is sent, never written

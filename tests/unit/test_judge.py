@@ -1,6 +1,7 @@
 """judge.py's parts in process: the chat-completions client against a stand-in judge on 127.0.0.1 (retries of
 429, 500, malformed replies and timeouts; what stops the run), the verdict format and the order-swap rule, the
-statistics worked out by hand, and the JSON lines a killed judging leaves. The whole command: tests/e2e/test_judge_e2e.py."""
+statistics worked out by hand, and the JSON lines a killed judging leaves. The whole command:
+tests/e2e/test_judge_e2e.py."""
 import json
 import os
 
