@@ -13,14 +13,12 @@ gold-answer bpb). OUT defaults to RUN/evals/<checkpoint name> (or <checkpoint>_e
 Metrics and the task files: docs/evals.md.
 """
 import os
-import re
 import sys
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, positive_int
 from gptlab.core.errors import UserError, run_cli
 from gptlab.evals.task_spec import DATA_DIR
-
-_STEP = re.compile(r"step_(\d+)(\.pt)?\Z")
+from gptlab.train.records import latest_checkpoint as resolve_checkpoint  # (a run folder: its latest)
 
 
 def build_parser():
@@ -52,18 +50,6 @@ def scoring_dtype(choice, device_type):
     if choice != "auto":
         return choice
     return "bfloat16" if device_type == "cuda" else "float32"
-
-
-def resolve_checkpoint(path):
-    """A checkpoint path from CHECKPOINT_OR_RUN (a run folder: the highest step in its checkpoints/)."""
-    folder = os.path.join(path, "checkpoints")
-    if not os.path.isdir(folder):
-        return path
-    steps = [(int(m.group(1)), n) for n in os.listdir(folder) if (m := _STEP.match(n))]
-    if not steps:
-        raise UserError(f"run folder {path} has no checkpoint in {folder}; train with --save_model, or pass a "
-                        "checkpoint file")
-    return os.path.join(folder, max(steps)[1])
 
 
 def default_out(checkpoint):

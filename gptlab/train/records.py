@@ -17,6 +17,7 @@ import datetime
 import json
 import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 
@@ -237,6 +238,26 @@ def is_run_folder(path):
     """A folder train_gpt.py wrote: it holds at least one of config.json, metrics.csv, results.json."""
     return os.path.isdir(path) and any(os.path.exists(os.path.join(path, name))
                                        for name in (CONFIG_FILE, METRICS_FILE, RESULTS_FILE))
+
+
+_STEP = re.compile(r"step_(\d+)(\.pt)?\Z")
+
+
+def latest_checkpoint(path):
+    """A checkpoint path from CHECKPOINT_OR_RUN: a run folder means the highest step in its checkpoints/ (a .pt
+    file, or a --shard_params folder); anything else is taken as a checkpoint. A run folder without one is a
+    UserError."""
+    folder = os.path.join(path, CHECKPOINT_DIR)
+    if not os.path.isdir(folder):
+        if is_run_folder(path):  # a run trained without --save_model: say so, not "not a sharded checkpoint"
+            raise UserError(f"run folder {path} has no checkpoint ({folder} does not exist); train with --save_model, "
+                            "or pass a checkpoint file")
+        return path
+    steps = [(int(m.group(1)), n) for n in os.listdir(folder) if (m := _STEP.match(n))]
+    if not steps:
+        raise UserError(f"run folder {path} has no checkpoint in {folder}; train with --save_model, or pass a "
+                        "checkpoint file")
+    return os.path.join(folder, max(steps)[1])
 
 
 class RunLog:

@@ -36,3 +36,15 @@ def test_scoring_dtype_is_bfloat16_on_cuda_only_when_left_to_auto():
     assert evaluate.scoring_dtype("auto", "mps") == "float32"
     assert evaluate.scoring_dtype("float32", "cuda") == "float32"
     assert evaluate.scoring_dtype("bfloat16", "cpu") == "bfloat16"
+
+
+def test_a_run_folder_trained_without_save_model_says_so(tmp_path):
+    """A run folder (config.json, no checkpoints/) is no sharded checkpoint: the error names the missing folder and
+    --save_model (gptlab.train.records.latest_checkpoint, which judge.py shares)."""
+    run = tmp_path / "20261127_NoCheckpoints"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    with pytest.raises(UserError, match=r"run folder .* has no checkpoint \(.*checkpoints does not exist\); train "
+                                        r"with --save_model"):
+        evaluate.resolve_checkpoint(str(run))
+    assert evaluate.resolve_checkpoint(str(tmp_path)) == str(tmp_path)  # not a run: taken as a (sharded) checkpoint

@@ -1,8 +1,9 @@
 """The folder tree is the architecture: gptlab/ by pipeline stage, and no import runs back up the pipeline.
 
 Stages, in pipeline order: core (errors, CLI, files, ranks) → data.sources (text in) → tokenizer → data (shards,
-loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export. A module may import its own stage
-and earlier ones, never a later one; the package never imports the top-level scripts or model.py by name.
+loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export → judge (two models' samples
+judged by an LLM). A module may import its own stage and earlier ones, never a later one; the package never
+imports the top-level scripts or model.py by name.
 
 The wheel holding every module: tests/e2e/test_layout_e2e.py."""
 import ast
@@ -12,9 +13,9 @@ import pytest
 from helpers.package_modules import package_modules
 
 STAGES = ["gptlab.core", "gptlab.data.sources", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
-          "gptlab.compare", "gptlab.export"]
+          "gptlab.compare", "gptlab.export", "gptlab.judge"]
 SCRIPTS = {"train_gpt", "model", "train_tokenizer", "download_fineweb", "download_hellaswag", "compare_experiments",
-           "sweep", "compare_tokenizers", "sample", "export_hf"}
+           "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate"}
 
 
 def stage(module):
