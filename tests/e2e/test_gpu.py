@@ -32,6 +32,20 @@ def _word_table(vocab_texts):
     return to_bytes_table(count_documents(vocab_texts, PATTERNS["gpt4"]))
 
 
+def _gpu_run(tmp_path, **overrides):
+    """train_gpt.py and its flags for a tiny CUDA run on a fresh 256-merge dataset (tests/helpers/tiny_runs.tiny_args
+    at the GPU's shape: dim 128, 4 layers of 4 heads, rows of 256, 8192 tokens per step, the probed micro-batch,
+    30 steps validated every 15), its runs under tmp_path/exp; overrides as tiny_args takes them."""
+    from helpers.tiny_data import make_dataset
+    from helpers.tiny_runs import tiny_args
+
+    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
+    flags = dict(train_seq_len=256, val_seq_len=256, model_dim=128, num_heads=4, batch_size=8192,
+                 device_batch_size=None, train_steps=30, val_loss_every=15, log_every=None, device="cuda")
+    flags.update(overrides)
+    return ["train_gpt.py"] + tiny_args(tiny, tmp_path / "exp", **flags)
+
+
 def test_torch_engine_on_cuda_gives_the_cpu_merges():
     from gptlab.tokenizer import native
     from gptlab.tokenizer.merges import train_merges_python, train_merges_torch
@@ -73,20 +87,13 @@ def test_compiled_flex_attention_matches_dense_sdpa_forward_and_backward():
 def test_train_gpt_gpu_recipe_trains(tmp_path):
     """Default CUDA settings: compile, FlexAttention, bfloat16 autocast, the probed micro-batch; one rank."""
     from gptlab.train import records
-    from helpers.tiny_data import make_dataset
+    from helpers.tiny_runs import only_run_dir
 
-    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
-    args = ["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
-            tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads", "4",
-            "--num_layers", "4", "--batch_size", "8192", "--train_steps", "30",
-            "--val_loss_every", "15", "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0",
-            "--experiments_dir", str(tmp_path / "exp"), "--sample_tokens", "8", "--device", "cuda",
-            "--model_name", "gpu"]
-    proc = run_script(args, check=True, timeout=1200)
+    proc = run_script(_gpu_run(tmp_path, sample_tokens=8, model_name="gpu"), check=True, timeout=1200)
     # the first probe is the size the activation estimate predicts (the whole 8192-token batch fits a tiny model),
     # so the compiled graph of that probe is the one training uses: one probe, no row-sized one first
     assert "--device_batch_size auto: probed 8192 tokens: " in proc.stdout and "; using 8192" in proc.stdout
-    (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
+    run_dir = only_run_dir(tmp_path / "exp", "gpu")
     with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         config = json.load(f)
     assert config["compile"] is True and config["attention"] == "flex" and config["dtype"] == "bfloat16"
@@ -202,16 +209,11 @@ def test_train_gpt_gpu_run_with_fp8_head_and_bf16_embeddings_gives_a_checkpoint_
     """The GPU recipe with --fp8_head where the GPU has FP8: it trains, its embeddings were bfloat16 (the
     checkpoint's float32 values are bfloat16 values) and the checkpoint samples on the CPU."""
     from gptlab.train import model_source, records
-    from helpers.tiny_data import make_dataset
+    from helpers.tiny_runs import only_run_dir
 
-    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
-    args = ["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
-            tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads", "4",
-            "--num_layers", "4", "--batch_size", "8192", "--train_steps", "30", "--val_loss_every", "15",
-            "--val_steps", "2", "--window_size", "256", "--hellaswag_limit", "0", "--experiments_dir",
-            str(tmp_path / "exp"), "--sample_tokens", "8", "--device", "cuda", "--model_name", "fp8", "--save_model"]
-    run_script(args + (["--fp8_head"] if _fp8_capable() else []), check=True, timeout=1200)
-    (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
+    run_script(_gpu_run(tmp_path, sample_tokens=8, model_name="fp8", save_model=True, fp8_head=_fp8_capable()),
+               check=True, timeout=1200)
+    run_dir = only_run_dir(tmp_path / "exp", "fp8")
     with open(os.path.join(run_dir, records.CONFIG_FILE)) as f:
         assert json.load(f)["fp8_head"] is _fp8_capable()
     rows = records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
@@ -231,8 +233,8 @@ def _per_example(folder, task):
 
 
 def test_evaluate_on_cuda_scores_what_the_cpu_scores(tmp_path):
-    """evaluate.py --device cuda against --device cpu, both --dtype float32, on the real rows of every shipped task (LAMBADA's layout with
-    rows written for the tests): each continuation's log-probability within 2e-3 nats (float32 on both; the
+    """evaluate.py --device cuda against --device cpu, both --dtype float32, on the real rows of every shipped task
+    (LAMBADA's layout with rows written for the tests): each continuation's log-probability within 2e-3 nats (the
     kernels differ), and the same prediction wherever the choices are more than 1e-2 nats apart."""
     from helpers.eval_tasks import LAMBADA_ROWS, SHARED_TASKS, data_dir_with, tiny_checkpoint, write_rows
 
@@ -261,18 +263,14 @@ def test_train_gpt_in_run_evals_on_cuda_equal_evaluate_py_on_its_checkpoint(tmp_
     own): gold-answer bpb within 2%, accuracy within one example of 8."""
     from gptlab.train import records
     from helpers.eval_tasks import data_dir_with
-    from helpers.tiny_data import make_dataset
+    from helpers.tiny_runs import only_run_dir
 
-    tiny = make_dataset(str(tmp_path / "data"), n_merges=256)
     tasks = "arc_easy,hellaswag,piqa"
     data = data_dir_with(tmp_path / "evals", tasks.split(","), limit=8)
-    run_script(["train_gpt.py", "--tokenizer", tiny["tokenizer"], "--train_files", tiny["train"], "--val_files",
-                tiny["val"], "--train_seq_len", "256", "--val_seq_len", "256", "--model_dim", "128", "--num_heads",
-                "4", "--num_layers", "4", "--batch_size", "8192", "--train_steps", "10", "--val_loss_every", "0",
-                "--window_size", "128", "--hellaswag_limit", "0", "--experiments_dir", str(tmp_path / "exp"),
-                "--sample_tokens", "0", "--device", "cuda", "--model_name", "gpuevals", "--evals", tasks,
-                "--evals_limit", "8", "--evals_data_dir", data, "--save_model"], check=True, timeout=900)
-    (run_dir,) = [os.path.join(tmp_path / "exp", d) for d in os.listdir(tmp_path / "exp")]
+    run_script(_gpu_run(tmp_path, train_steps=10, val_loss_every=0, val_steps=None, window_size=128,
+                        model_name="gpuevals", evals=tasks, evals_limit=8, evals_data_dir=data, save_model=True),
+               check=True, timeout=900)
+    run_dir = only_run_dir(tmp_path / "exp", "gpuevals")
     rows = [r for r in records.read_metrics(os.path.join(run_dir, records.METRICS_FILE))
             if r.get("evals_core") is not None]
     assert [r["step"] for r in rows] == [10]
