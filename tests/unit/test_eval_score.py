@@ -49,12 +49,13 @@ def loop_loglikelihood(model, enc, eot, context, continuation):
     return total, greedy, len(cont), len(continuation.encode("utf-8"))
 
 
-def run(scored, **kwargs):
+def run(scored, autocast_dtype=None, **kwargs):
     model, tok, tasks, data = scored
     block, window = score.model_geometry(model)
     from gptlab.train.model_source import logits_fn
     kw = {"data_dir": data, "block": block, "window": window, "row_len": 256, **kwargs}
-    return suite.score_tasks(logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, **kw)
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=autocast_dtype)
+    return suite.score_tasks(fn, tok.encoding, tasks, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +139,7 @@ def test_cuda_devices_get_the_larger_forwards_and_every_rank_the_same(scored, mo
 
 def test_bfloat16_autocast_scores_close_to_float32_but_not_equal(scored, packed):
     """evaluate.py --dtype bfloat16 (its default on CUDA): logits_fn under autocast; on the CPU the same code runs."""
-    from gptlab.train.model_source import logits_fn
-
-    model, tok, tasks, data = scored
-    block, window = score.model_geometry(model)
-    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=torch.bfloat16)
-    bf16, _, _ = suite.score_tasks(fn, tok.encoding, tasks, data_dir=data, block=block, window=window, row_len=256)
+    bf16, _, _ = run(scored, autocast_dtype=torch.bfloat16)
     diffs = [abs(x - y) / max(1.0, abs(y)) for t in packed[0] for ra, rb in zip(bf16[t], packed[0][t])
              for x, y in zip(ra["logprob"], rb["logprob"])]
     assert 0 < max(diffs) < 0.05
