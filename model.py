@@ -9,7 +9,9 @@ The interface the tools use (keep it when you edit; add what you like around it)
                                                makes a --flag of each
     model(idx, masks, targets)                 summed cross-entropy (nats); model(idx, masks): logits
     model.attention_masks(idx, eot, windows, flex=False), model.final_windows(), SEQ_MULTIPLE
-    model.predict(tokens, eot, windows=None)   logits of a row of any length (evaluations, export checks)
+    model.predict(tokens, eot, windows=None, positions=None)
+                                               logits of rows of any length, or at some positions only
+                                               (evaluations, export checks)
     KVCache(model, eot), cache.forward(tokens) generation, one token at a time
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)   MFU in the training log
     model.fp8_head = True                      training forwards run the LM head's matmul in FP8 (--fp8_head)
@@ -304,6 +306,14 @@ class GPT(nn.Module):
         With targets: the SUM of the cross-entropy over all B*T positions (nats).
         Without: logits (B, T, padded_vocab).
         Generation: cache (a KVCache) holds the earlier tokens; idx holds the next ones, masks is None."""
+        x = self.hidden_states(idx, masks, cache)
+        if targets is None:
+            return self.logits(x)
+        return self.cross_entropy_sum(x, targets)
+
+    def hidden_states(self, idx, masks, cache=None):
+        """The final normed hidden states (B, T, dim) that logits() and cross_entropy_sum() read: forward's
+        arguments, without the head."""
         # the residual stream in the autocast dtype (bf16 on GPUs) from the embeddings on, as modded-nanogpt casts
         # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
         # (without autocast: the weights' dtype); embeddings held in bfloat16 are normed in the weights' dtype, as
@@ -322,10 +332,7 @@ class GPT(nn.Module):
                       None if masks is None else masks[self.layer_window[i]], None if cache is None else cache.layer(i))
             if i < self.num_skips:
                 skips.append(x)
-        x = norm(x)
-        if targets is None:
-            return self.logits(x)
-        return self.cross_entropy_sum(x, targets)
+        return norm(x)
 
     # train_gpt.py's --fp8_head sets it: training forwards then run the LM head's matmul in FP8 (fp8_linear), as
     # modded-nanogpt's record #26 does; evaluation and generation keep the plain head
@@ -372,16 +379,19 @@ class GPT(nn.Module):
         return total
 
     @torch.no_grad()
-    def predict(self, tokens, eot, windows=None):
+    def predict(self, tokens, eot, windows=None, positions=None):
         """Float logits (B, T, vocab_size) of tokens (B, T) of any length, with dense masks and the given (long,
         short) windows (default: final_windows()). T is padded to a multiple of SEQ_MULTIPLE with <|endoftext|>:
-        causal attention keeps tokens after T from changing the logits before it."""
+        causal attention keeps tokens after T from changing the logits before it. positions: (rows, columns), two
+        LongTensors (N,): only the logits there, (N, vocab_size) (evaluations score a few positions of each row,
+        so the head and the float32 logits cost N rows, not B x T)."""
         B, T = tokens.shape
         padded = next_multiple(T, SEQ_MULTIPLE)
         if padded != T:
             tokens = torch.cat([tokens, tokens.new_full((B, padded - T), eot)], dim=1)
-        logits = self(tokens, self.attention_masks(tokens, eot, windows or self.final_windows()))
-        return logits[:, :T, :self.vocab_size].float()
+        x = self.hidden_states(tokens, self.attention_masks(tokens, eot, windows or self.final_windows()))
+        x = x[:, :T] if positions is None else x[positions[0], positions[1]]
+        return self.logits(x)[..., :self.vocab_size].float()
 
     def attention_masks(self, idx, eot, windows, flex=False):
         """The masks forward() takes for a batch idx (B, T): see build_attention_masks; windows: (long, short)."""

@@ -398,14 +398,6 @@ def make_loss_fn(model, model_fwd, eot, windows, use_flex, autocast):
     return loss_fn
 
 
-def make_logits_fn(model, eot, windows, autocast, n_vocab):
-    """tokens (B, T) → float logits (B, T, n_vocab) of the eager model with dense masks, any T (HellaSwag, samples)."""
-    def logits_fn(tokens):
-        with autocast():
-            return model.predict(tokens, eot, windows)[..., :n_vocab]
-    return logits_fn
-
-
 # ============================================================================================== Training
 def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device):
     """The step function (bench/bench_train.py times this very function): the loader's next batch, grad_acc_steps
@@ -652,16 +644,16 @@ def train(args, ctx, ckpt=None):
             if last or (due(cfg.hellaswag_every, step) and step > 0):  # a resume redoes its start step's, as val
                 with run.evaluating(model), whole_model() as plain:
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
-                    logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
-                    hellaswag = evaluate_hellaswag_in_run(logits_fn, tok.encoding, cfg.hellaswag_path,
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, eval_windows, amp_dtype)
+                    hellaswag = evaluate_hellaswag_in_run(scorer, tok.encoding, cfg.hellaswag_path,
                                                           limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
                                                           ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE,
                                                           prints=eval_files)
                 run.log_hellaswag(step, hellaswag)
             if suite and (last or (due(cfg.evals_every, step) and step > 0)):  # as HellaSwag: a resume redoes its
                 with run.evaluating(model), whole_model() as plain:               # start step's
-                    logits_fn = make_logits_fn(plain, tok.eot, eval_windows, autocast, model.vocab_size)
-                    figures = suite.score(logits_fn, device=device, block=model_geometry(plain)[0],
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, eval_windows, amp_dtype)
+                    figures = suite.score(scorer, device=device, block=model_geometry(plain)[0],
                                           window=min(eval_windows), padded_vocab=model.padded_vocab, ctx=ctx,
                                           progress=ctx.is_main)
                     run.log_evals(step, figures, metrics_row(figures), write_examples=write_final)
@@ -699,8 +691,8 @@ def train(args, ctx, ckpt=None):
             model.eval()
             with whole_model() as plain:
                 if ctx.is_main:
-                    logits_fn = make_logits_fn(plain, tok.eot, full_windows, autocast, model.vocab_size)
-                    for _, text in sample_continuations(logits_fn, tok.encoding, cfg.sample_tokens, cfg.seed, device):
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, full_windows, amp_dtype)
+                    for _, text in sample_continuations(scorer, tok.encoding, cfg.sample_tokens, cfg.seed, device):
                         run.log(f"sample: {text!r}")
         return run.finish(val_loss, val_bpb, hellaswag)
 

@@ -7,10 +7,11 @@ plus the same scoring in-process under other numeric settings, to show what each
 
 Whole processes (`python evaluate.py CKPT --tasks hellaswag`, then `--tasks core`) are timed from start to exit,
 imports and model loading included, as a user waits; summary.json's `seconds` (the scoring alone) is shown beside.
-The variants score the first --variant_limit HellaSwag examples in this process: float32 in forwards of the CPU's
-size (score.LOGITS_BUDGET_BYTES), float32 in the CUDA size (evaluate.py --dtype float32), with TF32 matmuls, and
-under bfloat16 autocast (evaluate.py's default on CUDA); each with its largest per-example log-probability
-difference from the first and how many acc_norm predictions it changes.
+The variants score the first --variant_limit HellaSwag examples in this process: float32 with the whole logits of
+every forward (the scorer before it asked the model for the scored positions alone), float32 (evaluate.py --dtype
+float32), with TF32 matmuls, bfloat16 autocast with the whole logits, bfloat16 (evaluate.py's default on CUDA), and
+bfloat16 in rows of 256 and 1024 tokens; each with its largest per-example log-probability difference from the
+first and how many acc_norm predictions it changes. --profile N adds a torch.profiler table of the default.
 
 --lambada_from: where data_dir has no lambada.jsonl, 5,153 passages (LAMBADA's size) are cut from a JSONL of
 documents ({"text": ...}), each ~70 words: the same shape of work as LAMBADA, not its rows (timing only).
@@ -46,6 +47,8 @@ def build_parser():
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--limit", type=positive_int, default=None, help="evaluate.py --limit (default: whole tasks)")
     p.add_argument("--variant_limit", type=positive_int, default=2000, help="HellaSwag examples per variant")
+    p.add_argument("--profile", type=positive_int, default=None,
+                   help="also profile the default setting on the first N HellaSwag examples (torch.profiler table)")
     p.add_argument("--skip", nargs="*", default=[], choices=["hellaswag", "core", "variants"])
     p.add_argument("--out", default=os.path.join(REPO, "bench", "out", "eval_speed"), help="work folder and report")
     return p
@@ -111,7 +114,7 @@ def timed_evaluate(ckpt, tasks, args, out):
 
 
 def variants(ckpt, args):
-    """In-process scoring of the first --variant_limit HellaSwag examples under each numeric setting."""
+    """In-process scoring of the first --variant_limit HellaSwag examples under each setting."""
     import torch
 
     from gptlab.evals import score, task_spec
@@ -127,22 +130,20 @@ def variants(ckpt, args):
     tasks = task_spec.resolve_tasks("hellaswag")
     base_fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
     bf16_fn = logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=torch.bfloat16)
-    budgets = score.LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES
 
-    def run(fn, budget, limit=None):
-        score.LOGITS_BUDGET_BYTES = score.CUDA_LOGITS_BUDGET_BYTES = budget
-        try:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            records, _, _ = score_tasks(fn, tok.encoding, tasks, limit=limit or args.variant_limit, data_dir=args.data_dir,
-                                        device=device, block=block, window=window,
-                                        padded_vocab=getattr(model, "padded_vocab", None))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            return time.perf_counter() - start, records["hellaswag"]
-        finally:
-            score.LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES = budgets
+    def whole(fn):  # without .at: the whole (B, T, vocab) logits of every forward, as before positions existed
+        return lambda tokens: fn(tokens)
+
+    def run(fn, limit=None, row_len=None):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        records, _, _ = score_tasks(fn, tok.encoding, tasks, limit=limit or args.variant_limit, data_dir=args.data_dir,
+                                    device=device, block=block, window=window, row_len=row_len,
+                                    padded_vocab=getattr(model, "padded_vocab", None))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start, records["hellaswag"]
 
     @contextlib.contextmanager
     def tf32():
@@ -153,15 +154,18 @@ def variants(ckpt, args):
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
-    run(base_fn, budgets[0], limit=50)  # warm-up: kernels, allocator
+    run(base_fn, limit=50)  # warm-up: kernels, allocator
     results, reference = [], None
-    small, large = budgets
-    for name, fn, budget, ctx in (("float32, CPU-sized forwards", base_fn, small, contextlib.nullcontext),
-                                  ("float32 (--dtype float32)", base_fn, large, contextlib.nullcontext),
-                                  ("tf32 matmuls", base_fn, large, tf32),
-                                  ("bfloat16 (--dtype auto)", bf16_fn, large, contextlib.nullcontext)):
+    none = contextlib.nullcontext
+    for name, fn, row_len, ctx in (("float32, whole logits", whole(base_fn), None, none),
+                                   ("float32 (--dtype float32)", base_fn, None, none),
+                                   ("tf32 matmuls", base_fn, None, tf32),
+                                   ("bfloat16, whole logits", whole(bf16_fn), None, none),
+                                   ("bfloat16 (--dtype auto)", bf16_fn, None, none),
+                                   ("bfloat16, rows of 256", bf16_fn, 256, none),
+                                   ("bfloat16, rows of 1024", bf16_fn, 1024, none)):
         with ctx():
-            seconds, recs = run(fn, budget)
+            seconds, recs = run(fn, row_len=row_len)
         if reference is None:
             reference = recs
         diff = max(abs(a - b) for r, q in zip(reference, recs) for a, b in zip(r["logprob"], q["logprob"]))
@@ -170,6 +174,14 @@ def variants(ckpt, args):
                         "max_abs_logprob_diff": diff, "acc_norm_predictions_changed": changed})
         print(f"  {name:<28} {seconds:7.2f}s  {len(recs)} examples  max |d logprob| {diff:.2e}  "
               f"changed predictions {changed}", flush=True)
+    if args.profile:  # where the default's time goes, by kernel / operator
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            seconds, _ = run(bf16_fn if device.type == "cuda" else base_fn, limit=args.profile)
+        key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+        print(f"profile of the default, the first {args.profile} examples ({seconds:.2f}s under the profiler):")
+        print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
     return results
 
 

@@ -13,19 +13,27 @@ Distributed: every rank packs the same rows and groups them into the same batche
 b % world, and the results are gathered, so 1 and N ranks compute each batch identically (the same figures).
 """
 import bisect
+import itertools
 
+import numpy as np
 import torch
 
 from gptlab.core.distributed import all_gather_objects
 from gptlab.core.errors import UserError
 from gptlab.core.progress import progress_bar
 
-DEFAULT_ROW_LEN = 512  # a longer sequence gets a row of its own
+# a longer sequence gets a row of its own; on a CPU rows are shorter: dense attention costs each token the row's length
+DEFAULT_ROW_LEN = 256
+CUDA_ROW_LEN = 512
 MAX_SEQ_LEN = 2048  # a longer sequence keeps its last tokens (the context is cut from the left, as lm-eval does)
 LOGITS_BUDGET_BYTES = 1 << 28  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
 # on CUDA: 8x, so a GPU runs few large forwards (eager kernels are launch-bound on one 512-token row); a fixed
 # figure, not the free memory, so every rank groups the rows alike
 CUDA_LOGITS_BUDGET_BYTES = 1 << 31
+# a forward's tokens stay under this (with .at the logits hardly bound a forward): on a CPU small forwards stay in
+# cache, on a GPU large ones fill it
+TOKENS_PER_FORWARD = 1 << 12
+CUDA_TOKENS_PER_FORWARD = 1 << 16
 
 
 def next_multiple(n, k):
@@ -117,74 +125,139 @@ def model_geometry(model):
     return block, (int(min(windows)) if windows else None)
 
 
-def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len=DEFAULT_ROW_LEN, block=1,
+def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len=None, block=1,
                     window=None, ctx=None, padded_vocab=None, progress=False, desc="scoring"):
     """Per sequence (summed log-probability of its continuation tokens in nats, whether every continuation token is
     the model's greedy pick), in the order given, identical on every rank.
 
-    logits_fn: LongTensor (B, T) → logits (B, T, >= n_vocab); it must keep documents apart (see the module)."""
-    lengths = [len(t) for t, _ in sequences]
-    places, widths = pack(lengths, next_multiple(row_len, block), block, window)
-    by_row = [[] for _ in widths]
-    for i, (r, offset) in enumerate(places):
-        by_row[r].append((i, offset))
+    logits_fn: LongTensor (B, T) → logits (B, T, >= n_vocab); it must keep documents apart (see the module). Where
+    it has .at(tokens, rows, columns) → logits (N, >= n_vocab) at those positions only (model_source.ModelLogits),
+    that is used: the head then runs on the scored positions alone. row_len: default ROW_LEN on the device's
+    type. The rows are laid out and sent to the device once, and the forwards run without waiting for the host:
+    the scores come back in one copy at the end."""
     cuda = torch.device(device).type == "cuda"
-    batches = _batches(widths, padded_vocab or n_vocab, CUDA_LOGITS_BUDGET_BYTES if cuda else LOGITS_BUDGET_BYTES)
+    row_len = row_len or (CUDA_ROW_LEN if cuda else DEFAULT_ROW_LEN)
+    at = getattr(logits_fn, "at", None)
+    lengths = np.array([len(t) for t, _ in sequences], dtype=np.int64)
+    starts = np.array([s for _, s in sequences], dtype=np.int64)
+    places, widths = pack(lengths.tolist(), next_multiple(row_len, block), block, window)
+    row_of = np.array([r for r, _ in places], dtype=np.int64).reshape(-1)
+    offset = np.array([o for _, o in places], dtype=np.int64).reshape(-1)
+    scored = np.bincount(row_of, weights=lengths - starts, minlength=len(widths)).astype(np.int64)
+    vocab = padded_vocab or n_vocab
+    batches = _batches(widths, scored.tolist() if at is not None else widths, vocab,
+                       CUDA_LOGITS_BUDGET_BYTES if cuda else LOGITS_BUDGET_BYTES,
+                       CUDA_TOKENS_PER_FORWARD if cuda else TOKENS_PER_FORWARD)
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None and ctx.is_distributed else (0, 1)
-    mine = {}
+    mine_batches = batches[rank::world]
+    layout = _layout(sequences, lengths, starts, row_of, offset, widths, mine_batches, eot)
+    # everything on the device in three copies, before the first forward: no copy waits on a forward after that
+    flat, row_idx, pos_idx = (layout[k].to(device) for k in ("tokens", "row", "pos"))
+    lps, greedies = [], []
     with torch.no_grad(), progress_bar(total=len(widths), unit="row", desc=desc,
                                        disable=not progress or rank != 0, leave=False) as bar:
-        for batch in batches[rank::world]:
-            rows = torch.full((len(batch), widths[batch[0]]), eot, dtype=torch.long)
-            spans = []
-            for k, r in enumerate(batch):
-                spans.append([])
-                for i, offset in by_row[r]:
-                    tokens, start = sequences[i]
-                    rows[k, offset:offset + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-                    spans[k].append((i, offset + start, offset + len(tokens)))
-            mine.update(_score_batch(logits_fn, rows, spans, n_vocab, device))
+        for b, batch in enumerate(mine_batches):
+            (t0, t1), (e0, e1) = layout["token_span"][b], layout["entry_span"][b]
+            rows = flat[t0:t1].view(len(batch), widths[batch[0]])
+            lp, greedy = _score_batch(logits_fn, at, rows, row_idx[e0:e1], pos_idx[e0:e1], n_vocab)
+            lps.append(lp)
+            greedies.append(greedy)
             bar.update(len(batch) * world)
+    mine = {}
+    if mine_batches:  # one copy back; sums in float64 on the host, each sequence's tokens in order
+        token_lp = torch.cat(lps).double().cpu()
+        misses = (~torch.cat(greedies)).long().cpu()
+        seg = layout["segment"]
+        ids = layout["ids"]
+        sums = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, seg, token_lp)
+        missed = torch.zeros(len(ids), dtype=torch.long).index_add_(0, seg, misses)
+        mine = {i: (float(sums[k]), bool(missed[k] == 0)) for k, i in enumerate(ids)}
     merged = {}
     for part in all_gather_objects(ctx, mine) if ctx is not None else [mine]:
         merged.update(part)
     return [merged[i] for i in range(len(sequences))]
 
 
-def _batches(widths, vocab, budget=LOGITS_BUDGET_BYTES):
-    """Rows grouped into forward passes: runs of rows of one width, each pass's logits within the budget."""
-    batches = []
+def _layout(sequences, lengths, starts, row_of, offset, widths, batches, eot):
+    """The rows of these batches, one after another, as one flat LongTensor ("tokens"; batch b is
+    tokens[token_span[b][0]:token_span[b][1]]), and every scored position as (row within its batch "row", column
+    "pos" predicting the token after it, sequence "segment" into "ids"), entries of batch b at
+    entry_span[b]. Built with array operations: no loop over tokens."""
+    n_rows = len(widths)
+    widths = np.asarray(widths, dtype=np.int64)
+    row_base = np.full(n_rows, -1, dtype=np.int64)  # where each row starts in the flat buffer (-1: not mine)
+    row_in_batch = np.zeros(n_rows, dtype=np.int64)
+    batch_of_row = np.full(n_rows, -1, dtype=np.int64)
+    token_span, at = [], 0
+    for b, batch in enumerate(batches):
+        for k, r in enumerate(batch):
+            row_base[r], row_in_batch[r], batch_of_row[r] = at + k * widths[r], k, b
+        token_span.append((at, at + len(batch) * int(widths[batch[0]])))
+        at = token_span[-1][1]
+    tokens = np.full(at, eot, dtype=np.int64)
+    mine = np.nonzero(row_base[row_of] >= 0)[0]
+    # my sequences by batch, then row, then offset: each batch's entries are contiguous, each sequence's in order
+    mine = mine[np.lexsort((offset[mine], row_in_batch[row_of[mine]], batch_of_row[row_of[mine]]))]
+    lens = lengths[mine]
+    if len(mine):
+        flat_tokens = np.fromiter(itertools.chain.from_iterable(sequences[i][0] for i in mine), dtype=np.int64,
+                                  count=int(lens.sum()))
+        first = row_base[row_of[mine]] + offset[mine]
+        tokens[np.repeat(first, lens) + _ranges(lens)] = flat_tokens
+    n_scored = lens - starts[mine]
+    # position p - 1 predicts token p, for p from the first continuation token to the sequence's end
+    pos = np.repeat(offset[mine] + starts[mine] - 1, n_scored) + _ranges(n_scored)
+    row = np.repeat(row_in_batch[row_of[mine]], n_scored)
+    segment = np.repeat(np.arange(len(mine)), n_scored)
+    per_batch = np.bincount(np.repeat(batch_of_row[row_of[mine]], n_scored), minlength=len(batches))
+    ends = np.cumsum(per_batch)
+    entry_span = [(int(e - c), int(e)) for e, c in zip(ends, per_batch)]
+    return {"tokens": torch.from_numpy(tokens), "row": torch.from_numpy(row), "pos": torch.from_numpy(pos),
+            "segment": torch.from_numpy(segment), "ids": mine.tolist(), "token_span": token_span,
+            "entry_span": entry_span}
+
+
+def _ranges(counts):
+    """0..c-1 for each c in counts, concatenated: _ranges([2, 3]) = [0, 1, 0, 1, 2]."""
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(total, dtype=np.int64) - starts
+
+
+def _batches(widths, scored, vocab, budget=LOGITS_BUDGET_BYTES, max_tokens=None):
+    """Rows grouped into forward passes: runs of rows of one width, each pass's float32 logits (scored[r] positions
+    of row r, x vocab x 4 bytes) within the budget and its tokens within max_tokens (a row alone may pass either).
+    scored: the row widths where the whole logits are made."""
+    batches, logits, tokens = [], 0, 0
     for r, width in enumerate(widths):
-        per_forward = max(1, budget // (width * vocab * 4))
-        if batches and widths[batches[-1][0]] == width and len(batches[-1]) < per_forward:
+        need = scored[r] * vocab * 4
+        if (batches and widths[batches[-1][0]] == width and logits + need <= budget
+                and (max_tokens is None or tokens + width <= max_tokens)):
             batches[-1].append(r)
+            logits, tokens = logits + need, tokens + width
         else:
             batches.append([r])
+            logits, tokens = need, width
     return batches
 
 
-def _score_batch(logits_fn, rows, by_row, n_vocab, device):
-    """{sequence index: (log-prob sum, greedy)} of the sequences in these rows, from one forward pass."""
-    row_idx, pos_idx, seq_idx, ids = [], [], [], []
-    for r, seqs in enumerate(by_row):
-        for i, first, end in seqs:
-            for p in range(first, end):  # position p - 1 predicts token p
-                row_idx.append(r)
-                pos_idx.append(p - 1)
-            seq_idx += [i] * (end - first)
-            ids.append(i)
-    logits = logits_fn(rows.to(device))
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or logits.shape[2] < n_vocab:
-        raise UserError(f"the model gives logits of shape {tuple(getattr(logits, 'shape', ()))} for tokens "
+def _score_batch(logits_fn, at, rows, row_idx, pos_idx, n_vocab):
+    """(log-probability, greedy) of each scored token of these rows, on the device, from one forward pass."""
+    if at is not None:
+        picked = at(rows, row_idx, pos_idx)
+        shape = (len(row_idx), n_vocab)
+    else:
+        picked = logits_fn(rows)
+        shape = (*rows.shape, n_vocab)
+    if (not isinstance(picked, torch.Tensor) or picked.dim() != len(shape) or picked.shape[:-1] != shape[:-1]
+            or picked.shape[-1] < n_vocab):
+        raise UserError(f"the model gives logits of shape {tuple(getattr(picked, 'shape', ()))} for tokens "
                         f"{tuple(rows.shape)}; it must give (B, T, >= {n_vocab}) (the tokenizer's vocabulary)")
-    rows_t, pos_t = torch.tensor(row_idx, dtype=torch.long), torch.tensor(pos_idx, dtype=torch.long)
-    picked = logits[rows_t.to(logits.device), pos_t.to(logits.device)][:, :n_vocab].float()
-    targets = rows[rows_t, pos_t + 1].to(picked.device)
-    logp = torch.log_softmax(picked, dim=-1)
-    token_lp = logp.gather(1, targets[:, None])[:, 0].double().cpu()
-    greedy = (logp.argmax(dim=-1) == targets).cpu()
-    order = {i: k for k, i in enumerate(ids)}
-    seg = torch.tensor([order[i] for i in seq_idx], dtype=torch.long)
-    sums = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, seg, token_lp)
-    misses = torch.zeros(len(ids), dtype=torch.long).index_add_(0, seg, (~greedy).long())
-    return {i: (float(sums[k]), bool(misses[k] == 0)) for k, i in enumerate(ids)}
+    if at is None:
+        picked = picked[row_idx.to(picked.device), pos_idx.to(picked.device)]
+    targets = rows[row_idx, pos_idx + 1].to(picked.device)
+    logp = torch.log_softmax(picked[:, :n_vocab].float(), dim=-1)
+    return logp.gather(1, targets[:, None])[:, 0], logp.argmax(dim=-1) == targets

@@ -79,7 +79,7 @@ def encode_requests(encoding, tasks, prepared):
 
 def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR,
                 device="cpu", block=1, window=None, padded_vocab=None, ctx=None, progress=False,
-                row_len=score.DEFAULT_ROW_LEN, prepared=None, encoded=None):
+                row_len=None, prepared=None, encoded=None):
     """{task name: [example record]} and {task name: task summary}, plus the suite's summary; every rank returns the
     same. prepared: {task name: requests} already made by task_requests (else made here); encoded: what
     encode_requests gave for them (else made here)."""

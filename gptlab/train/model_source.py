@@ -9,8 +9,10 @@ Loading a checkpoint runs no code from a stranger. Its model source is used
   with no flag, before and after the code moves on;
 - otherwise only with trust_code=True (the tools' --trust_model_code, like transformers' trust_remote_code).
 """
+import contextlib
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 import tempfile
@@ -227,12 +229,44 @@ def checkpoint_logits_fn(path, device="cpu", trust_code=False):
 
 
 def logits_fn(model, eot, n_vocab, windows=None, autocast_dtype=None):
-    """tokens (B, T) → float logits (B, T, n_vocab) of a loaded model (its final windows unless given), under
-    torch.autocast to autocast_dtype where one is given (bfloat16: the matrix products as training ran them)."""
-    if autocast_dtype is None:
-        return lambda tokens: model.predict(tokens, eot, windows)[..., :n_vocab]
+    """A loaded model's scorer (its final windows unless given), under torch.autocast to autocast_dtype where one
+    is given (bfloat16: the matrix products as training ran them): see ModelLogits."""
+    return ModelLogits(model, eot, n_vocab, windows, autocast_dtype)
 
-    def under_autocast(tokens):
-        with torch.autocast(tokens.device.type, dtype=autocast_dtype):
-            return model.predict(tokens, eot, windows)[..., :n_vocab]
-    return under_autocast
+
+class ModelLogits:
+    """fn(tokens (B, T)) → float logits (B, T, n_vocab); fn.at(tokens, rows, columns) → float logits (N, n_vocab)
+    at those positions only, which evaluations use (the head and the float32 logits then cost N rows, not B x T).
+    A model source whose predict() takes no positions (older checkpoints) gets them cut from the whole logits."""
+
+    def __init__(self, model, eot, n_vocab, windows=None, autocast_dtype=None):
+        self.model, self.eot, self.n_vocab, self.windows = model, eot, n_vocab, windows
+        self.autocast_dtype = autocast_dtype
+        self.selects = "positions" in inspect.signature(model.predict).parameters
+
+    def _predict(self, tokens, positions=None):
+        kw = {"positions": positions} if positions is not None else {}
+        with attention_kernels(tokens.device.type):
+            if self.autocast_dtype is None:
+                return self.model.predict(tokens, self.eot, self.windows, **kw)[..., :self.n_vocab]
+            with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
+                return self.model.predict(tokens, self.eot, self.windows, **kw)[..., :self.n_vocab]
+
+    def __call__(self, tokens):
+        return self._predict(tokens)
+
+    def at(self, tokens, rows, columns):
+        if self.selects:
+            return self._predict(tokens, (rows, columns))
+        return self._predict(tokens)[rows, columns]
+
+
+def attention_kernels(device_type):
+    """The scaled_dot_product_attention kernels a scorer's forwards may use: on CUDA all but cuDNN's, which builds
+    an execution plan on the host for every new shape and spends ~1.7 ms of host time a call after that (measured
+    on an H200), where evaluations run forwards of many shapes; the memory-efficient kernel takes the dense masks
+    as they are. Elsewhere: every kernel, as before."""
+    if device_type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])

@@ -357,7 +357,7 @@ def test_bench_eval_speed_times_evaluate_py_and_the_numeric_variants(tmp_path):
     tok = save_tiny_tokenizer(str(tmp_path / "tok.pkl"), read_docs(FINEWEB_150)[:20], 300)
     data = data_dir_with(tmp_path / "data", ["hellaswag"], limit=6)
     run_script(["bench/bench_eval_speed.py", "--tokenizer", tok, "--data_dir", data, "--num_layers", "2",
-                "--model_dim", "64", "--num_heads", "1", "--limit", "6", "--variant_limit", "6", "--skip", "core",
+                "--model_dim", "64", "--num_heads", "1", "--limit", "6", "--variant_limit", "6", "--skip", "core", "--profile", "3",
                 "--device", "cpu", "--out", str(tmp_path / "out")], check=True, timeout=600)
     with open(tmp_path / "out" / "bench_eval_speed.json") as f:
         report = json.load(f)
@@ -365,8 +365,8 @@ def test_bench_eval_speed_times_evaluate_py_and_the_numeric_variants(tmp_path):
     assert run["tasks"] == "hellaswag" and run["examples"] == 6 and run["continuations"] == 24
     assert run["wall_s"] >= run["scoring_s"] > 0
     diffs = {v["variant"]: v["max_abs_logprob_diff"] for v in report["variants"]}
-    assert diffs["float32, CPU-sized forwards"] == 0 and diffs["float32 (--dtype float32)"] < 1e-4
-    assert 0 < diffs["bfloat16 (--dtype auto)"] < 1.0
+    assert diffs["float32, whole logits"] == 0 and diffs["float32 (--dtype float32)"] < 1e-4
+    assert 0 < diffs["bfloat16 (--dtype auto)"] < 1.0 and 0 < diffs["bfloat16, rows of 256"] < 1.0
 
 
 # ------------------------------------------------------------------------------------------------ bench_evals.py

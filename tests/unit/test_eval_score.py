@@ -110,31 +110,42 @@ def test_longer_rows_and_forward_batches_give_the_same_scores(scored, packed, mo
 
 
 def test_forward_batches_by_hand():
-    # two 512-token rows of a 100-token vocabulary fit the budget; a 1024-token row alone; runs of one width only
+    # whole logits (scored = widths): two 512-token rows of a 100-token vocabulary fit the budget; a 1024-token row
+    # alone; runs of one width only
     budget = 2 * 512 * 100 * 4
-    assert score._batches([512, 512, 512, 1024, 512, 512], 100, budget) == [[0, 1], [2], [3], [4, 5]]
-    assert score._batches([512] * 3, 100, budget - 1) == [[0], [1], [2]]
-    assert score._batches([512] * 3, 100, 8 * budget) == [[0, 1, 2]]
+    w = [512, 512, 512, 1024, 512, 512]
+    assert score._batches(w, w, 100, budget) == [[0, 1], [2], [3], [4, 5]]
+    assert score._batches([512] * 3, [512] * 3, 100, budget - 1) == [[0], [1], [2]]
+    assert score._batches([512] * 3, [512] * 3, 100, 8 * budget) == [[0, 1, 2]]
+    # logits at the scored positions only: 30 + 40 + 50 positions x 100 x 4 bytes = 48,000 bytes
+    assert score._batches([512] * 3, [30, 40, 50], 100, 48_000) == [[0, 1, 2]]
+    assert score._batches([512] * 3, [30, 40, 50], 100, 47_999) == [[0, 1], [2]]
+    # the token cap: two 512-token rows per forward
+    assert score._batches([512] * 3, [1] * 3, 100, budget, max_tokens=1024) == [[0, 1], [2]]
+    assert score._batches([512] * 3, [1] * 3, 100, budget, max_tokens=1023) == [[0], [1], [2]]
 
 
 def test_cuda_devices_get_the_larger_forwards_and_every_rank_the_same(scored, monkeypatch):
-    """The batches on CUDA come from CUDA_LOGITS_BUDGET_BYTES (a fixed figure: ranks must group rows alike), on
-    the CPU from LOGITS_BUDGET_BYTES; seen on a CPU machine by stopping at the grouping."""
+    """The batches on CUDA come from CUDA_LOGITS_BUDGET_BYTES and CUDA_TOKENS_PER_FORWARD (fixed figures: ranks
+    must group rows alike), on the CPU from LOGITS_BUDGET_BYTES and TOKENS_PER_FORWARD; seen on a CPU machine by
+    stopping at the grouping."""
     seen = []
 
     class Stop(Exception):
         pass
 
-    def capture(widths, vocab, budget=None):
-        seen.append(budget)
+    def capture(widths, scored, vocab, budget=None, max_tokens=None):
+        seen.append((budget, max_tokens))
         raise Stop
 
     monkeypatch.setattr(score, "_batches", capture)
     for device in ("cpu", "cuda:1", torch.device("cuda", 0)):
         with pytest.raises(Stop):
             score.score_sequences(lambda t: t, [([1, 2, 3], 1)], eot=0, n_vocab=10, device=device)
-    assert seen == [score.LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES, score.CUDA_LOGITS_BUDGET_BYTES]
-    assert score.CUDA_LOGITS_BUDGET_BYTES > score.LOGITS_BUDGET_BYTES
+    cpu = (score.LOGITS_BUDGET_BYTES, score.TOKENS_PER_FORWARD)
+    cuda = (score.CUDA_LOGITS_BUDGET_BYTES, score.CUDA_TOKENS_PER_FORWARD)
+    assert seen == [cpu, cuda, cuda]
+    assert cuda[0] > cpu[0] and cuda[1] > cpu[1]
 
 
 def test_bfloat16_autocast_scores_close_to_float32_but_not_equal(scored, packed):
@@ -183,3 +194,86 @@ def test_example_record_and_task_summary_by_hand():
     assert both["core_ci95"] == pytest.approx([0.3 - half / math.sqrt(2), 0.3 + half / math.sqrt(2)])
     assert both["gold_bpb_ci95"] == pytest.approx([2.0 - 1.96 * se / math.sqrt(2), 2.0 + 1.96 * se / math.sqrt(2)],
                                                   abs=1e-3)
+
+
+def test_logits_at_positions_equal_the_whole_logits_there(scored):
+    """model.predict(positions=...) and ModelLogits.at give the whole forward's logits at those positions."""
+    from gptlab.train.model_source import logits_fn
+    model, tok = scored[:2]
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, tok.encoding.n_vocab, (3, 200), generator=g)
+    tokens[:, 0] = tok.eot
+    tokens[1, 90] = tok.eot  # a second document in row 1
+    rows, cols = torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 199, 89, 91, 5, 150])
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
+    whole = fn(tokens)
+    assert whole.shape == (3, 200, tok.encoding.n_vocab)
+    picked = fn.at(tokens, rows, cols)
+    assert picked.shape == (6, tok.encoding.n_vocab)
+    torch.testing.assert_close(picked, whole[rows, cols], atol=2e-5, rtol=1e-5)
+
+
+def test_a_model_source_without_positions_is_scored_from_its_whole_logits(scored):
+    """An older model source (predict without positions) scores the same through the fallback."""
+    from gptlab.train.model_source import logits_fn
+    model, tok, tasks, data = scored
+
+    class Older(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def predict(self, tokens, eot, windows=None):
+            return model.predict(tokens, eot, windows)
+
+    older = logits_fn(Older(), tok.eot, tok.encoding.n_vocab)
+    assert not older.selects and logits_fn(model, tok.eot, tok.encoding.n_vocab).selects
+    block, window = score.model_geometry(model)
+    kw = {"data_dir": data, "block": block, "window": window, "row_len": 256}
+    new, _, _ = suite.score_tasks(logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, **kw)
+    old, _, _ = suite.score_tasks(older, tok.encoding, tasks, **kw)
+    for t in new:
+        for a, b in zip(new[t], old[t]):
+            assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+
+
+def test_the_scorer_asks_for_the_scored_positions_only_when_it_can(scored):
+    """With .at, no forward makes the whole logits, and .at is asked for exactly the continuation tokens' positions
+    (counted by hand from the sequences: each scores len(tokens) - start positions)."""
+    seqs = [([0, 5, 6, 7], 2), ([0, 8, 9], 1), ([0, 4, 4, 4, 4, 4], 5)]
+    asked = []
+
+    class OnlyAt:
+        def __call__(self, tokens):
+            raise AssertionError("the whole logits were asked for")
+
+        def at(self, tokens, rows, cols):
+            asked.append(len(rows))
+            out = torch.zeros(len(rows), 10)
+            out[:, 4] = 5.0  # the greedy pick is always token 4
+            return out
+
+    got = score.score_sequences(OnlyAt(), seqs, eot=0, n_vocab=10, row_len=8)
+    assert sum(asked) == 2 + 2 + 1
+    lp4 = 5.0 - math.log(math.exp(5.0) + 9)  # log-probability of token 4; the other tokens: 0 - log(e^5 + 9)
+    other = -math.log(math.exp(5.0) + 9)
+    assert got[0][0] == pytest.approx(2 * other) and not got[0][1]
+    assert got[1][0] == pytest.approx(2 * other) and not got[1][1]
+    assert got[2][0] == pytest.approx(lp4) and got[2][1]
+
+
+def test_scorers_on_cuda_leave_out_cudnn_attention_and_change_nothing_elsewhere():
+    """attention_kernels: on CUDA every SDPA backend but cuDNN's (its per-shape host plans), on the CPU none
+    restricted; seen on the CPU through torch's own record of the allowed backends."""
+    import contextlib
+    from torch.nn.attention import SDPBackend
+    from gptlab.train.model_source import attention_kernels
+
+    assert isinstance(attention_kernels("cpu"), contextlib.nullcontext)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with attention_kernels("cuda"):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    assert SDPBackend.CUDNN_ATTENTION is not None
