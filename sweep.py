@@ -5,12 +5,14 @@ again skips the runs that finished. Ends with the leaderboard of the sweep's run
     python sweep.py --grid lr_scale=0.5,1,2 --seeds 0,1,2 -- --preset quickstart --tokenizer quickstart_v1000_n400000
     python sweep.py --name Depth --grid num_layers=8,12 --grid lr_scale=0.5,1 --nproc_per_node 8 -- --preset gpt2-small
     python sweep.py ... --dry_run        # the commands, and which runs are already finished
+    python sweep.py --config sweep.toml  # the same flags in a file: see docs/training.md, "Flags in a file"
 """
 import argparse
 import os
 import sys
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, one_line_path
+from gptlab.core.config_file import config_text, flag_tokens, given_config, read_config
 from gptlab.core.errors import UserError, run_cli
 from gptlab.train.records import EXPERIMENTS_DIR
 from gptlab.train.sweep import (parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name,
@@ -40,10 +42,36 @@ def parse_args(argv):
                         help="replace the record of another sweep of the same --name (its run folders are kept)")
     parser.add_argument("train_flags", nargs=argparse.REMAINDER, metavar="-- TRAIN_GPT_FLAGS",
                         help="after --: the flags every run gets (train_gpt.py --help lists them)")
+    parser.add_argument("--config", type=one_line_path, default=None,
+                        help="a TOML file: this script's flags (name, seeds, ...), a [grid] table (flag = [values]) "
+                             "and a [train] table (train_gpt.py's flags); the command line wins (docs/training.md)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    config_path, train_table = given_config(argv), {}
+    if config_path is not None:
+        argv, train_table = sweep_config_argv(parser, argv, config_path)
     args = parser.parse_args(argv)
     if args.train_flags[:1] == ["--"]:
         args.train_flags = args.train_flags[1:]
+    args.config_train = train_table
     return args
+
+
+def sweep_config_argv(parser, argv, path):
+    """(argv with the file's sweep flags and [grid] in front, the file's [train] table): the command line's flags
+    come after the file's, so they win; its --grid flags add to the file's."""
+    table = dict(read_config(path))
+    grid, train = table.pop("grid", {}), table.pop("train", {})
+    if not isinstance(grid, dict) or not isinstance(train, dict):
+        raise UserError(f"--config {path}: grid and train are tables ([grid], [train]) of flag = value(s)")
+    actions = {a.dest: a for a in parser._actions
+               if a.option_strings and a.dest not in ("help", "config", "grid")}
+    tokens = flag_tokens(table, actions, path)
+    for key, values in grid.items():
+        values = values if isinstance(values, list) else [values]
+        if not values or any(isinstance(v, (dict, list)) for v in values):
+            raise UserError(f"--config {path}: grid.{key} needs a list of values (numbers, strings, true/false)")
+        tokens += ["--grid", f"{key}=" + ",".join(config_text(v) for v in values)]
+    return tokens + argv, train
 
 
 def main(argv=None):
@@ -52,7 +80,11 @@ def main(argv=None):
     from gptlab.compare import compare  # heavy (~0.1 s: numpy, tabulate), only for the closing leaderboard
     from train_gpt import build_parser  # heavy (~1.5 s: torch), for train_gpt.py's flag names
 
-    known, switches, types, bookkeeping = train_flags_of(build_parser())
+    train_parser = build_parser()
+    if args.config_train:  # the file's [train] flags, checked as train_gpt.py would, before the command line's
+        actions = {a.dest: a for a in train_parser._actions if a.option_strings and a.dest not in ("help", "config")}
+        args.train_flags = flag_tokens(args.config_train, actions, args.config, "train.") + args.train_flags
+    known, switches, types, bookkeeping = train_flags_of(train_parser)
     if not args.grid and len(args.seeds) < 2:
         raise UserError("nothing to sweep: give --grid FLAG=V1,V2,... and/or several --seeds")
     grid = parse_grid(args.grid, known, switches, types, bookkeeping)

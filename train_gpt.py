@@ -92,6 +92,9 @@ def build_parser():
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="a named configuration (see PRESETS in train_gpt.py); flags given beside it win")
+    p.add_argument("--config", type=path, default=None,
+                   help="a TOML file of flags (name = value, as on the command line; docs/training.md); flags given "
+                        "on the command line win")
     g = p.add_argument_group("data")
     g.add_argument("--train_files", type=path, nargs="+", default=None,
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")

@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from gptlab.core.cli import FlagValueError, float_in, non_negative_int, path
+from gptlab.core.config_file import expand_config
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
@@ -85,7 +86,7 @@ def run_name(text):
 
 
 # run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb",
+_FRESH_RUN_FLAGS = ("config", "resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb",
                     "trust_model_code")
 
 
@@ -123,11 +124,15 @@ def explicit_flags(build_parser, argv):
 
 
 def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
-    """(args, checkpoint or None). --preset NAME (when the parser has it) sets the defaults from presets[NAME], so
+    """(args, checkpoint or None). --config FILE (when the parser has it) puts the file's flags before the command
+    line (gptlab.core.config_file). --preset NAME (when the parser has it) sets the defaults from presets[NAME], so
     flags given beside it win. With --resume PATH every flag not given again is taken from the checkpoint's
     run, except `fresh_on_resume` (hardware-dependent flags, worked out afresh for the machine resuming);
     args.from_checkpoint lists the flags taken."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.dest == "config" for a in parser._actions):  # --config FILE: its flags first, the command line wins
+        argv = expand_config(parser, argv)
     args = parser.parse_args(argv)
     if getattr(args, "preset", None):
         parser.set_defaults(**presets[args.preset])
@@ -139,7 +144,7 @@ def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
     ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False,
                                          trust_code=getattr(args, "trust_model_code", False))
     resume_code.check_training_code(args.resume)  # its optimizers and schedule are its train_gpt.py's
-    given = explicit_flags(build_parser, sys.argv[1:] if argv is None else argv)
+    given = explicit_flags(build_parser, argv)  # a --config file's flags count as given
     for key in _RUN_IDENTITY_FLAGS:  # the checkpoint's weights and data order already follow its value
         if key in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
             raise UserError(f"--{key} {getattr(args, key)} differs from the --resume checkpoint's {ckpt['args'][key]}: "
