@@ -429,7 +429,7 @@ def build_leaderboard(runs, sort=None, descending=False, baseline=None, folder_n
         notes.append(f"Cost per {BPB_STEP:g} bpb: the run's extra cost over the reference's divided by its val bpb "
                      f"gain in units of {BPB_STEP:g} (in GPU-hours where no price is known). GPU-h = processes × wall "
                      "time (a CPU run counts its processes: CPU process-hours); Cost = GPU-h × $/GPU-hour (the "
-                     "run's --usd_per_gpu_hour, else gptlab/train/cost.py's typical rental price by GPU name). "
+                     "run's --usd_per_gpu_hour, else gptlab/core/gpus.py's typical rental price by GPU name). "
                      "These compare wall-clock time on each run's own machine, threads and load (config.json "
                      "records cpu_threads and the load average), so they compare ideas only on the same hardware "
                      f"at the same load ({OVERLOADED_MARK}: timed on an overloaded machine).")

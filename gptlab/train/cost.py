@@ -4,21 +4,16 @@
     gpu_hours(wall_time_s, world_size)               # every process counts as one device (on CPU too)
     cost_usd(hours, price)
 
-Edit USD_PER_GPU_HOUR for your provider: the figures are TYPICAL ON-DEMAND RENTAL PRICES per GPU-hour as of 2026,
-rounded, from the public price lists of GPU rental clouds (single GPUs and 8-GPU nodes divided by 8; e.g.
-nanochat's report prices an 8×H100 node at $24/h, $3.00 per GPU-hour). Spot, reserved and hyperscaler list
-prices differ by 2× either way. A run on CPU has no table price: pass --usd_per_gpu_hour to price its
-process-hours.
+The prices are gptlab/core/gpus.py's (the one GPU table; edit them for your provider): TYPICAL ON-DEMAND RENTAL
+PRICES per GPU-hour as of 2026, rounded, from the public price lists of GPU rental clouds. A run on CPU has no
+table price: pass --usd_per_gpu_hour to price its process-hours.
 """
+from gptlab.core import gpus
 from gptlab.core.errors import UserError
-from gptlab.train.environment import lookup_gpu
+from gptlab.core.gpus import lookup_gpu
 
-# (whole word of torch.cuda.get_device_name(), $ per GPU-hour); the first key a name holds wins, so the specific
-# names come before the general ones (as in gptlab.train.environment.GPU_BF16_PEAK_TFLOPS).
-USD_PER_GPU_HOUR = [("B200", 6.00), ("H200", 3.80), ("GH200", 3.20), ("H100 PCIe", 2.40), ("H100", 3.00),
-                    ("A100-SXM4-80GB", 1.80), ("A100 80GB", 1.80), ("A100", 1.40), ("L40S", 1.00), ("L40", 0.90),
-                    ("RTX 6000 Ada", 0.90), ("A6000", 0.60), ("RTX 4090", 0.50), ("RTX 3090", 0.30), ("A10G", 1.00),
-                    ("A10", 0.75), ("L4", 0.60), ("V100", 0.60), ("T4", 0.35)]
+# (whole word of torch.cuda.get_device_name(), $ per GPU-hour): gptlab/core/gpus.py's price column
+USD_PER_GPU_HOUR = gpus.column("usd_per_hour")
 # gpt-lab prices a run as GPU $/h × (training time + 60 min): setting up the machine, downloading data, compiling
 OVERHEAD_MINUTES_GPTLAB = 60.0
 

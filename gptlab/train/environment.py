@@ -3,12 +3,14 @@ GPU's dense bf16 peak, MFU's denominator), peak memory.
 """
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
 
 import numpy
+
+from gptlab.core import gpus
+from gptlab.core.gpus import lookup_gpu
 
 
 def git_commit(repo_root):
@@ -50,23 +52,9 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-# dense bf16 tensor-core peaks (TFLOP/s, no sparsity; NVIDIA datasheets) by name as torch.cuda.get_device_name()
-# prints it: the denominator of MFU in train_gpt.py's log and bench/bench_train.py. A key matches whole words
-# only ("L4" must not match "NVIDIA L40"); where one name holds two keys (H100 PCIe, H100), the earlier wins.
-GPU_BF16_PEAK_TFLOPS = [("H200 NVL", 835.5), ("H200", 989.0), ("GH200", 989.0), ("H100 SXM", 989.4),
-                        ("H100 80GB HBM3", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4),
-                        ("B200", 2250.0), ("A100", 312.0), ("L40S", 362.05), ("L40", 181.05), ("L4", 121.0),
-                        ("RTX 4090", 165.2), ("A10G", 70.0), ("RTX 3090", 71.0), ("V100", 125.0)]
-
-
-def lookup_gpu(table, gpu_name):
-    """The value of the first (key, value) of `table` whose key is a whole word of `gpu_name` (case-insensitive;
-    "L4" does not match "NVIDIA L40"), or None."""
-    name = (gpu_name or "").lower()
-    for key, value in table:
-        if re.search(r"(?<![a-z0-9])" + re.escape(key.lower()) + r"(?![a-z0-9])", name):
-            return value
-    return None
+# dense bf16 tensor-core peaks by GPU name: the denominator of MFU in train_gpt.py's log and bench/bench_train.py
+# (gptlab/core/gpus.py holds every GPU figure in one table)
+GPU_BF16_PEAK_TFLOPS = gpus.column("bf16_tflops")
 
 
 def gpu_bf16_peak_tflops(gpu_name):

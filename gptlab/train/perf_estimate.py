@@ -29,26 +29,14 @@ above the estimate; the memory-bound pass counts are the least certain constants
 import math
 
 from gptlab.train.comm import same_shape_params
-from gptlab.train.environment import gpu_bf16_peak_tflops, lookup_gpu
+from gptlab.core import gpus
+from gptlab.core.gpus import lookup_gpu
+from gptlab.train.environment import gpu_bf16_peak_tflops
 
-# Per GPU class (whole word of torch.cuda.get_device_name(); earlier keys win as in environment.lookup_gpu), from
-# NVIDIA's datasheets: the dense FP8 tensor-core peak in TFLOP/s (no sparsity; the bf16 one is
-# environment.GPU_BF16_PEAK_TFLOPS', which the measured MFU uses too), fp32 the non-tensor rate (train_gpt sets
-# no TF32), HBM bandwidth in bytes/s, NVLink bandwidth per direction in bytes/s (half the datasheet's bidirectional
-# figure), memory in GiB (for --estimate_only's micro-batch guess). None: no constants (no estimate).
-GPU_CLASSES = [
-    ("H100 PCIe", dict(fp8_tflops=1513.0, fp32_tflops=51.2, hbm_bytes_s=2.0e12,
-                       link_bytes_s=300e9, memory_gib=80)),  # NVLink bridge 600 GB/s bidirectional
-    ("H100 NVL", dict(fp8_tflops=1671.0, fp32_tflops=60.0, hbm_bytes_s=3.9e12,
-                      link_bytes_s=300e9, memory_gib=94)),  # NVLink bridge 600 GB/s bidirectional
-    ("H200 NVL", None),  # not H200 SXM's constants: none known here
-    ("H200", dict(fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=4.8e12,
-                  link_bytes_s=450e9, memory_gib=141)),  # H200 SXM: H100 SXM's chip with 141 GB HBM3e
-    ("H100", dict(fp8_tflops=1978.9, fp32_tflops=66.9, hbm_bytes_s=3.35e12,
-                  link_bytes_s=450e9, memory_gib=80)),  # H100 SXM ("H100 80GB HBM3"): NVLink 4, 900 GB/s bidir.
-    ("A100", dict(fp8_tflops=None, fp32_tflops=19.5, hbm_bytes_s=2.039e12,
-                  link_bytes_s=300e9, memory_gib=80)),  # A100 SXM4 80GB: NVLink 3, 600 GB/s bidirectional
-]
+# Per GPU (gptlab/core/gpus.py, NVIDIA's datasheets): the dense FP8 peak, the non-tensor fp32 rate, HBM and NVLink
+# bandwidth, memory; None where a chip's are not all known (no estimate). The bf16 peak is the one the measured MFU
+# uses too (environment.GPU_BF16_PEAK_TFLOPS, the same table).
+GPU_CLASSES = [(g.key, g.step_constants()) for g in gpus.GPUS]
 
 # The fractions of those peaks a step's kernels are assumed to reach.
 EFFICIENCY = dict(

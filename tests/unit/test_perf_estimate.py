@@ -141,8 +141,30 @@ def test_hardware_constants_are_the_datasheets_and_cpu_has_none():
     assert (h100["bf16_tflops"], h100["hbm_bytes_s"], h100["link_bytes_s"]) == (989.4, 3.35e12, 450e9)
     assert pe.hardware_constants("NVIDIA H200")["hbm_bytes_s"] == 4.8e12  # H200: 4.8 TB/s HBM3e
     assert pe.hardware_constants("NVIDIA H100 PCIe")["bf16_tflops"] == 756.0
-    assert pe.hardware_constants(None) is None and pe.hardware_constants("NVIDIA H200 NVL") is None
+    assert pe.hardware_constants(None) is None and pe.hardware_constants("NVIDIA GH200 480GB") is None
+    # H200 NVL (the PCIe card; its datasheet): 835.5 TFLOP/s bf16 dense, 4.8 TB/s, 141 GB; not H200 SXM's 989
+    nvl = pe.hardware_constants("NVIDIA H200 NVL")
+    assert (nvl["bf16_tflops"], nvl["hbm_bytes_s"], nvl["memory_gib"]) == (835.5, 4.8e12, 141)
     assert pe.hardware_constants("NVIDIA H100 80GB HBM3", peak_tflops=500.0)["bf16_tflops"] == 500.0
     assert pe.estimate_step(None, [], None, tokens=1, micro_batches=1, world_size=1, matmul_flops=1,
                             attention_flops=0, activation_bytes=2, compiled=True) is None
     assert pe.describe(None, "no GPU constants for CPU") == "n/a: no GPU constants for CPU"
+
+
+def test_one_gpu_table_gives_the_mfu_peak_the_estimate_and_the_price():
+    """Every GPU name resolves to one row of gptlab/core/gpus.py in all three uses (a second table that disagrees,
+    as the H200 NVL once did, fails here): MFU's peak, the estimate's constants and the rental price."""
+    from gptlab.core import gpus
+    from gptlab.train import cost, environment
+
+    for g in gpus.GPUS:
+        name = f"NVIDIA {g.key}"
+        assert gpus.find_gpu(name) is g, g.key
+        assert environment.gpu_bf16_peak_tflops(name) == g.bf16_tflops, g.key
+        assert cost.table_price(name) == g.usd_per_hour, g.key
+        hw = pe.hardware_constants(name)
+        if g.step_constants() is None:
+            assert hw is None, g.key
+        else:
+            assert (hw["bf16_tflops"], hw["hbm_bytes_s"], hw["fp32_tflops"]) == (g.bf16_tflops, g.hbm_bytes_s,
+                                                                               g.fp32_tflops), g.key
