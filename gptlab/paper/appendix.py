@@ -109,9 +109,11 @@ def _first_sentence(doc):
 
 
 def _is_dataclass(node):
-    return any((isinstance(d, ast.Name) and d.id == "dataclass") or (isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
-               and d.func.id == "dataclass") or (isinstance(d, ast.Attribute) and d.attr == "dataclass")
-               for d in node.decorator_list)
+    def name(d):
+        d = d.func if isinstance(d, ast.Call) else d
+        return d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else None
+
+    return any(name(d) == "dataclass" for d in node.decorator_list)
 
 
 def _field_default(value):

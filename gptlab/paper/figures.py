@@ -6,7 +6,8 @@ from gptlab.compare.plots import draw_setting, focus_ylim, settings_of
 
 FIGSIZE = (5.0, 3.2)  # inches: one column of a two-column paper at about 0.95\linewidth of a one-column one
 # (file, metrics.csv column, y label)
-CURVES = (("val_bpb.pdf", "val_bpb", "val bpb (bits/byte)"), ("train_loss.pdf", "train_loss", "train loss (nats/token, smoothed)"))
+CURVES = (("val_bpb.pdf", "val_bpb", "val bpb (bits/byte)"),
+          ("train_loss.pdf", "train_loss", "train loss (nats/token, smoothed)"))
 
 
 def _save(fig, path):

@@ -59,8 +59,8 @@ def results_table(study):
         notes.append(study.board.runs_needed)
     if judged:
         notes.append("Judged win rate: judge.py's win rate of the setting's run over the baseline's (ties count "
-                     "half; 50% is chance) with its 95% bootstrap interval over prompts (details in the judged win rates' "
-                     "table).")
+                     "half; 50% is chance) with its 95% bootstrap interval over prompts (details in the judged "
+                     "win rates' table).")
     return "results.tex", table("tab:results", "Final validation bits per byte of each setting against the baseline "
                                 f"({study.settings[0].name}).", headers, rows, "lrllrrrlrl" + "l" * judged,
                                 notes, wide=True)
