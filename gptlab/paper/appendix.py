@@ -104,7 +104,7 @@ class Parsed:
 
 def _first_sentence(doc):
     text = " ".join((doc or "").split())
-    match = re.match(r"(.+?[.:;])(\s|$)", text)
+    match = re.match(r"(.+?[.])(\s|$)", text)
     return (match.group(1) if match else text)[:200]
 
 
