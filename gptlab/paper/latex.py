@@ -32,9 +32,9 @@ def escape(text):
 
 
 def tt(text):
-    """Escaped text in typewriter type, breakable at / _ - (long paths and flags in narrow columns)."""
+    """Escaped text in typewriter type, breakable after / _ - . (long paths, flags and names in narrow columns)."""
     body = escape(text)
-    for sep in ("/", r"\_", "-"):
+    for sep in ("/", r"\_", "-", "."):
         body = body.replace(sep, sep + r"\allowbreak{}")
     return rf"\texttt{{{body}}}"
 

@@ -19,6 +19,9 @@ from helpers.run_folders import finished_results, make_run, metrics_rows, t_p, v
 import make_paper
 
 BASE_BPB, SHIFT = [1.300, 1.310, 1.305], -0.015
+# the experiment's name: every LaTeX special character, two dollars (matplotlib's mathtext), Latin-1 and beyond
+IDEA = "My_Idea&100% $~^#{}\\é€中$"
+IDEA_TEX = r"My\_Idea\&100\% \$$\sim$\^{}\#\{\}$\backslash$é[U+20AC][U+4E2D]\$"
 MODEL_V1 = '''"""A tiny GPT for the paper tests."""
 from dataclasses import dataclass, field
 
@@ -58,10 +61,10 @@ def _evals(shift, seed):
 
 
 def _lab(root, idea_model=MODEL_V2):
-    """Base_line (3 seeds, MODEL_V1) and My_Idea&100% (3 seeds, idea_model, 0.015 bpb lower), each with the eval suite
+    """Base_line (3 seeds, MODEL_V1) and IDEA (3 seeds, idea_model, 0.015 bpb lower), each with the eval suite
     and a price; a judging of the idea's seed 0 against the baseline's seed 0."""
     folders = {}
-    for day, (name, shift, model) in enumerate([("Base_line", 0.0, MODEL_V1), ("My_Idea&100%", SHIFT, idea_model)], 1):
+    for day, (name, shift, model) in enumerate([("Base_line", 0.0, MODEL_V1), (IDEA, SHIFT, idea_model)], 1):
         for seed, bpb in enumerate(BASE_BPB):
             config = variant(model_name=name, seed=seed, num_layers=12, model_dim=384 + 128 * (day - 1),
                              git_commit=f"{day}{seed}abcdef0", command=f"python train_gpt.py --seed {seed}",
@@ -71,10 +74,10 @@ def _lab(root, idea_model=MODEL_V2):
                                        usd_per_gpu_hour=2.0)
             folders[(name, seed)] = make_run(root, folder, config, metrics_rows(40, bpb + shift, 0.3), results,
                                              {"model.py": model, "train_gpt.py": "# Muon (Keller Jordan, 2024)\n"})
-    judge = os.path.join(folders[("My_Idea&100%", 0)], "judge", "base__m")
+    judge = os.path.join(folders[(IDEA, 0)], "judge", "base__m")
     os.makedirs(judge)
     with open(os.path.join(judge, "summary.json"), "w") as f:
-        json.dump({"baseline": folders[("Base_line", 0)], "experiment": folders[("My_Idea&100%", 0)],
+        json.dump({"baseline": folders[("Base_line", 0)], "experiment": folders[(IDEA, 0)],
                    "judge_model": "gpt-4o-mini", "n": 50, "prompts": 50, "wins": 20, "losses": 10, "ties": 20,
                    "win_rate": 0.6, "ci95": [0.5, 0.7], "sign_test_p": 0.0987, "cost_usd": 0.0123,
                    "refusals": 0, "unparseable": 0, "pending": 0}, f)
@@ -111,9 +114,9 @@ def _row(tex, first_cell):
 def test_the_results_table_holds_the_recorded_figures_and_welch_p(paper):
     tex = _read(os.path.join(paper["out"], "tables", "results.tex"))
     bpb = {name: [_read_json(paper["folders"][(name, s)], "results.json")["final_val_bpb"] for s in range(3)]
-           for name in ("Base_line", "My_Idea&100%")}
-    base, idea = bpb["Base_line"], bpb["My_Idea&100%"]
-    row = _row(tex, r"My\_Idea\&100\%")
+           for name in ("Base_line", IDEA)}
+    base, idea = bpb["Base_line"], bpb[IDEA]
+    row = _row(tex, IDEA_TEX)
     assert row[1] == "3"
     assert row[2] == f"{statistics.mean(idea):.4f} $\\pm$ {statistics.stdev(idea):.4f}"
     assert row[4] == f"{statistics.mean(idea) - statistics.mean(base):+.4f}" == "-0.0150"
@@ -122,7 +125,7 @@ def test_the_results_table_holds_the_recorded_figures_and_welch_p(paper):
     p = t_p((statistics.mean(idea) - statistics.mean(base)) / se, 4)
     assert row[5] == row[6] == f"{p:.2g}", (row, p)
     assert row[7] == "better" if p < 0.05 else "not distinguishable"
-    hellaswag = [_read_json(paper["folders"][("My_Idea&100%", s)], "results.json")["hellaswag"]["acc_norm"]
+    hellaswag = [_read_json(paper["folders"][(IDEA, s)], "results.json")["hellaswag"]["acc_norm"]
                  for s in range(3)]
     assert row[9] == f"{statistics.mean(hellaswag):.4f} $\\pm$ {statistics.stdev(hellaswag):.4f}"
     assert row[10] == r"60.0\% [50.0\%, 70.0\%] (n=50)"  # judge.py's summary.json
@@ -131,8 +134,8 @@ def test_the_results_table_holds_the_recorded_figures_and_welch_p(paper):
 
 def test_the_cost_evals_and_judge_tables_hold_the_recorded_figures(paper):
     tables = os.path.join(paper["out"], "tables")
-    idea = [_read_json(paper["folders"][("My_Idea&100%", s)], "results.json") for s in range(3)]
-    cost = _row(_read(os.path.join(tables, "cost.tex")), r"My\_Idea\&100\%")
+    idea = [_read_json(paper["folders"][(IDEA, s)], "results.json") for s in range(3)]
+    cost = _row(_read(os.path.join(tables, "cost.tex")), IDEA_TEX)
     hours = sum(r["wall_time_s"] for r in idea) / 3600  # 1 process each; no gpu_hours recorded
     assert cost[1] == "7.34M" and cost[2] == "81.92K"  # n_params 7,340,032; tokens 40 x 2048
     assert cost[6] == f"{hours:.3g}" and cost[7] == rf"\${2.0 * hours:.3g}"
@@ -150,14 +153,15 @@ def test_every_string_from_the_runs_is_escaped(paper):
     out = paper["out"]
     text = "".join(_read(os.path.join(d, n)) for d, _, names in os.walk(out) for n in names if n.endswith(".tex"))
     assert "My_Idea" not in text and "Idea&100%" not in text  # raw, the name would break the document
+    assert IDEA_TEX in text
     assert r"A\_title \& more" in _read(os.path.join(out, "main.tex"))
 
 
 def test_the_appendix_is_the_recorded_source_of_each_setting(paper):
-    appendix = _read(os.path.join(paper["out"], "appendix.tex"))
+    appendix = _read(os.path.join(paper["out"], "appendix.tex")).replace(r"\allowbreak{}", "")
     # two model sources: the baseline's and the idea's, each with its classes, fields and credited tricks
     assert appendix.count(r"\subsection{Model source") == 2
-    assert r"GPTConfig.gate\_\allowbreak{}mlp" in appendix and "gated MLP units" in appendix
+    assert r"GPTConfig.gate\_mlp" in appendix and "gated MLP units" in appendix
     assert appendix.count(r"\citep{so2021primer}") == 2 and appendix.count(r"\citep{arxiv2002_05202}") == 1
     assert re.search(r"\\citep\{[^}]*jordan2024muon", appendix)  # train_gpt.py's credit
     bib = _read(os.path.join(paper["out"], "refs.bib"))
@@ -175,9 +179,9 @@ def test_the_appendix_changes_when_the_model_source_changes(tmp_path):
         with open(os.path.join(folders[("Base_line", seed)], "code", "model.py"), "w") as f:
             f.write(MODEL_V2)
     make_paper.main(args + ["--out", str(tmp_path / "b")])
-    before, after = (_read(str(tmp_path / x / "appendix.tex")) for x in "ab")
+    before, after = (_read(str(tmp_path / x / "appendix.tex")).replace(r"\allowbreak{}", "") for x in "ab")
     assert "gate" not in before and "arxiv2002" not in before
-    assert r"GPTConfig.gate\_\allowbreak{}mlp" in after and r"\citep{arxiv2002_05202}" in after
+    assert r"GPTConfig.gate\_mlp" in after and r"\citep{arxiv2002_05202}" in after
     assert "arxiv2002_05202" in _read(str(tmp_path / "b" / "refs.bib"))
 
 
@@ -189,6 +193,17 @@ def test_reproduce_sh_has_each_runs_command_and_commit(paper):
         assert f"python -m gptlab.train.code_backup {folder} reproduce/{os.path.basename(folder)}" in script
         assert (f"python reproduce/{os.path.basename(folder)}/train_gpt.py --seed {seed}") in script
     assert subprocess.run(["bash", "-n", os.path.join(paper["out"], "reproduce.sh")]).returncode == 0
+
+
+def test_baseline_names_a_setting_or_a_run(paper, tmp_path):
+    """--baseline by model name (its seed group) or by run folder: the other setting is then tested against it."""
+    runs = os.path.join(paper["root"], "experiments", "2026*")
+    for i, baseline in enumerate([IDEA, paper["folders"][(IDEA, 1)]]):
+        out = str(tmp_path / f"p{i}")
+        make_paper.main([runs, "--out", out, "--baseline", baseline])
+        tex = _read(os.path.join(out, "tables", "results.tex"))
+        assert _row(tex, IDEA_TEX)[7] == "baseline"
+        assert _row(tex, r"Base\_line")[4] == f"{-SHIFT:+.4f}"
 
 
 def _error_line(argv, capsys):
@@ -232,4 +247,7 @@ def test_the_project_compiles_with_pdflatex_and_bibtex(paper, tmp_path):
         assert proc.returncode == 0, "\n".join(log)
     text = _read(os.path.join(folder, "main.log"))
     assert os.path.getsize(os.path.join(folder, "main.pdf")) > 10_000
-    assert "undefined" not in text.lower(), [line for line in text.splitlines() if "ndefined" in line]
+    # every citation and reference resolved, no character without a glyph
+    problems = re.findall(r".*(?:(?:Citation|Reference) `[^']*' .*undefined|undefined references|Missing character).*",
+                          text)
+    assert not problems, problems
