@@ -41,9 +41,10 @@ def run_block(run, setting_name):
                      "docs/training.md)")
     folder = f"reproduce/{run.name}"
     if os.path.isdir(os.path.join(run.path, CODE_DIR)):
-        lines.append(f"python -m gptlab.train.code_backup {shlex.quote(run.path)} {shlex.quote(folder)}")
+        lines.append(f"[ -d {shlex.quote(folder)} ] || python -m gptlab.train.code_backup {shlex.quote(run.path)} "
+                     f"{shlex.quote(folder)}")
     elif commit:
-        lines.append(f"git worktree add --detach {shlex.quote(folder)} {commit}")
+        lines.append(f"[ -d {shlex.quote(folder)} ] || git worktree add --detach {shlex.quote(folder)} {commit}")
     else:
         lines.append("#   no code backup and no git commit recorded: this runs today's code")
         folder = None

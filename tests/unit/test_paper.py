@@ -185,12 +185,35 @@ def test_the_appendix_changes_when_the_model_source_changes(tmp_path):
     assert "arxiv2002_05202" in _read(str(tmp_path / "b" / "refs.bib"))
 
 
+def test_a_run_without_a_code_backup_shows_its_checkpoints_model_source(tmp_path):
+    """No code/ folder: the appendix is the model source the run's checkpoint carries (not today's model.py)."""
+    from gptlab.train.model_source import current_source, sha256_text
+    from helpers.random_checkpoint import save_random_checkpoint
+    from helpers.tiny_data import save_tiny_tokenizer
+
+    config = variant(model_name="Ckpt", seed=0)
+    run = make_run(str(tmp_path), "20260101_000000_Ckpt", config, metrics_rows(40, 1.3, 0.3),
+                   finished_results(config, 1.3, 0.3))
+    code = current_source()["code"] + "\n# a trick only this checkpoint has (Doe et al. 2031, arXiv 3101.00001)\n"
+    tokenizer = str(tmp_path / "tok.pkl")
+    save_tiny_tokenizer(tokenizer, ["a tiny text for a tiny tokenizer. " * 20], n_merges=8)
+    os.makedirs(os.path.join(run, "checkpoints"))
+    save_random_checkpoint(os.path.join(run, "checkpoints", "step_000040.pt"), tokenizer, num_layers=2,
+                           model_dim=64, model_source={"file": "model.py", "code": code, "sha256": sha256_text(code)})
+    make_paper.main([run, "--out", str(tmp_path / "p")])
+    appendix = _read(str(tmp_path / "p" / "appendix.tex")).replace(r"\allowbreak{}", "")
+    assert "checkpoint (model\\_source)" in appendix and sha256_text(code)[:12] in appendix
+    assert r"\citep{arxiv3101_00001}" in appendix
+    assert "No train\\_gpt.py was recorded for Ckpt" in appendix
+
+
 def test_reproduce_sh_has_each_runs_command_and_commit(paper):
     script = _read(os.path.join(paper["out"], "reproduce.sh"))
     for (name, seed), folder in paper["folders"].items():
         config = _read_json(folder, "config.json")
         assert f"#   git commit {config['git_commit']};" in script
-        assert f"python -m gptlab.train.code_backup {folder} reproduce/{os.path.basename(folder)}" in script
+        rebuilt = f"reproduce/{os.path.basename(folder)}"
+        assert f"[ -d {rebuilt} ] || python -m gptlab.train.code_backup {folder} {rebuilt}\n" in script
         assert (f"python reproduce/{os.path.basename(folder)}/train_gpt.py --seed {seed}") in script
     assert subprocess.run(["bash", "-n", os.path.join(paper["out"], "reproduce.sh")]).returncode == 0
 
