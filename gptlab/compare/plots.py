@@ -110,6 +110,24 @@ def has_suite_rows(runs):
     return any(r.metrics is not None and r.metrics.series("tokens", "evals_core")[0] for r in runs)
 
 
+def draw_setting(ax, members, ycol, color, label=None):
+    """One setting's curve of metrics.csv's `ycol` against tokens on `ax`: the mean over its runs as a line, mean ±
+    std as a band (train loss smoothed); the points (x, low, high) are added to ax.focus (for focus_ylim)."""
+    series = [r.metrics.series("tokens", ycol) for r in members if r.metrics is not None]
+    if ycol == "train_loss":
+        series = [(xs, _smooth(ys)) for xs, ys in series]
+    xs, means, stds = mean_band(series)
+    if not xs:
+        return
+    ax.plot(xs, means, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None, markersize=3, label=label)
+    if len(xs) == 1:  # measured once (a final HellaSwag): a band has no width, so an error bar
+        ax.errorbar(xs, means, yerr=stds, color=color, marker="D", markersize=6, capsize=4)
+    elif len(members) > 1 and any(stds):
+        ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                        color=color, alpha=0.2, linewidth=0)
+    ax.focus = getattr(ax, "focus", []) + [(x, m - s, m + s) for x, m, s in zip(xs, means, stds)]
+
+
 def _draw_curves(plt, runs, size, dpi):
     """2×2 panels against tokens: val bpb, train loss (smoothed), HellaSwag acc_norm, learning rate, and a third
     row (--evals core and gold bpb) when a run has them; one colour per setting, its mean over the seeds as a line
@@ -133,19 +151,7 @@ def _draw_curves(plt, runs, size, dpi):
         color = colors[index % len(colors)]
         handles.append(Line2D([], [], color=color, linewidth=2, label=label))
         for ax, (ycol, _, _) in zip(axes.flat, panels):
-            series = [r.metrics.series("tokens", ycol) for r in members if r.metrics is not None]
-            if ycol == "train_loss":
-                series = [(xs, _smooth(ys)) for xs, ys in series]
-            xs, means, stds = mean_band(series)
-            if not xs:
-                continue
-            ax.plot(xs, means, color=color, linewidth=1.6, marker="o" if len(xs) <= 40 else None, markersize=3)
-            if len(xs) == 1:  # measured once (a final HellaSwag): a band has no width, so an error bar
-                ax.errorbar(xs, means, yerr=stds, color=color, marker="D", markersize=6, capsize=4)
-            elif len(members) > 1 and any(stds):
-                ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                                color=color, alpha=0.2, linewidth=0)
-            ax.focus = getattr(ax, "focus", []) + [(x, m - s, m + s) for x, m, s in zip(xs, means, stds)]
+            draw_setting(ax, members, ycol, color)
     most = max((x for r in runs if r.metrics is not None for x in r.metrics.series("tokens", "step")[0]), default=0)
     for ax, (ycol, ylabel, title) in zip(axes.flat, panels):
         if most > 0:  # one x-range for every panel, a final-only HellaSwag included

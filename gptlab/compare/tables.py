@@ -699,6 +699,7 @@ class SettingSummary:
     verdict: str = ""
     core: tuple = None  # (mean, std) of the --evals suite's core over the same runs; std None for one run
     gold_bpb: tuple = None  # the same for gold_bpb; both None unless every run counted has the figure
+    runs: list = ()  # the runs counted (one per seed; the run itself when alone): make_paper.py's other figures
 
 
 def suite_stats(runs, attr):
@@ -734,7 +735,8 @@ def summary_rows(board):
         names[run.model_name] = names.get(run.model_name, 0) + 1
         name = run.model_name + ("" if names[run.model_name] == 1 else f" ({names[run.model_name]})")
         row = SettingSummary(name, n, mean, std, None if half is None else (mean - half, mean + half),
-                             core=suite_stats(counted, "evals_core"), gold_bpb=suite_stats(counted, "evals_gold_bpb"))
+                             core=suite_stats(counted, "evals_core"), gold_bpb=suite_stats(counted, "evals_gold_bpb"),
+                             runs=counted)
         c = next((c for c in board.family if c.other is board.reference and setting_key(c.run) == key), None)
         if run is board.reference:
             row.verdict = "baseline"

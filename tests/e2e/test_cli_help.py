@@ -6,7 +6,8 @@ import pytest
 from conftest import run_script
 
 SCRIPTS = ["train_tokenizer.py", "download_fineweb.py", "download_hellaswag.py", "train_gpt.py",
-           "compare_experiments.py", "sweep.py", "compare_tokenizers.py", "export_hf.py", "sample.py", "judge.py"]
+           "compare_experiments.py", "sweep.py", "compare_tokenizers.py", "export_hf.py", "sample.py", "judge.py",
+           "make_paper.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -32,7 +33,8 @@ def test_a_bad_flag_is_one_error_line_not_the_usage_block(script):
     name = script.split("/")[-1]
     required = {"download_fineweb.py": ["--tokenizer", "t.pkl"], "compare_tokenizers.py": ["t.pkl"],
                 "export_hf.py": ["c.pt", "out"], "sample.py": ["c.pt"],
-                "judge.py": ["a", "b", "--judge_url", "http://127.0.0.1:9/v1", "--judge_model", "m"]}.get(script, [])
+                "judge.py": ["a", "b", "--judge_url", "http://127.0.0.1:9/v1", "--judge_model", "m"],
+                "make_paper.py": ["r", "--out", "o"]}.get(script, [])
     proc = run_script([script, "--no_such_flag"] + required)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {name} --help)", proc.stderr

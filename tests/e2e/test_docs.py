@@ -16,7 +16,7 @@ from conftest import REPO, run_script
 
 README = os.path.join(REPO, "README.md")
 DOC_PAGES = ["tokenizer.md", "data.md", "training.md", "comparing.md", "using-a-model.md", "faults.md",
-             "benchmarks.md", "judge.md"]
+             "benchmarks.md", "judge.md", "paper.md"]
 MAX_README_LINES = 300
 
 

@@ -2,8 +2,8 @@
 
 Stages, in pipeline order: core (errors, CLI, files, ranks) → data.sources (text in) → tokenizer → data (shards,
 loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export → judge (two models' samples
-judged by an LLM). A module may import its own stage and earlier ones, never a later one; the package never
-imports the top-level scripts or model.py by name.
+judged by an LLM) → paper (a LaTeX project from runs). A module may import its own stage and earlier ones, never a
+later one; the package never imports the top-level scripts or model.py by name.
 
 The wheel holding every module: tests/e2e/test_layout_e2e.py."""
 import ast
@@ -13,9 +13,9 @@ import pytest
 from helpers.package_modules import package_modules
 
 STAGES = ["gptlab.core", "gptlab.data.sources", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
-          "gptlab.compare", "gptlab.export", "gptlab.judge"]
+          "gptlab.compare", "gptlab.export", "gptlab.judge", "gptlab.paper"]
 SCRIPTS = {"train_gpt", "model", "train_tokenizer", "download_fineweb", "download_hellaswag", "compare_experiments",
-           "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate"}
+           "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate", "make_paper"}
 
 
 def stage(module):
