@@ -62,10 +62,12 @@ def test_same_logits_as_transformers_gpt2_with_its_weights():
                                         activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
                                         embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
     hf = transformers.GPT2LMHeadModel(hf_config).eval()
-    with torch.no_grad():  # HF's init zeroes the biases and sets LayerNorms to 1, 0: make them matter
+    with torch.no_grad():
         for name, p in hf.named_parameters():
-            if p.ndim == 1:
+            if p.ndim == 1:  # HF's init zeroes the biases and sets LayerNorms to 1, 0: make them matter
                 p.add_(0.1 * torch.randn_like(p))
+            else:  # weights of std 0.2: pre-activations of order 1, where exact and tanh GELU differ
+                p.mul_(10)
     ours = gpt2.GPT(tiny_config()).eval()
     ours.load_state_dict(hf_to_ours(hf.state_dict(), ours.padded_vocab), strict=True)
     assert ours.lm_head.weight is ours.embed.weight  # still tied after loading
