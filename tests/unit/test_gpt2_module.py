@@ -98,6 +98,14 @@ def test_init_is_gpt2s():
     assert not any(n.endswith("bias") for n, _ in no_bias.named_parameters())
 
 
+def test_gpt2_small_has_gpt2s_parameter_count():
+    """The defaults are GPT-2 small: transformers' GPT2LMHeadModel has 124,439,808 parameters (nanoGPT prints
+    123.65M without the 786,432 of the position table); ours has 47 padding rows of 768 more (50,257 -> 50,304)."""
+    with torch.device("meta"):
+        model = gpt2.GPT(gpt2.GPTConfig(vocab_size=50257))
+    assert sum(p.numel() for p in model.parameters()) == 124_439_808 + 47 * 768
+
+
 def test_predict_at_positions_equals_the_full_logits_there():
     model = tiny_model()
     x = tokens(2, 3, 20)
