@@ -11,6 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from gptlab.compare import judged
 from gptlab.core.errors import UserError
 from gptlab.train import code_backup, cost
 from gptlab.train.records import (CODE_DIR, CONFIG_FILE, EVALS_PREFIX, HEARTBEAT_FILE, LOG_FILE, METRICS_FILE,
@@ -255,6 +256,7 @@ class Run:
     seed: object = None
     error: str = None
     research_code: dict = None  # {research file: sha256} of its code/ backup (None without one): part of its group
+    judged: list = None  # gptlab.compare.judged.Judging of each judge.py summary in its judge/ folder
     cpu_threads: int = None  # torch's threads per process, as the run recorded them
     load: float = None  # the machine's highest 1-minute load average the run recorded (start, end)
     cores: int = None  # the CPUs the run could use
@@ -358,6 +360,8 @@ def load_run(path, now=None, with_metrics=True):
                         or run.tokenizer)
     run.seed = res.get("seed", config.get("seed"))
     run.research_code = code_backup.research_code(os.path.join(path, CODE_DIR))
+    run.judged, damaged = judged.find_judgings(run, path)  # judge.py's win rates of this run over a baseline
+    notes.extend(f"{os.path.relpath(p, path)} {why}: its judged win rate is left out" for p, why in damaged)
     run.error = res.get("error")
 
     def final_or_last(result_key, metric_col):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from gptlab.compare.diff import research_code_notes
+from gptlab.compare.judged import format_judged
 from gptlab.compare.runs import MISSING, Run
 from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, Noise, _unjudged, _values, bpb_noise,
                                   compare_groups, compare_settings, format_p, group_of, hellaswag_holm_verdict,
@@ -164,6 +165,8 @@ COLUMNS = {
     "core": ("Core ±95% CI", lambda r: _mark(r, format_suite(r, "evals_core")), lambda r: r.evals_core),
     "gold_bpb": ("Gold bpb ±95% CI", lambda r: _mark(r, format_suite(r, "evals_gold_bpb")),
                  lambda r: r.evals_gold_bpb),
+    "judged": ("Judged win ±95% CI vs", lambda r: format_judged(r.judged or []) or MISSING,
+               lambda r: next((j.win_rate for j in r.judged or [] if j.win_rate is not None), None)),
     "wall_time": ("Wall time", lambda r: _mark(r, _timed(r, format_duration(r.wall_time_s))),
                   lambda r: r.wall_time_s),
     "gpu": ("GPU", lambda r: r.gpu or MISSING, lambda r: r.gpu),
@@ -180,13 +183,14 @@ SORT_ALIASES = {"bpb": "val_bpb", "loss": "val_loss", "acc_norm": "hellaswag", "
                 "wall": "wall_time", "memory": "peak_mem", "mem": "peak_mem", "name": "model", "folder": "run",
                 "n_params": "params", "gpuh": "gpu_hours", "gpu_h": "gpu_hours", "usd": "cost", "dollars": "cost",
                 "bpt": "bytes_per_token", "compression": "bytes_per_token", "evals_core": "core", "centred": "core",
-                "evals_gold_bpb": "gold_bpb", "gold": "gold_bpb", "gold_answer_bpb": "gold_bpb"}
+                "evals_gold_bpb": "gold_bpb", "gold": "gold_bpb", "gold_answer_bpb": "gold_bpb", "win_rate": "judged",
+                "judge": "judged"}
 # The leaderboard's columns against the reference, after COLUMNS; ids of board.headers, in order.
 VERSUS_COLUMNS = ("setting_bpb", "bpb_vs", "hellaswag_vs", "cost_per_bpb")
 COLUMN_IDS = ("rank", *COLUMNS, *VERSUS_COLUMNS)
 # The text view keeps the columns in this order while they fit the terminal. Run (the folder name: date, time and
 # model name) is what a command takes to act on a row, so it comes before Model and Date, which it repeats.
-TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "core", "gold_bpb", "cost",
+TEXT_PRIORITY = ("rank", "run", "val_bpb", "setting_bpb", "bpb_vs", "hellaswag", "core", "gold_bpb", "judged", "cost",
                  "hellaswag_vs", "status", "tokens", "params", "wall_time", "gpu_hours", "cost_per_bpb", "model",
                  "val_loss", "tokenizer", "bytes_per_token", "gpu", "mfu", "peak_mem", "date")
 # Piped (into head, less, a file) without --wide or --columns: these, unwrapped (issue 39: 21 columns hard-wrapped);

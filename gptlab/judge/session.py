@@ -18,13 +18,13 @@ import json
 import os
 import re
 
+from gptlab.compare.judged import JUDGE_DIR, SUMMARY_FILE  # where the comparison tools read it
 from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write, atomic_write_text, read_json_file
 from gptlab.judge import verdicts
 from gptlab.train.records import CHECKPOINT_DIR, latest_checkpoint
 
-PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE, SUMMARY_FILE = ("prompts.jsonl", "verdicts.jsonl", "settings.json",
-                                                            "summary.json")
+PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE = "prompts.jsonl", "verdicts.jsonl", "settings.json"
 OWN_FILES = (PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE, SUMMARY_FILE)
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_PROMPTS_NAME = os.path.join("data", "judge", "fineweb_edu_openings.jsonl")  # in the repository
@@ -50,7 +50,7 @@ def safe_name(text):
 
 def default_out(experiment_run, baseline_run, judge_model):
     base = os.path.basename(os.path.normpath(os.path.abspath(baseline_run)))
-    return os.path.join(experiment_run, "judge", f"{safe_name(base)}__{safe_name(judge_model)}")
+    return os.path.join(experiment_run, JUDGE_DIR, f"{safe_name(base)}__{safe_name(judge_model)}")
 
 
 # ---- the prompt set

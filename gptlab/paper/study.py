@@ -1,32 +1,15 @@
 """The runs a paper is made from: loaded, grouped and compared by gptlab.compare (the leaderboard's seed groups,
 baseline, Welch / measured-noise tests with Holm's correction, runs needed), plus the judged win rates that
 judge.py saved in their folders. Nothing here computes a statistic of its own."""
-import glob
 import os
 from dataclasses import dataclass, field
 
+from gptlab.compare import judged
 from gptlab.compare.runs import BadRunFolder, load_run, resolve_run, resolve_runs
 from gptlab.compare.stats import SIGNIFICANCE_LEVEL, group_of, runs_needed
 from gptlab.compare.tables import BPB_STEP, Leaderboard, build_leaderboard, summary_rows
 from gptlab.core.errors import UserError
-from gptlab.core.files import read_json_file
-from gptlab.judge.session import SUMMARY_FILE
 from gptlab.train.records import EXPERIMENTS_DIR
-
-JUDGE_DIR = "judge"  # judge.py's default folder in the experiment's run folder (gptlab.judge.session.default_out)
-MAX_SUMMARY_BYTES = 1 << 20
-
-
-@dataclass
-class Judging:
-    """One judge.py summary.json found in a run folder."""
-    run: object  # the experiment's Run
-    path: str
-    summary: dict
-
-    @property
-    def baseline_name(self):
-        return os.path.basename(os.path.normpath(str(self.summary.get("baseline") or "?")))
 
 
 @dataclass
@@ -75,13 +58,9 @@ def _pick_baseline(spec, runs, experiments_dir):
 
 def find_judgings(run):
     """judge.py's summaries in the run's judge/ folder (a damaged one is named, not guessed at)."""
-    found = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(run.path), JUDGE_DIR, "*", SUMMARY_FILE))):
-        summary, why = read_json_file(path, MAX_SUMMARY_BYTES)
-        if not isinstance(summary, dict):
-            raise UserError(f"{path} {why or 'is not a JSON object'}; judge again (python judge.py ... --overwrite) "
-                            "or move the folder away")
-        found.append(Judging(run, path, summary))
+    found, damaged = judged.find_judgings(run, run.path)
+    for path, why in damaged:
+        raise UserError(f"{path} {why}; judge again (python judge.py ... --overwrite) or move the folder away")
     return found
 
 

@@ -101,3 +101,32 @@ def test_too_few_different_flops_for_a_scaling_fit_says_how_many(tmp_path):
     with pytest.raises(UserError, match=r"needs at least 4 finished runs with different training FLOPs; 5 usable "
                                         r"run\(s\) here, at 2 different FLOPs"):
         cmp.compare([], experiments_dir=root, no_plot=True, scaling=True)
+
+
+def test_the_leaderboard_shows_a_judged_win_rate_where_judge_py_left_one(tmp_path):
+    """A judge.py summary in Idea's judge/ folder (baseline: Base's checkpoint, as judge.py records it): Idea's cell
+    reads its win rate, interval and the baseline's run; Base, judged by nobody, shows the missing mark; a
+    damaged summary is named in the run's notes and left out."""
+    import json
+    import os
+
+    root = str(tmp_path)
+    _group(root, "Base", [(0, 1.300)])
+    _group(root, "Idea", [(0, 1.290)], model_dim=192)
+    base, idea = os.path.join(root, "20260101_040000_Base"), os.path.join(root, "20260101_040000_Idea")
+    folder = os.path.join(idea, "judge", "20260101_040000_Base__judge-model")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump({"baseline": os.path.join(base, "checkpoints", "step_000010.pt"), "win_rate": 0.625,
+                   "ci95": [0.51, 0.735], "n": 40}, f)
+    damaged = os.path.join(base, "judge", "x__y")
+    os.makedirs(damaged)
+    with open(os.path.join(damaged, "summary.json"), "w") as f:
+        f.write("{not json")
+    board = cmp.compare([], experiments_dir=root, no_plot=True, write=False, baseline="Base")["board"]
+    cells = cells_by_run(board)
+    header = "Judged win ±95% CI vs"
+    assert cells["20260101_040000_Idea"][header] == "62.5% [51.0, 73.5] vs 20260101_040000_Base"
+    assert cells["20260101_040000_Base"][header] == cmp.MISSING
+    base_run = next(r for r in board.runs if r.name == "20260101_040000_Base")
+    assert base_run.judged == [] and any("judge/x__y/summary.json" in n for n in base_run.notes)
