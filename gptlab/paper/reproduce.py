@@ -15,7 +15,7 @@ HEADER = """#!/usr/bin/env bash
 # Run it from the folder make_paper.py was run in (a gptlab checkout holding the runs' git commits and their data).
 # Each run's sources are first rebuilt from its code/ backup (its git commit + uncommitted.patch + its own model.py
 # and train_gpt.py) into reproduce/<run>/, and its command runs that train_gpt.py (it imports its own gptlab/).
-# A command is config.json's "command" as recorded: its words joined by spaces, not re-quoted.
+# A command is config.json's "command" as recorded (shlex-quoted since 2026-11-28; before, words joined by spaces).
 set -euo pipefail
 mkdir -p reproduce
 """
@@ -33,7 +33,10 @@ def run_block(run, setting_name):
              + (f"{run.val_bpb:.4f}" if run.val_bpb is not None else "(not recorded)")]
     if not isinstance(command, str) or not command.strip() or escape_controls(command) != command:
         return lines + ["#   config.json records no command on one line: not reproducible from this script", ""]
-    words = command.split()
+    try:  # recorded shlex-quoted (older runs: words joined by spaces, which shlex reads alike unless quoted)
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
     world = run.world_size or 1
     if world > 1 and words[0].startswith("python"):  # recorded by each rank; torchrun started them
         words = ["torchrun", "--standalone", f"--nproc_per_node={world}"] + words[1:]
@@ -49,8 +52,8 @@ def run_block(run, setting_name):
         lines.append("#   no code backup and no git commit recorded: this runs today's code")
         folder = None
     if folder:
-        words = [shlex.quote(f"{folder}/{SCRIPT}") if w == SCRIPT or w.endswith("/" + SCRIPT) else w for w in words]
-    return lines + [" ".join(words), ""]
+        words = [f"{folder}/{SCRIPT}" if w == SCRIPT or w.endswith("/" + SCRIPT) else w for w in words]
+    return lines + [shlex.join(words), ""]
 
 
 def render(study):

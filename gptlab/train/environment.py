@@ -4,6 +4,7 @@ GPU's dense bf16 peak, MFU's denominator), peak memory.
 import os
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 
@@ -94,7 +95,9 @@ def peak_memory(device):
 
 
 def command_line():
-    return " ".join([os.path.basename(sys.executable)] + sys.argv)
+    """This process's command line as a shell would take it back (shlex-quoted: a path with spaces stays one
+    word), the interpreter by its name."""
+    return shlex.join([os.path.basename(sys.executable)] + sys.argv)
 
 
 ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch reads either (the second: 2.9+)

@@ -274,3 +274,24 @@ def test_the_project_compiles_with_pdflatex_and_bibtex(paper, tmp_path):
     problems = re.findall(r".*(?:(?:Citation|Reference) `[^']*' .*undefined|undefined references|Missing character).*",
                           text)
     assert not problems, problems
+
+
+def test_a_recorded_command_with_spaces_comes_back_as_the_same_words(monkeypatch):
+    """config.json's command is shlex-quoted when recorded, and reproduce.sh quotes each word again: a path with a
+    space and a quote stays one argument from the run to the script (the shell's own split, shlex.split, checks)."""
+    import shlex
+    import sys
+    from types import SimpleNamespace
+
+    from gptlab.paper.reproduce import run_block
+    from gptlab.train import environment
+
+    argv = ["train_gpt.py", "--train_files", "my data/it's.bin", "--seed", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    command = environment.command_line()
+    assert shlex.split(command)[1:] == argv
+    run = SimpleNamespace(config={"command": command, "git_commit": "a" * 40}, name="20260101_000000_X",
+                          seed=1, val_bpb=1.5, world_size=1, path="/nonexistent/run")
+    line = run_block(run, "X")[-2]
+    assert shlex.split(line)[1:] == ["reproduce/20260101_000000_X/train_gpt.py", "--train_files", "my data/it's.bin",
+                                     "--seed", "1"]
