@@ -17,7 +17,7 @@ import time
 
 from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, path
 from gptlab.core.errors import StopRequested, run_cli
-from gptlab.data.sources import HUB_DATASETS
+from gptlab.text.sources import HUB_DATASETS
 from gptlab.tokenizer.format import EOT, tokenizer_filename
 from gptlab.tokenizer.job import DATASET_CONFIG, train_tokenizer
 

@@ -466,7 +466,7 @@ MUTANTS = [
     Mutant("hf-labels-not-shifted", "gptlab/export/modeling_gptlab.py",
            "labels[:, 1:].flatten(), ignore_index=-100)", "labels[:, :-1].flatten(), ignore_index=-100)",
            (GUARDS3_E2E,)),
-    Mutant("hub-probe-drops-the-mirror-path", "gptlab/data/sources.py",
+    Mutant("hub-probe-drops-the-mirror-path", "gptlab/text/sources.py",
            'endpoint = constants.ENDPOINT.rstrip("/")', 'endpoint = "/".join(constants.ENDPOINT.split("/")[:3])',
            (E + "test_hub.py::test_a_hub_mirror_under_a_path_is_reached_through_hf_endpoint",)),
     # ---- round 4 (issue 40): the survivors of the third check, then our own of the same areas. Most are seen only

@@ -21,7 +21,7 @@ from gptlab.core.files import atomic_write, check_writable
 from gptlab.core.progress import progress_bar
 from gptlab.data.selection import default_shard_folder
 from gptlab.data.shards import MANIFEST_GLOB, check_manifest, read_shard
-from gptlab.data.sources import iter_local_documents
+from gptlab.text.sources import iter_local_documents
 from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,7 +4,7 @@ Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin,
 split jobs: train_r000_000001.bin, ..., see "Names and reading order") and a manifest. <dataset> is fineweb10B /
 fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` for --input files.
 
-Document order, Hub: each rank streams its own files of the dataset (data.sources.hub_share: a contiguous run of
+Document order, Hub: each rank streams its own files of the dataset (text.sources.hub_share: a contiguous run of
 whole files per rank, so no file is downloaded twice), shuffled within the rank by datasets' seeded shuffle (file
 order and a buffer of --shuffle_buffer documents; 0 keeps the files' order). Local: the --input files in the order
 given (a glob's matches sorted; a file named twice read once) go through the same idea here (`buffered_shuffle`),
@@ -56,7 +56,7 @@ from gptlab.core.errors import UserError
 from gptlab.core.files import check_folder_creatable, describe_holder, exclusive_lock
 from gptlab.core.progress import progress_bar
 from gptlab.data import shards as shard_format
-from gptlab.data.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
+from gptlab.text.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
 from gptlab.tokenizer.format import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 

@@ -26,7 +26,7 @@ import zlib
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal, progress_bar
-from gptlab.data.sources import describe_error, proxy_hint, reaching
+from gptlab.text.sources import describe_error, proxy_hint, reaching
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 URL_ENV = "GPTLAB_HELLASWAG_URL"  # a mirror of HELLASWAG_URL (same file, same checksum) used when no source is given
@@ -228,7 +228,7 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     from huggingface_hub import HfApi, hf_hub_download  # heavy (~0.3 s): only for the Hub copy
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-    from gptlab.data.sources import hub_unreachable
+    from gptlab.text.sources import hub_unreachable
 
     problem = hub_unreachable(repo_id, timeout_s, revision=revision)  # seconds, not the libraries' retries
     if problem:
@@ -257,7 +257,7 @@ def _hub_files_cached(repo_id, revision):
     """Offline: local paths of the validation parquet in the HF cache; HubCopyUnusable when it is not there."""
     from huggingface_hub import constants  # only for the Hub copy
 
-    from gptlab.data.sources import cached_snapshot
+    from gptlab.text.sources import cached_snapshot
 
     folder = cached_snapshot(repo_id, revision)
     paths = []

@@ -14,7 +14,7 @@ torch.
 Which text: with local --input, the first `samples` characters of the files (in order, the last document cut) are
 used whatever the world size; every rank reads that text and pre-tokenizes every W-th document of it, so 1 rank and
 W ranks train on the same text and give byte-identical merges. From the Hub, each rank streams its own files of the
-dataset (data.sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
+dataset (text.sources.hub_share: no file is downloaded by two ranks), shuffled within the rank, and takes
 `samples / W` characters of them, so runs with different world sizes see different (equally sized) text.
 """
 import contextlib
@@ -30,7 +30,7 @@ from gptlab.core.distributed import check_device_flag, default_workers, resolve_
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable, exclusive_lock, write_fix
 from gptlab.core.progress import is_terminal, progress_bar
-from gptlab.data.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_hub_documents, iter_local_documents,
+from gptlab.text.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_hub_documents, iter_local_documents,
                                  take_every)
 from gptlab.tokenizer import native
 from gptlab.tokenizer.demo import render

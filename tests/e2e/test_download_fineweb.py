@@ -18,7 +18,7 @@ from helpers.tiny_data import save_tiny_tokenizer
 from gptlab.data import shards
 from gptlab.core.errors import UserError
 from gptlab.data.fineweb import buffered_shuffle, encode_document
-from gptlab.data.sources import iter_local_documents
+from gptlab.text.sources import iter_local_documents
 from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer, save_tokenizer
 
 TRICKY_DOCS = ["Hello 🌍 world 👩‍👩‍👧 emoji", "line one\r\nline two\r\n\r\n", "", "   ", "tabs\tand\u00a0nbsp",

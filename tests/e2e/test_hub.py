@@ -165,7 +165,7 @@ def test_each_rank_downloads_only_its_own_files(hub, docs, tmp_path, world_size)
 
 
 def test_hub_share_by_hand():
-    from gptlab.data.sources import hub_share
+    from gptlab.text.sources import hub_share
 
     # 14 files over 8 ranks: runs of 2, 2, 2, 2, 2, 2, 1, 1 files, each rank all the documents of its run
     assert [(s.first_file, s.file_count, s.row_offset, s.row_stride) for s in
@@ -201,7 +201,7 @@ def test_local_parquet_bytes_read_counts_utf8_bytes(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gptlab.data.sources import ReadStats, iter_local_documents
+    from gptlab.text.sources import ReadStats, iter_local_documents
 
     pq.write_table(pa.table({"text": ["héllo", "日本"]}), str(tmp_path / "t.parquet"))
     stats = ReadStats()

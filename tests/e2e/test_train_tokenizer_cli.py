@@ -140,7 +140,7 @@ def test_in_process_api_matches_the_cli(tmp_path):
 def test_local_ranks_split_exactly_the_text_one_rank_uses(tmp_path):
     """Any world size: the ranks' documents, dealt back in order, are the one-rank documents (the last one cut)."""
     from gptlab.tokenizer.job import open_documents
-    from gptlab.data.sources import ReadStats
+    from gptlab.text.sources import ReadStats
 
     def rank_docs(rank, world_size, samples, stats=None):
         box = []

@@ -1,4 +1,4 @@
-"""Test driver: the documents gptlab.data.sources.iter_hub_documents gives ranks R... of W, written as JSON.
+"""Test driver: the documents gptlab.text.sources.iter_hub_documents gives ranks R... of W, written as JSON.
 
     python tests/helpers/hub_run.py tests/helpers/hub_rank_docs.py REPO CONFIG SEED SHUFFLE_BUFFER WORLD_SIZE OUT \
         RANK [RANK ...]
@@ -8,7 +8,7 @@ OUT gets {rank: {"docs": [...], "files": [...], "bytes_read": n}}: what the rank
 import json
 import sys
 
-from gptlab.data.sources import ReadStats, iter_hub_documents
+from gptlab.text.sources import ReadStats, iter_hub_documents
 
 
 def main(argv):

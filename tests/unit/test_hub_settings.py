@@ -12,7 +12,7 @@ from helpers.hellaswag_file import PUBLISHED_SHA256
 from hub_standin import hellaswag_parquet
 
 from gptlab.data import hellaswag
-from gptlab.data.sources import proxy_hint, proxy_in_use, without_credentials
+from gptlab.text.sources import proxy_hint, proxy_in_use, without_credentials
 
 PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
                    "no_proxy", "REQUEST_METHOD"]

@@ -10,8 +10,8 @@ import pytest
 from conftest import REPO
 
 from gptlab.core.errors import UserError
-from gptlab.data import sources
-from gptlab.data.sources import ReadStats, iter_local_documents
+from gptlab.text import sources
+from gptlab.text.sources import ReadStats, iter_local_documents
 from gptlab.tokenizer import pretokenize as pretok
 from gptlab.tokenizer.format import PATTERNS, read_tokenizer_file, resolve_pattern, safe_unpickle, save_tokenizer
 from gptlab.tokenizer.job import limit_chars

@@ -1,6 +1,6 @@
 """The folder tree is the architecture: gptlab/ by pipeline stage, and no import runs back up the pipeline.
 
-Stages, in pipeline order: core (errors, CLI, files, ranks) → data.sources (text in) → tokenizer → data (shards,
+Stages, in pipeline order: core (errors, CLI, files, ranks) → text (documents in: the Hub or local files) → tokenizer → data (shards,
 loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export → judge (two models' samples
 judged by an LLM) → paper (a LaTeX project from runs). A module may import its own stage and earlier ones, never a
 later one; the package never imports the top-level scripts or model.py by name.
@@ -12,7 +12,7 @@ import pytest
 
 from helpers.package_modules import package_modules
 
-STAGES = ["gptlab.core", "gptlab.data.sources", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
+STAGES = ["gptlab.core", "gptlab.text", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
           "gptlab.compare", "gptlab.export", "gptlab.judge", "gptlab.paper"]
 SCRIPTS = {"train_gpt", "model", "train_tokenizer", "download_fineweb", "download_hellaswag", "compare_experiments",
            "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate", "make_paper"}
@@ -58,6 +58,7 @@ def test_the_stage_check_catches_an_import_back_up(tmp_path):
     found = list(imports_of(str(bad), "gptlab.train.bad"))
     assert found == ["gptlab.compare.stats", "train_gpt"]
     assert stage("gptlab.compare.stats") > stage("gptlab.train.run")
-    assert stage("gptlab.data.sources") < stage("gptlab.tokenizer.job") < stage("gptlab.data.shards")
+    assert stage("gptlab.text.sources") == stage("gptlab.text")
+    assert stage("gptlab.text") < stage("gptlab.tokenizer.job") < stage("gptlab.data.shards")
     with pytest.raises(AssertionError, match="no stage"):
         stage("gptlab.misc")
