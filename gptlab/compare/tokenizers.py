@@ -18,14 +18,14 @@ from tabulate import tabulate
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
+from gptlab.core.paths import repo_path
 from gptlab.core.progress import progress_bar
 from gptlab.data.selection import default_shard_folder
 from gptlab.data.shards import MANIFEST_GLOB, check_manifest, read_shard
 from gptlab.text.sources import iter_local_documents
 from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNDLED_SAMPLE = os.path.join(REPO_ROOT, "data", "sample", "fineweb_edu_150docs.jsonl")
+BUNDLED_SAMPLE = repo_path("data", "sample", "fineweb_edu_150docs.jsonl")
 OVERLAP_AT = (10, 100, 1000, 10000)  # "first k merges": the k compared (and the whole of the smaller list)
 LONGEST_SHOWN = 5
 MIN_TIMING_S = 0.3  # encode the text again until this much time has passed, so the throughput is not noise

@@ -20,15 +20,15 @@ import re
 
 from gptlab.compare.judged import JUDGE_DIR, SUMMARY_FILE  # where the comparison tools read it
 from gptlab.core.errors import UserError, escape_controls
+from gptlab.core.paths import repo_path
 from gptlab.core.files import atomic_write, atomic_write_text, read_json_file
 from gptlab.judge import verdicts
 from gptlab.train.records import CHECKPOINT_DIR, latest_checkpoint
 
 PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE = "prompts.jsonl", "verdicts.jsonl", "settings.json"
 OWN_FILES = (PROMPTS_FILE, VERDICTS_FILE, SETTINGS_FILE, SUMMARY_FILE)
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_PROMPTS_NAME = os.path.join("data", "judge", "fineweb_edu_openings.jsonl")  # in the repository
-DEFAULT_PROMPTS = os.path.join(REPO_ROOT, DEFAULT_PROMPTS_NAME)
+DEFAULT_PROMPTS = repo_path(DEFAULT_PROMPTS_NAME)
 MAX_PROMPT_FILE_BYTES = 64 << 20
 
 

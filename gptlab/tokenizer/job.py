@@ -29,6 +29,7 @@ from gptlab.core import distributed
 from gptlab.core.distributed import check_device_flag, default_workers, resolve_device
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable, exclusive_lock, write_fix
+from gptlab.core.paths import REPO_ROOT, repo_path
 from gptlab.core.progress import is_terminal, progress_bar
 from gptlab.text.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_hub_documents, iter_local_documents,
                                  take_every)
@@ -41,7 +42,6 @@ from gptlab.tokenizer.native import train_merges_native
 from gptlab.tokenizer.pretokenize import DEFAULT_CHUNK_CHARS, native_pattern_name, pretokenize, resolve_pretokenizer
 
 DATASET_CONFIG = "sample-10BT"  # the Hub config streamed when no local inputs are given
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_SCRIPT = "train_tokenizer.py"  # recorded in script_content with this package's sources
 SAMPLE_CHARS = 400  # --demo: the start of the first non-blank document is rendered while merging
 ERROR_ACK_TIMEOUT_S = 10  # how long rank 0 waits for the other ranks to read its error
@@ -193,8 +193,8 @@ def merges_digest(result):
 def script_content():
     """train_tokenizer.py and every gptlab/tokenizer/*.py and *.c source (the C merge loop is the default engine),
     each under a `# ===== path =====` header."""
-    cli = os.path.join(REPO_ROOT, CLI_SCRIPT)
-    bpe_dir = os.path.join(REPO_ROOT, "gptlab", "tokenizer")
+    cli = repo_path(CLI_SCRIPT)
+    bpe_dir = repo_path("gptlab", "tokenizer")
     sources = sorted(glob.glob(os.path.join(bpe_dir, "*.py")) + glob.glob(os.path.join(bpe_dir, "*.c")))
     paths = ([cli] if os.path.exists(cli) else []) + sources
     parts = []

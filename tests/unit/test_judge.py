@@ -10,6 +10,7 @@ import pytest
 from helpers.judge_standin import USAGE, JudgeStandin
 
 from gptlab.core.errors import UserError
+from gptlab.core.paths import repo_path
 from gptlab.judge import api, session, verdicts
 
 MESSAGES = verdicts.messages("The cat", " sat on the mat.", " ran.")
@@ -170,7 +171,7 @@ def test_the_shipped_prompts_are_openings_of_the_bundled_fineweb_edu_documents()
     """data/judge/SOURCES.md: each prompt is the start of the document on its source_line of
     data/sample/fineweb_edu_150docs.jsonl (ODC-By), ids unique."""
     prompts, _ = session.load_prompts(session.DEFAULT_PROMPTS)
-    with open(os.path.join(session.REPO_ROOT, "data", "sample", "fineweb_edu_150docs.jsonl")) as f:
+    with open(repo_path("data", "sample", "fineweb_edu_150docs.jsonl")) as f:
         docs = [json.loads(line)["text"] for line in f]
     with open(session.DEFAULT_PROMPTS) as f:
         rows = [json.loads(line) for line in f]
