@@ -46,6 +46,7 @@ SEQ_MULTIPLE = 1
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls (nanoGPT: 50257 -> 50304)
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
+OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (nanoGPT, llm.c); model.py's is Muon
 
 
 @dataclass

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, tiny_checkpoint, write_rows
+from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, loop_loglikelihood, tiny_checkpoint, write_rows
 from gptlab.evals import metrics, score, suite, task_spec
 from gptlab.evals.hellaswag import wilson_interval
 
@@ -28,25 +28,6 @@ def scored(tmp_path_factory):
     tok = checkpointing.checkpoint_tokenizer(ck, ckpt)
     tasks = [task_spec.load_task(t) for t in TASKS]
     return model, tok, tasks, data
-
-
-def loop_loglikelihood(model, enc, eot, context, continuation):
-    """lm-eval's split, by hand; the sequence [eot] + context + continuation alone in one forward pass."""
-    n = len(context) - len(context.rstrip())
-    if n:
-        context, continuation = context[:-n], context[-n:] + continuation
-    whole = enc.encode_ordinary(context + continuation)
-    ctx = enc.encode_ordinary(context)
-    cont = whole[len(ctx):]
-    tokens = torch.tensor([[eot] + ctx + cont])
-    with torch.no_grad():
-        logp = torch.log_softmax(model.predict(tokens, eot)[0, :, :enc.n_vocab].float(), dim=-1)
-    total, greedy = 0.0, True
-    for k, token in enumerate(cont):
-        pos = len(ctx) + k  # predicts the token at pos + 1
-        total += float(logp[pos, token])
-        greedy = greedy and int(logp[pos].argmax()) == token
-    return total, greedy, len(cont), len(continuation.encode("utf-8"))
 
 
 def run(scored, autocast_dtype=None, **kwargs):
