@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+import torch
 
 from conftest import REPO, SHARED_DATA, free_port, run_script, run_scripts
 from helpers.eval_tasks import data_dir_with, loop_loglikelihood
@@ -167,3 +168,32 @@ def test_a_modded_checkpoint_still_loads_as_model_py(tmp_path):
     assert module.__name__ == "model" and hasattr(module, "window_pair")
     proc = run_script(["sample.py", ckpt, "--prompt", "A", "--max_tokens", "4"])
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_export_writes_a_gpt2_run_as_transformers_gpt2(runs, tmp_path):
+    """export_hf.py writes GPT2LMHeadModel natively (no code); transformers loads it without trust_remote_code and
+    gives the checkpoint's logits on a row holding one document from <|endoftext|> (HF counts positions from the
+    row's start, ours from each document's)."""
+    transformers = pytest.importorskip("transformers")
+    from gptlab.train.model_source import load_model
+
+    out = tmp_path / "hf"
+    proc = run_script(["export_hf.py", runs["ckpt"], out], check=True)
+    assert "GPT2LMHeadModel, no custom code" in proc.stdout and "max |logits difference|" in proc.stdout
+    assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors",
+                                       "tokenizer.json", "tokenizer_config.json"]
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["architectures"], config["n_positions"]) == ("gpt2", ["GPT2LMHeadModel"], 128)
+    assert "auto_map" not in config
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False).float().eval()
+    assert type(hf).__name__ == "GPT2LMHeadModel" and hf.lm_head.weight is hf.transformer.wte.weight
+    model, _, ck = load_model(runs["ckpt"])
+    tok = checkpointing.checkpoint_tokenizer(ck, runs["ckpt"])
+    n_vocab = tok.encoding.n_vocab
+    assert hf.config.vocab_size == n_vocab
+    row = [tok.eot] + tok.encoding.encode_ordinary("Now is the winter of our discontent made glorious summer")
+    x = torch.tensor([row])
+    with torch.no_grad():
+        theirs, ours = hf(x).logits, model.predict(x, tok.eot)
+    assert ours.shape == theirs.shape == (1, len(row), n_vocab)
+    assert ours.abs().max() > 0.1 and (theirs - ours).abs().max() <= 1e-5
