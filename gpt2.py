@@ -28,6 +28,8 @@ The interface the tools use (model.py's; see its docstring):
     KVCache(model, eot), cache.forward(tokens) generation
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
+    model.context_limit                        the longest sequence it reads (max_seq_len): the evaluations cut
+                                               a longer one's context from the left, keeping <|endoftext|> first
 GPT-2 has no sliding windows: windows are accepted and ignored, and attention is dense, with a boolean
 document-causal mask, through scaled_dot_product_attention on every device (flex=True too). The mask holds
 B x T x T bools: train GPT-2 in rows of about its context (1,024 tokens), not model.py's rows of 48K.
@@ -138,6 +140,7 @@ class GPT(nn.Module):
         self.vocab_size = c.vocab_size
         self.padded_vocab = -(-c.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
         self.num_layers, self.max_seq_len = c.num_layers, c.max_seq_len
+        self.context_limit = c.max_seq_len  # the scorers cut a longer sequence's context to this (model.py: none)
         self.embed = nn.Embedding(self.padded_vocab, c.model_dim)  # HF: transformer.wte
         self.pos_embed = nn.Embedding(c.max_seq_len, c.model_dim)  # HF: transformer.wpe
         self.blocks = nn.ModuleList([Block(c) for _ in range(c.num_layers)])  # HF: transformer.h

@@ -278,6 +278,7 @@ class ModelLogits:
         self.model, self.eot, self.n_vocab, self.windows = model, eot, n_vocab, windows
         self.autocast_dtype = autocast_dtype
         self.selects = "positions" in inspect.signature(model.predict).parameters
+        self.max_len = getattr(model, "context_limit", None)  # a learned position table's length (gpt2.py)
 
     def _predict(self, tokens, positions=None):
         kw = {"positions": positions} if positions is not None else {}

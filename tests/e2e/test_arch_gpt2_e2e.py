@@ -197,3 +197,46 @@ def test_export_writes_a_gpt2_run_as_transformers_gpt2(runs, tmp_path):
         theirs, ours = hf(x).logits, model.predict(x, tok.eot)
     assert ours.shape == theirs.shape == (1, len(row), n_vocab)
     assert ours.abs().max() > 0.1 and (theirs - ours).abs().max() <= 1e-5
+
+
+def test_sampling_stops_where_the_position_table_ends(runs):
+    """tiny rows: 128 learned positions; a prompt of P tokens (with <|endoftext|>) gets at most 128 - P new ones,
+    and the note says why it stopped."""
+    proc = run_script(["sample.py", runs["ckpt"], "--prompt", "The", "--max_tokens", "500", "--temperature", "0.01"],
+                      check=True)
+    note = proc.stderr.strip().splitlines()[-1]
+    prompt_tokens = int(note.split("(")[1].split(" prompt tokens")[0])
+    assert f"[{128 - prompt_tokens} tokens in " in note and "the model's context of 128 tokens is full" in note
+
+
+def test_hellaswag_cuts_rows_longer_than_the_position_table(runs):
+    """HellaSwag rows longer than the model's 128 positions keep their last 128 tokens (hellaswag.py's rule);
+    scored through the checkpoint's scorer = a hand loop over each cut row alone."""
+    from conftest import HELLASWAG_VAL
+    from gptlab.evals.hellaswag import evaluate_hellaswag
+    from gptlab.train.model_source import load_model, logits_fn
+
+    model, _, ck = load_model(runs["ckpt"])
+    tok = checkpointing.checkpoint_tokenizer(ck, runs["ckpt"])
+    enc, n = tok.encoding, 8
+    figures = evaluate_hellaswag(logits_fn(model, tok.eot, enc.n_vocab), enc, HELLASWAG_VAL, limit=n, progress=False)
+    with open(HELLASWAG_VAL) as f:
+        examples = [json.loads(line) for _, line in zip(range(n), f)]
+    correct, cut = [0, 0], 0
+    for ex in examples:
+        sums, means = [], []
+        for ending in ex["endings"]:
+            context = [tok.eot] + enc.encode_ordinary(ex["ctx"])
+            row = context + enc.encode_ordinary(" " + ending)
+            start = len(context)
+            if len(row) > 128:
+                start, row, cut = start - (len(row) - 128), row[-128:], cut + 1
+            with torch.no_grad():
+                logp = torch.log_softmax(model.predict(torch.tensor([row]), tok.eot)[0].double(), dim=-1)
+            losses = [-float(logp[t - 1, row[t]]) for t in range(start, len(row))]
+            sums.append(sum(losses))
+            means.append(sum(losses) / len(losses))
+        correct[0] += sums.index(min(sums)) == ex["label"]
+        correct[1] += means.index(min(means)) == ex["label"]
+    assert cut > 0  # the check covers cut rows
+    assert (figures["acc_correct"], figures["acc_norm_correct"]) == tuple(correct)

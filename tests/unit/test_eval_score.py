@@ -258,3 +258,14 @@ def test_scorers_on_cuda_leave_out_cudnn_attention_and_change_nothing_elsewhere(
         assert torch.backends.cuda.math_sdp_enabled()
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
     assert SDPBackend.CUDNN_ATTENTION is not None
+
+
+def test_fit_context_keeps_the_first_token_and_the_continuation():
+    """A model that reads at most max_len tokens (GPT-2's position table): the context is cut from the left, after
+    the leading <|endoftext|>, as build_sequences cuts it; a continuation that cannot fit is one UserError."""
+    from gptlab.core.errors import UserError
+
+    assert score.fit_context([9, 1, 2, 3, 4, 5], 4, 4) == ([9, 3, 4, 5], 2)
+    assert score.fit_context([9, 1, 2], 1, 4) == ([9, 1, 2], 1)
+    with pytest.raises(UserError, match="a continuation of 4 tokens does not fit the model's context of 4 tokens"):
+        score.fit_context([9, 1, 2, 3, 4, 5], 2, 4)
