@@ -240,3 +240,16 @@ def test_hellaswag_cuts_rows_longer_than_the_position_table(runs):
         correct[1] += means.index(min(means)) == ex["label"]
     assert cut > 0  # the check covers cut rows
     assert (figures["acc_correct"], figures["acc_norm_correct"]) == tuple(correct)
+
+
+def test_gpt2_with_sharded_parameters_follows_the_one_rank_curve(runs, tiny, tmp_path):
+    """--shard_params (FSDP2) on 2 gloo ranks: the tied embedding/head stays with the root unit (a unit of its own
+    would split the tie); the curve is the 1-rank one, and its sharded checkpoints are written."""
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+               + gpt2_args(tiny, tmp_path / "sharded", shard_params=True, checkpoint_every=5), check=True)
+    sharded = only_run_dir(tmp_path / "sharded")
+    one, two = run_metric(runs["straight"], "train_loss"), run_metric(sharded, "train_loss")
+    assert sorted(two) == list(range(1, 11))
+    for step in one:
+        assert abs(one[step] - two[step]) <= 1e-4 * one[step], (step, one[step], two[step])
+    assert os.path.isdir(os.path.join(sharded, records.CHECKPOINT_DIR, "step_000005"))
