@@ -18,6 +18,7 @@ tokenizer, no code, loadable with trust_remote_code=False (vLLM, llama.cpp's con
 code); the check then compares a single document (transformers counts positions from the row's start).
 """
 import argparse
+import sys
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.errors import run_cli
@@ -44,8 +45,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check_output_dir(args.out_dir, args.overwrite, inputs=[args.checkpoint])  # before loading anything
     # heavy (torch, ~1.5 s): imported once the flags and the output are checked, so --help and errors answer at once
-    from gptlab.core.errors import UserError
-    from gptlab.export.hf import CHECK_TEXT, MODEL_SOURCE_FILE, check_export, hf_config, write_hf_folder  # torch
+    from gptlab.core.errors import one_line
+    from gptlab.export.hf import (CHECK_TEXT, MODEL_SOURCE_FILE, NotNative, check_export, hf_config,  # torch
+                                  native_model, write_hf_folder)
     from gptlab.train import checkpointing  # torch
     from gptlab.train.model_source import load_model, logits_fn  # torch
 
@@ -58,8 +60,11 @@ def main(argv=None):
     if hasattr(module, "transformers_export"):  # the module maps itself onto a standard transformers model
         try:
             native = module.transformers_export(model, n_vocab, tok.eot)
-        except ValueError as err:
-            raise UserError(f"{args.checkpoint} cannot be exported as a standard transformers model: {err}") from None
+            native_model(native)
+        except (ValueError, KeyError, StopIteration, NotNative) as err:  # an edit of the module: its own code goes
+            print(f"note: not exported as a standard transformers model ({one_line(err, 200)}); writing the "
+                  "export with the checkpoint's model code instead", file=sys.stderr)
+            native = None
     write_hf_folder(args.out_dir, model_state=model.state_dict(), model_source=ckpt["model_source"],
                     config_fields=fields, tokenizer_data=read_tokenizer_file(tok.path), overwrite=args.overwrite,
                     native=native)

@@ -230,9 +230,13 @@ def _write_hf_folder(out_dir, *, model_state, model_source, config_fields, token
     return out_dir
 
 
-def _write_native_folder(out_dir, native, *, eot, tokenizer_data, overwrite=False):
-    """A standard transformers model folder (config.json, model.safetensors, generation_config.json) and the
-    tokenizer: native = (config fields with model_type, its model's state dict; tied weights left out)."""
+class NotNative(UserError):
+    """The model's weights are not those of the standard transformers model its module maps it onto (an edit)."""
+
+
+def native_model(native):
+    """The transformers model (e.g. GPT2LMHeadModel) holding native = (config fields with model_type and
+    architectures, its state dict; tied weights left out); NotNative when the weights do not fit it."""
     _require_transformers()
     import transformers  # optional: export only
 
@@ -240,11 +244,22 @@ def _write_native_folder(out_dir, native, *, eot, tokenizer_data, overwrite=Fals
     fields = dict(fields)
     config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     model = getattr(transformers, config.architectures[0])(config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # a shape that differs
+        raise NotNative(f"its weights do not fit transformers' {config.architectures[0]} ({one_line(err, 200)})") \
+            from None
     tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
     if unexpected or set(missing) - tied:
-        raise UserError(f"the model's export does not fit transformers' {config.architectures[0]} (missing "
+        raise NotNative(f"its weights do not fit transformers' {config.architectures[0]} (missing "
                         f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    return model
+
+
+def _write_native_folder(out_dir, native, *, eot, tokenizer_data, overwrite=False):
+    """A standard transformers model folder (config.json, model.safetensors, generation_config.json) and the
+    tokenizer: native = (config fields with model_type, its model's state dict; tied weights left out)."""
+    model = native_model(native)
     tokenizer_text, eot_text = _checked_tokenizer(tokenizer_data, eot)
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp_dir:
         model.save_pretrained(tmp_dir, safe_serialization=True)

@@ -253,3 +253,38 @@ def test_gpt2_with_sharded_parameters_follows_the_one_rank_curve(runs, tiny, tmp
     for step in one:
         assert abs(one[step] - two[step]) <= 1e-4 * one[step], (step, one[step], two[step])
     assert os.path.isdir(os.path.join(sharded, records.CHECKPOINT_DIR, "step_000005"))
+
+
+def test_an_edited_gpt2_exports_with_its_own_code(runs, tmp_path):
+    """A researcher's gpt2.py with a new weight in every block is no GPT2LMHeadModel: export_hf.py says so in a note
+    and writes the custom-code export (its tied head saved once and tied back on loading), whose logits equal the
+    checkpoint's."""
+    from gptlab.train import model_source
+
+    with open(os.path.join(REPO, "gpt2.py"), encoding="utf-8") as f:
+        code = f.read()
+    code = code.replace("        self.mlp = MLP(c)\n", "        self.mlp = MLP(c)\n"
+                        "        self.gate = nn.Parameter(torch.ones(c.model_dim))\n", 1)
+    code = code.replace("        return x + self.mlp(self.ln_2(x))\n", "        return x + self.gate * self.mlp(self.ln_2(x))\n", 1)
+    assert code.count("self.gate") == 2
+    path = tmp_path / "edited_gpt2.py"
+    path.write_text(code, encoding="utf-8")
+    edited = model_source.import_file(str(path), "edited_gpt2_for_export")
+    ckpt = checkpointing.load_checkpoint(runs["ckpt"])
+    torch.manual_seed(0)
+    model = edited.GPT(edited.GPTConfig(**ckpt["model_config"]))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    out_ckpt = str(tmp_path / "step_000001.pt")
+    checkpointing.save_checkpoint(out_ckpt, model_state=model.state_dict(), model_config=ckpt["model_config"], step=1,
+                                  args=ckpt["args"], tokenizer=ckpt["tokenizer"],
+                                  model_source={"file": "gpt2.py", "code": code,
+                                                "sha256": model_source.sha256_text(code)})
+    proc = run_script(["export_hf.py", out_ckpt, tmp_path / "hf", "--trust_model_code"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "note: not exported as a standard transformers model (its weights do not fit transformers' " \
+           "GPT2LMHeadModel" in proc.stderr
+    assert "modeling_gptlab.py" in os.listdir(tmp_path / "hf")
+    diff = float(proc.stdout.split("max |logits difference| ")[1].split(";")[0])
+    assert diff <= 1e-5, proc.stdout
