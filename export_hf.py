@@ -15,7 +15,8 @@ logits with the checkpoint's own on a short text holding two documents.
 A model whose module exports itself as a standard transformers model (gpt2.py's transformers_export: GPT-2 runs of
 train_gpt.py --arch gpt2) is written natively instead: config.json + model.safetensors of GPT2LMHeadModel and the
 tokenizer, no code, loadable with trust_remote_code=False (vLLM, llama.cpp's converters, lm-eval without custom
-code); the check then compares a single document (transformers counts positions from the row's start).
+code); the check then compares a single document (transformers counts positions from the row's start). An edit
+of the module that the standard model cannot hold (a new weight) is written with its code instead, with a note.
 """
 import argparse
 import sys
