@@ -220,9 +220,9 @@ def fill_recipe(cfg):
     return recipe
 
 
-def apply_recipe(args, module):
+def apply_recipe(args, module, preset=None):
     """args.optimizer from the module; its recipe's flags get their defaults, another recipe's set is one UserError
-    and unset dropped (the run records only its own)."""
+    and unset (or at the value the --preset gave it) dropped (the run records only its own)."""
     recipe = recipe_of(module)
     if recipe not in RECIPES:
         raise UserError(f"the model module asks for optimizer {recipe!r}; train_gpt.py has {', '.join(RECIPES)}")
@@ -232,7 +232,7 @@ def apply_recipe(args, module):
         for name in flags:
             if other == recipe or name in RECIPES[recipe]:
                 continue
-            if getattr(args, name, None) is not None:
+            if getattr(args, name, None) is not None and (preset or {}).get(name) != getattr(args, name):
                 raise UserError(f"--{name} is a setting of the {other} recipe, and --arch {args.arch} trains with "
                                 f"{recipe}; drop it")
             if hasattr(args, name):
@@ -256,8 +256,9 @@ def choose_module(args, ckpt=None):
         for key, value in ckpt["model_config"].items():
             if args.__dict__.get(key) is None:
                 args.__dict__[key] = value  # a field today's module no longer has
-    apply_model_flags(args, module.GPTConfig, architecture_configs(), args.arch)
-    apply_recipe(args, module)
+    preset = PRESETS.get(getattr(args, "preset", None)) or {}  # (a preset's settings of the other kind: dropped)
+    apply_model_flags(args, module.GPTConfig, architecture_configs(), args.arch, preset)
+    apply_recipe(args, module, preset)
     return module, source
 
 

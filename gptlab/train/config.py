@@ -46,17 +46,18 @@ def add_model_flags(parser, config_class, *others):
             g.add_argument(f"--{f.name}", type=kind, default=default, help=f.metadata.get("help"))
 
 
-def apply_model_flags(args, config_class, all_classes, arch_name):
+def apply_model_flags(args, config_class, all_classes, arch_name, preset=None):
     """After add_model_flags(parser, *all_classes): the chosen architecture's fields get its defaults where not
-    set; a field of another architecture set (on the command line, by --config or --preset) is one UserError, and
-    unset it is dropped from args (so the run records only its own architecture's fields)."""
+    set; a field of another architecture set (on the command line or by --config) is one UserError, and unset or
+    at the value the --preset gave it (`preset`: its settings) it is dropped from args (so the run records only its
+    own architecture's fields)."""
     own = {f.name: f for f in model_flags(config_class)}
     for name in dict.fromkeys(f.name for c in all_classes for f in model_flags(c)):
         value = getattr(args, name, None)
         if name in own:
             if value is None and own[name].default is not dataclasses.MISSING:
                 setattr(args, name, own[name].default)
-        elif value is not None:
+        elif value is not None and (preset or {}).get(name) != value:
             raise UserError(f"--{name} is not a setting of --arch {arch_name} (its GPTConfig has no {name}); drop "
                             f"it, or choose the architecture that has it")
         elif hasattr(args, name):

@@ -334,3 +334,17 @@ def test_a_gpt2_edit_flows_through_every_tool_before_and_after_it_is_reverted(ti
     assert figures[0] == figures[1]
     assert figures[0][1]["val_bpb"] == pytest.approx(results["final_val_bpb"], rel=1e-9)
     assert figures[0][1]["hellaswag"]["acc_norm"] == results["hellaswag"]["acc_norm"]
+
+
+def test_a_preset_of_the_other_architecture_gives_its_shapes_and_drops_its_own_settings():
+    """--arch gpt2 --preset quickstart: the quickstart's sizes and budget, without its Muon schedule
+    (--cooldown_frac), which the same flag given on the command line is refused for."""
+    proc = run_script(["train_gpt.py", "--arch", "gpt2", "--preset", "quickstart", "--dry_run"], check=True)
+    cfg = json.loads(proc.stdout)
+    assert (cfg["arch"], cfg["optimizer"], cfg["model_dim"], cfg["num_heads"], cfg["train_steps"]) == (
+        "gpt2", "adamw", 128, 4, 120)
+    assert "cooldown_frac" not in cfg and "window_size" not in cfg
+    proc = run_script(["train_gpt.py", "--arch", "gpt2", "--preset", "quickstart", "--cooldown_frac", "0.3",
+                       "--dry_run"])
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: --cooldown_frac is a setting of the muon recipe, and --arch gpt2 trains with adamw; drop it")
