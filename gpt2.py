@@ -28,6 +28,8 @@ The interface the tools use (model.py's; see its docstring):
     KVCache(model, eot), cache.forward(tokens) generation
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
+    model.context_limit                        the longest sequence it reads (max_seq_len): the evaluations cut
+                                               a longer one's context from the left, keeping <|endoftext|> first
 GPT-2 has no sliding windows: windows are accepted and ignored, and attention is dense, with a boolean
 document-causal mask, through scaled_dot_product_attention on every device (flex=True too). The mask holds
 B x T x T bools: train GPT-2 in rows of about its context (1,024 tokens), not model.py's rows of 48K.
@@ -46,6 +48,7 @@ SEQ_MULTIPLE = 1
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls (nanoGPT: 50257 -> 50304)
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
+OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (nanoGPT, llm.c); model.py's is Muon
 
 
 @dataclass
@@ -137,6 +140,7 @@ class GPT(nn.Module):
         self.vocab_size = c.vocab_size
         self.padded_vocab = -(-c.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
         self.num_layers, self.max_seq_len = c.num_layers, c.max_seq_len
+        self.context_limit = c.max_seq_len  # the scorers cut a longer sequence's context to this (model.py: none)
         self.embed = nn.Embedding(self.padded_vocab, c.model_dim)  # HF: transformer.wte
         self.pos_embed = nn.Embedding(c.max_seq_len, c.model_dim)  # HF: transformer.wpe
         self.blocks = nn.ModuleList([Block(c) for _ in range(c.num_layers)])  # HF: transformer.h
@@ -306,3 +310,36 @@ class _LayerCache:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         return self.k, self.v, self.cache.mask
+
+
+# transformers' names of this module's weights (GPT2LMHeadModel), for export_hf.py's native export
+_HF_PREFIXES = (("embed.", "transformer.wte."), ("pos_embed.", "transformer.wpe."), ("blocks.", "transformer.h."),
+                ("ln_f.", "transformer.ln_f."))
+_CONV1D = ("c_attn.weight", "c_proj.weight", "c_fc.weight")  # HF's Conv1D holds (in, out): nn.Linear's transposed
+
+
+def transformers_export(model, n_vocab, eot):
+    """(GPT2Config's fields, GPT2LMHeadModel's state dict) holding this model: the tokenizer's n_vocab embedding
+    rows (the padding rows cut: the logits of real ids are unchanged), Conv1D weights transposed, the head tied
+    (left out: GPT2LMHeadModel ties it to transformer.wte). Logits equal on a row holding one document from
+    <|endoftext|> at position 0 (HF counts positions from the row's start). ValueError for --no-bias (GPT-2 has
+    biases everywhere)."""
+    c = model.config
+    if not c.bias:
+        raise ValueError("a GPT-2 trained with --no-bias has no biases, which GPT2LMHeadModel needs")
+    config = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=n_vocab, n_positions=c.max_seq_len,
+                  n_embd=c.model_dim, n_layer=c.num_layers, n_head=c.num_heads, n_inner=int(c.mlp_ratio * c.model_dim),
+                  activation_function="gelu_new", layer_norm_epsilon=LAYER_NORM_EPS, initializer_range=INIT_STD,
+                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
+                  bos_token_id=eot, eos_token_id=eot, tie_word_embeddings=True)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue
+        hf = next(new + name[len(old):] for old, new in _HF_PREFIXES if name.startswith(old))
+        if name.endswith(_CONV1D):
+            tensor = tensor.t()
+        if name == "embed.weight":
+            tensor = tensor[:n_vocab]
+        state[hf] = tensor.detach().float().contiguous().clone()
+    return config, state

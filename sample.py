@@ -95,9 +95,17 @@ def main(argv=None):
         stream = TextStream(tok.encoding)
         if prompts is None or prompts.echo:  # at a terminal the typed line is on the screen already
             print(prompt, end="", flush=True)
-        start, n_tokens, outcome = time.perf_counter(), 0, "--max_tokens reached"
+        budget, outcome = args.max_tokens, "--max_tokens reached"
+        limit = getattr(model, "context_limit", None)  # a learned position table (gpt2.py): no token past it
+        if limit is not None:
+            if len(prompt_tokens) >= limit:
+                raise UserError(f"the prompt is {len(prompt_tokens)} tokens with <|endoftext|>, and this model reads "
+                                f"at most {limit}; shorten it")
+            if limit - len(prompt_tokens) < budget:
+                budget, outcome = limit - len(prompt_tokens), f"the model's context of {limit} tokens is full"
+        start, n_tokens = time.perf_counter(), 0
         try:
-            for token in generate(next_logits, prompt_tokens, args.max_tokens, temperature=args.temperature,
+            for token in generate(next_logits, prompt_tokens, budget, temperature=args.temperature,
                                   top_k=args.top_k, top_p=args.top_p, generator=generator, stop_token=tok.eot):
                 if token == tok.eot:
                     outcome = "the model ended the document"

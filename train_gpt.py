@@ -1,5 +1,6 @@
-"""Train a modded-nanogpt-style GPT on token shards: the research surface (flags, optimizer, schedules, the loop);
-the architecture is model.py's.
+"""Train a GPT on token shards: the research surface (flags, optimizers, schedules, the loop); the architecture is
+the --arch module's: model.py (modded, the default: a modded-nanogpt-style GPT trained with Muon) or gpt2.py (GPT-2
+trained with AdamW and warm-up + cosine, nanoGPT / llm.c's recipe). Each module names its recipe (OPTIMIZER).
 
     python   train_gpt.py --model_name ReadmeGPT --tokenizer readmetokenizer_v1000_n100000.pkl --vocab_size 1001 \
                           --model_dim 128 --num_heads 4 --num_layers 6
@@ -50,8 +51,8 @@ from gptlab.train import checkpointing, environment, fsdp, model_source, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
 from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
-from gptlab.train.config import (add_model_flags, arch_fields, check_model_fits, check_ranks_agree, model_config_of,
-                                 resolve_config)
+from gptlab.train.config import (add_model_flags, apply_model_flags, arch_fields, check_model_fits, check_ranks_agree,
+                                 model_config_of, resolve_config)
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -78,6 +79,13 @@ PRESETS = {
     "gpt-1b": dict(num_layers=24, num_heads=12, model_dim=1536, train_seq_len=2048, val_seq_len=2048,
                    batch_size=524288, train_steps=19000, cooldown_frac=0.4, val_loss_every=500, val_steps=20,
                    hellaswag_every=4000, shard_params=True),
+    # llm.c's GPT-2 124M run (karpathy/llm.c discussion #481; its train_gpt2.cu flags -b 64 -t 1024 -d 524288 -l
+    # 0.0006 -u 700 -q 0.0 -c 0.1, 10B FineWeb tokens: 19,073 steps of 524,288): GPT-2 small (12 x 768, 12 heads),
+    # rows of 1,024, AdamW 6e-4 with 700 warm-up steps and cosine to 0, weight decay 0.1, gradient clipping 1.0
+    "gpt2-124m-llmc": dict(arch="gpt2", num_layers=12, num_heads=12, model_dim=768, train_seq_len=1024,
+                           val_seq_len=1024, batch_size=524288, train_steps=19073, lr=6e-4, warmup_steps=700,
+                           final_lr_frac=0.0, weight_decay=0.1, grad_clip=1.0, val_loss_every=250, val_steps=20,
+                           hellaswag_every=4000),
     # modded-nanogpt record #26's recipe on this code: 12 x 768, 6 heads of 128, 3 value embeddings, 48K-token
     # rows, 393,216 tokens per step, 1,750 steps, cooldown 0.45, windows up to 1,792 (its learning rates are the
     # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows); its FP8 head
@@ -103,9 +111,15 @@ def build_parser():
     g.add_argument("--tokenizer", type=path, default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
     g.add_argument("--train_seq_len", type=positive_int, default=1024,
                    help="tokens per training row (multiple of 128)")
-    g.add_argument("--val_seq_len", type=positive_int, default=1024,
-                   help="tokens per validation row (multiple of 128)")
-    add_model_flags(p, arch.GPTConfig)  # --vocab_size, --num_layers, ...: one per field of model.py's GPTConfig
+    g.add_argument("--val_seq_len", type=positive_int, default=None,
+                   help="tokens per validation row (a multiple of the model's SEQ_MULTIPLE; default: 1024, or "
+                        "--train_seq_len where the model learns a position table)")
+    g = p.add_argument_group("architecture")
+    g.add_argument("--arch", choices=list(model_source.ARCHITECTURES), default=next(iter(model_source.ARCHITECTURES)),
+                   help="the model: " + ", ".join(f"{name} ({file})" for name, file in model_source.ARCHITECTURES.items())
+                   + "; a --resume run keeps its checkpoint's")
+    # --vocab_size, --num_layers, ...: one per field of the architectures' GPTConfig (each --arch takes its own)
+    add_model_flags(p, *architecture_configs())
     g = p.add_argument_group("optimization")
     g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
     # at most 2**40 (~1.1e12, ~300,000x GPT-3's batch): beyond that only a typo, and splitting it would take minutes
@@ -116,8 +130,18 @@ def build_parser():
                    "about 4096 (ignored when --grad_acc_steps is given)")
     g.add_argument("--grad_acc_steps", type=positive_int, default=None,
                    help="micro-batches per rank per step (default: batch_size / (world_size x device_batch_size))")
-    g.add_argument("--cooldown_frac", type=fraction, default=0.4,
-                   help="fraction of steps of linear LR decay at the end")
+    g.add_argument("--cooldown_frac", type=fraction, default=None,
+                   help="Muon recipe: fraction of steps of linear LR decay at the end (default 0.4)")
+    g.add_argument("--lr", type=float_in(0, 1, low_open=True, message="{value} must be a learning rate in (0, 1]"),
+                   default=None, help="AdamW recipe: peak learning rate (default 6e-4)")
+    g.add_argument("--warmup_steps", type=non_negative_int, default=None,
+                   help="AdamW recipe: steps of linear warm-up (default 700)")
+    g.add_argument("--final_lr_frac", type=fraction, default=None,
+                   help="AdamW recipe: the cosine decay's final learning rate / --lr (default 0)")
+    g.add_argument("--weight_decay", type=float_in(0, 1, message="{value} must be between 0 and 1"), default=None,
+                   help="AdamW recipe: decoupled weight decay of the matrices and embeddings (default 0.1)")
+    g.add_argument("--grad_clip", type=float_in(0, 1e6, message="{value} must be 0 (off) or a positive norm"),
+                   default=None, help="AdamW recipe: clip the gradients' global norm to this (default 1.0; 0: off)")
     # at most 1e6: a learning rate a million times the tuned one only diverges, and from ~1e38 the optimizers' float32
     # learning rates overflow (a traceback from inside torch)
     g.add_argument("--lr_scale", type=float_in(0, 1e6, low_open=True, message="{value} must be a positive number up "
@@ -168,6 +192,74 @@ def build_parser():
     add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
     #                   --dry_run, --trust_model_code
     return p
+
+
+# The optimizer recipes: each architecture's module names its own (OPTIMIZER; none: Muon, model.py's), and these
+# are the flags of each, with their defaults. A flag of the other recipe is refused (apply_recipe).
+RECIPES = {
+    "muon": dict(cooldown_frac=0.4),
+    "adamw": dict(lr=6e-4, warmup_steps=700, final_lr_frac=0.0, weight_decay=0.1, grad_clip=1.0),
+}
+
+
+def architecture_configs():
+    """The GPTConfig classes of today's architecture modules, the default's first (their fields are the flags)."""
+    return [model_source.current_module(file).GPTConfig for file in model_source.ARCHITECTURES.values()]
+
+
+def recipe_of(module):
+    return getattr(module, "OPTIMIZER", "muon")
+
+
+def fill_recipe(cfg):
+    """cfg's recipe (cfg.optimizer; none named: muon) with its flags' defaults where unset; the recipe's name."""
+    cfg.optimizer = recipe = getattr(cfg, "optimizer", None) or "muon"
+    for name, default in RECIPES[recipe].items():
+        if getattr(cfg, name, None) is None:
+            setattr(cfg, name, default)
+    return recipe
+
+
+def apply_recipe(args, module, preset=None):
+    """args.optimizer from the module; its recipe's flags get their defaults, another recipe's set is one UserError
+    and unset (or at the value the --preset gave it) dropped (the run records only its own)."""
+    recipe = recipe_of(module)
+    if recipe not in RECIPES:
+        raise UserError(f"the model module asks for optimizer {recipe!r}; train_gpt.py has {', '.join(RECIPES)}")
+    args.optimizer = recipe
+    fill_recipe(args)
+    for other, flags in RECIPES.items():
+        for name in flags:
+            if other == recipe or name in RECIPES[recipe]:
+                continue
+            if getattr(args, name, None) is not None and (preset or {}).get(name) != getattr(args, name):
+                raise UserError(f"--{name} is a setting of the {other} recipe, and --arch {args.arch} trains with "
+                                f"{recipe}; drop it")
+            if hasattr(args, name):
+                delattr(args, name)
+
+
+def choose_module(args, ckpt=None):
+    """(module, model source) the run trains: --arch's module file as it is today, or for --resume the source its
+    checkpoint carries (whatever the files say today); args then hold that architecture's fields and recipe."""
+    if ckpt is None:
+        source = model_source.current_source(model_source.arch_file(args.arch))
+        module = model_source.current_module(source["file"])
+    else:
+        source = ckpt["model_source"]
+        module = model_source.module_for(source, args.resume, args.trust_model_code)
+        was = model_source.arch_of(source)
+        if was is not None and was != args.arch:
+            raise UserError(f"--arch {args.arch} differs from the --resume checkpoint's {was}: a resumed run trains "
+                            "its checkpoint's model; drop --arch")
+        args.arch = was or args.arch
+        for key, value in ckpt["model_config"].items():
+            if args.__dict__.get(key) is None:
+                args.__dict__[key] = value  # a field today's module no longer has
+    preset = PRESETS.get(getattr(args, "preset", None)) or {}  # (a preset's settings of the other kind: dropped)
+    apply_model_flags(args, module.GPTConfig, architecture_configs(), args.arch, preset)
+    apply_recipe(args, module, preset)
+    return module, source
 
 
 # a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine. Each
@@ -369,6 +461,36 @@ def build_optimizers(model, rank=0, world_size=1):
     return optimizers
 
 
+def build_adamw(model, cfg):
+    """The AdamW recipe (nanoGPT's configure_optimizers, llm.c): decoupled weight decay on every parameter of 2 or
+    more dimensions (matrices and embeddings), none on biases and LayerNorm; betas 0.9 / 0.95, eps 1e-8. torch's
+    AdamW, fused on CUDA, foreach elsewhere; each rank updates whole parameters (gradients all-reduced)."""
+    params = [p for p in model.parameters() if p.requires_grad]  # (a tied weight once)
+    groups = [dict(params=[p for p in params if p.ndim >= 2], weight_decay=cfg.weight_decay, name="decayed"),
+              dict(params=[p for p in params if p.ndim < 2], weight_decay=0.0, name="not decayed")]
+    cuda = params[0].is_cuda
+    adamw = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+                              fused=cuda, foreach=not cuda)
+    for group in adamw.param_groups:
+        group["initial_lr"] = group["lr"]
+    return [adamw]
+
+
+def build_recipe_optimizers(cfg, model, rank=0, world_size=1):
+    if fill_recipe(cfg) == "adamw":
+        return build_adamw(model, cfg)
+    return build_optimizers(model, rank, world_size)
+
+
+def warmup_cosine(step, train_steps, warmup_steps, final_lr_frac):
+    # llm.c's cosine scheduler (llmc/schedulers.h): (step + 1) / warmup_steps during the warm-up, then a cosine from
+    # 1 at warmup_steps to final_lr_frac at train_steps
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    ratio = min(1.0, (step - warmup_steps) / max(1, train_steps - warmup_steps))
+    return final_lr_frac + 0.5 * (1 + math.cos(math.pi * ratio)) * (1 - final_lr_frac)
+
+
 def lr_multiplier(step, train_steps, cooldown_frac):
     # constant, then linear decay to 0.1x over the last cooldown_frac (modded-nanogpt; trapezoidal, arXiv 2405.18392)
     x = step / train_steps
@@ -384,11 +506,19 @@ def muon_momentum(step):
     return (1 - frac) * 0.85 + frac * 0.95
 
 
-def window_blocks(step, train_steps, window_size):
+def window_blocks(step, train_steps, window_size, module=arch):
     # sliding-window warm-up: the long window grows linearly from 1 block to window_size over training, short = half
     # (modded-nanogpt FlexAttention record 2024-11 for the warm-up, long/short windows in 2025)
-    max_blocks = window_size // arch.BLOCK_SIZE
-    return arch.window_pair(max(1, min(max_blocks, math.ceil(max_blocks * step / max(1, train_steps)))))
+    max_blocks = window_size // module.BLOCK_SIZE
+    return module.window_pair(max(1, min(max_blocks, math.ceil(max_blocks * step / max(1, train_steps)))))
+
+
+def step_windows(step, cfg, model, module=arch):
+    """The attention windows at `step`: the window warm-up where the model has sliding windows (a window_size
+    field), else the model's own (final) windows throughout."""
+    if getattr(cfg, "window_size", None) is None:
+        return model.final_windows()
+    return window_blocks(step, cfg.train_steps, cfg.window_size, module)
 
 
 # ============================================================================================== Evaluation
@@ -402,22 +532,25 @@ def make_loss_fn(model, model_fwd, eot, windows, use_flex, autocast):
 
 
 # ============================================================================================== Training
-def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device):
+def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device,
+                    module=arch):
     """The step function (bench/bench_train.py times this very function): the loader's next batch, grad_acc_steps
     forward/backward passes on this rank, gradients summed over ranks, one update. train_step(step) returns
     (this rank's summed loss and allowed attention pairs, long and short: a float64 (3,) tensor left on the
     device, so a step reads nothing back; the lr multiplier)."""
-    adam, muon = optimizers
+    muons = [opt for opt in optimizers if isinstance(opt, Muon)]
+    adamw = fill_recipe(cfg) == "adamw"
+    grad_clip = getattr(cfg, "grad_clip", None)
 
     def train_step(step):
-        windows = window_blocks(step, cfg.train_steps, cfg.window_size)
+        windows = step_windows(step, cfg, model, module)
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
         pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
         batches = train_loader.next_batch()
         for micro, (x_np, y_np) in enumerate(batches):
             x, y = to_device(x_np, device), to_device(y_np, device)
             masks = model.attention_masks(x, eot, windows, use_flex)
-            pairs += torch.stack([arch.attention_pairs(x, eot, blocks) for blocks in windows])
+            pairs += torch.stack([module.attention_pairs(x, eot, blocks) for blocks in windows])
             with autocast():
                 # normalise by the GLOBAL token count so summing over micro-batches and ranks gives the mean
                 loss = model_fwd(x, masks, y) / cfg.batch_size
@@ -425,11 +558,16 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
             loss.backward()
             loss_total += loss.detach()
         grad_sync.finish()
-        lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
+        if grad_clip:  # the gradients are whole and rank-summed here (AdamW's are all-reduced), so every rank agrees
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+        if adamw:
+            lr_mult = warmup_cosine(step, cfg.train_steps, cfg.warmup_steps, cfg.final_lr_frac) * cfg.lr_scale
+        else:
+            lr_mult = lr_multiplier(step, cfg.train_steps, cfg.cooldown_frac) * cfg.lr_scale
         for opt in optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["initial_lr"] * lr_mult
-        for group in muon.param_groups:
+        for group in (g for muon in muons for g in muon.param_groups):
             group["momentum"] = muon_momentum(step)
         for opt in optimizers:
             opt.step()
@@ -444,7 +582,7 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
     an estimate of the activations predicts (its inputs laid out as the loader's, so the compiled graph of the chosen
     probe is the one training uses). Every rank probes its own GPU; they take the smallest."""
     device = ctx.device
-    windows = window_blocks(cfg.train_steps, cfg.train_steps, cfg.window_size)  # the largest windows
+    windows = step_windows(cfg.train_steps, cfg, model)  # the largest windows
 
     def measure(tokens):
         x, y = probe_batch(tokens, cfg.train_seq_len, model.vocab_size, eot, device)  # contiguous, as the loader's
@@ -496,8 +634,9 @@ def main(argv=None):
     environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
     if args.dry_run:  # the resolved configuration, before any process group, folder or data
+        module, _ = choose_module(args, ckpt)
         cfg = resolve_config(args, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
-                             arch)
+                             module)
         print(json.dumps(vars(cfg), indent=2, default=str))
         return vars(cfg)
     with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
@@ -512,13 +651,10 @@ def train(args, ctx, ckpt=None):
     """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
     stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one when called without main)
-    # a resumed run trains the model its checkpoint carries (today's model.py when it is the same source)
-    source = model_source.current_source() if ckpt is None else ckpt["model_source"]
-    module = arch if ckpt is None else model_source.module_for(source, args.resume, args.trust_model_code)
+    # --arch's module; a resumed run trains the model its checkpoint carries (today's file when it is the same)
+    module, source = choose_module(args, ckpt)
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
-    for key, value in (ckpt["model_config"] if ckpt else {}).items():
-        args.__dict__.setdefault(key, value)  # a field today's model.py no longer has
     cfg = resolve_config(args, ctx.world_size, device, module)
 
     # ---- inputs: each checked by its owner in gptlab, before a run folder exists
@@ -555,8 +691,7 @@ def train(args, ctx, ckpt=None):
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
         fsdp.shard_model(model, ctx)
-    optimizers = build_optimizers(model, ctx.rank, ctx.world_size)
-    adam, muon = optimizers
+    optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
@@ -574,7 +709,7 @@ def train(args, ctx, ckpt=None):
                                                                 cfg.device_batch_size)
         train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
     train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
-                                 autocast, device)
+                                 autocast, device, module)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     full_windows = model.final_windows()  # what window_blocks gives at the last step
@@ -636,7 +771,7 @@ def train(args, ctx, ckpt=None):
                 if (cfg.save_model or cfg.checkpoint_every) and step > run.start_step:
                     save(step)  # before the final evaluations: a stop in them resumes here and runs only them
                 stopper.end_steps()  # a signal from here on stops at once (the final evaluations)
-            eval_windows = full_windows if last else window_blocks(step, cfg.train_steps, cfg.window_size)
+            eval_windows = full_windows if last else step_windows(step, cfg, model, module)
             # -- evaluations (not counted in the train time)
             if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):

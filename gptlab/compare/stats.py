@@ -33,6 +33,10 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "cpu_threads", "cpu_threads_source", "cpu_cores", "load_avg_start"}  # how fast, not what
 
 
+# Settings runs recorded only from train_gpt.py's --arch on, at what every earlier run trained (model.py, Muon): at
+# that value a key counts as absent, so a default run still joins the seed group of runs recorded before the flag
+IMPLIED_BEFORE_RECORDED = {"arch": "modded", "optimizer": "muon"}
+
 # Config keys naming files: compared as paths inside the project the run was started from, so a resumed run (whose
 # checkpoint recorded them absolute) and a fresh one (relative) are one setting.
 PATH_CONFIG_KEYS = ("train_files", "val_files", "train_shards", "val_shards", "tokenizer", "hellaswag_path",
@@ -78,7 +82,8 @@ def seed_group_key(config, research_code=None, root=None):
     `root` (run_root), a tokenizer by its ranks' hash when recorded."""
     if not config:
         return None
-    settings = {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS and v not in (None, [], {}, "")}
+    settings = {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS and v not in (None, [], {}, "")
+                and IMPLIED_BEFORE_RECORDED.get(k, ()) != v}
     if not settings.get("evals"):  # the --evals suite's settings mean nothing while it is off (older runs lack them)
         for key in [k for k in settings if k.startswith("evals_")]:
             settings.pop(key)

@@ -112,6 +112,9 @@ def score_examples(model_fn, encoding, examples, *, device="cpu", batch_size=DEF
         raise UserError(f"seq_multiple must be >= 1, got {seq_multiple}")
     if max_seq_len is None:
         max_seq_len = max(DEFAULT_MAX_SEQ_LEN // seq_multiple, 1) * seq_multiple
+        limit = getattr(model_fn, "max_len", None)  # a model that reads no longer rows (GPT-2's positions)
+        if limit and limit < max_seq_len:
+            max_seq_len = max(limit // seq_multiple, 1) * seq_multiple
     if max_seq_len < 2 or max_seq_len % seq_multiple:
         raise UserError(f"max_seq_len={max_seq_len} must be >= 2 and a multiple of seq_multiple={seq_multiple}")
     encoded = [encode_example(encoding, ex, prepend_eot, max_seq_len) for ex in examples]

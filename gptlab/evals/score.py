@@ -56,6 +56,18 @@ def encode_pair(encode, context, continuation):
     return context_tokens, whole[len(context_tokens):], continuation
 
 
+def fit_context(tokens, start, max_len):
+    """(tokens, start) of a built sequence cut to max_len tokens: its first token (<|endoftext|>) and continuation
+    kept, its context cut from the left, as build_sequences cuts it."""
+    if len(tokens) <= max_len:
+        return tokens, start
+    cut = len(tokens) - max_len
+    if start - cut < 1:
+        raise UserError(f"a continuation of {len(tokens) - start} tokens does not fit the model's context of "
+                        f"{max_len} tokens ({max_len - 1} after <|endoftext|>)")
+    return [tokens[0]] + list(tokens[cut + 1:]), start - cut
+
+
 def build_sequences(encode, eot, pairs, max_len=MAX_SEQ_LEN):
     """[(tokens, first continuation index)] of each (context, continuation), [eot] first, cut to max_len tokens."""
     out = []
@@ -138,6 +150,9 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
     cuda = torch.device(device).type == "cuda"
     row_len = row_len or (CUDA_ROW_LEN if cuda else DEFAULT_ROW_LEN)
     at = getattr(logits_fn, "at", None)
+    limit = getattr(logits_fn, "max_len", None)  # a model that reads no longer sequences (GPT-2's positions)
+    if limit:
+        sequences = [fit_context(tokens, start, limit) for tokens, start in sequences]
     lengths = np.array([len(t) for t, _ in sequences], dtype=np.int64)
     starts = np.array([s for _, s in sequences], dtype=np.int64)
     places, widths = pack(lengths.tolist(), next_multiple(row_len, block), block, window)

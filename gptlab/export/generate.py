@@ -120,9 +120,11 @@ def sample_continuations(logits_fn, encoding, n_tokens, seed, device, prompts=DE
     eot = encoding.eot_token
     generator = torch.Generator(device="cpu").manual_seed(seed)  # one stream of draws for all the prompts
     samples = []
+    limit = getattr(logits_fn, "max_len", None)  # a model that reads no longer sequences (GPT-2's positions)
     for prompt in prompts:
         tokens = [eot] + encoding.encode_ordinary(prompt)
-        new = [t for t in generate(uncached_next_logits(logits_fn, device), tokens, n_tokens, temperature=temperature,
+        budget = n_tokens if limit is None else min(n_tokens, max(0, limit - len(tokens)))
+        new = [t for t in generate(uncached_next_logits(logits_fn, device), tokens, budget, temperature=temperature,
                                    top_k=top_k, generator=generator, stop_token=eot) if t != eot]
         samples.append((prompt, encoding.decode(tokens[1:] + new)))
     return samples

@@ -164,7 +164,14 @@ def _save_model(folder, wrapper, model_state, config_fields):
     except RuntimeError as err:
         problems = one_line(err)
         raise UserError(f"the weights do not fit the model the checkpoint's source builds ({problems})") from None
-    model.save_pretrained(folder, safe_serialization=True)
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    except RuntimeError as err:
+        if "shared tensors" not in str(err):
+            raise
+        raise UserError("the checkpoint's model ties weights (one tensor under two names), which the custom-code "
+                        "export cannot hold; its model source has no transformers_export (today's gpt2.py has one: "
+                        "a GPT-2 checkpoint trained with it exports as GPT2LMHeadModel)") from None
 
 
 def _write_failure(err):
@@ -183,10 +190,16 @@ def _write_failure(err):
     return None
 
 
-def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokenizer_data, overwrite=False):
+def write_hf_folder(out_dir, *, model_state, model_source, config_fields, tokenizer_data, overwrite=False,
+                    native=None):
     """Write the Hugging Face folder out_dir (atomically: built beside it, then renamed into place); a failed
-    write (a full disk) is one UserError and leaves nothing half-written."""
+    write (a full disk) is one UserError and leaves nothing half-written. native: (a transformers config's fields
+    with "model_type" and "architectures", that model's state dict) from the model module's transformers_export:
+    the folder then holds that standard model, no code."""
     try:
+        if native is not None:
+            return _write_native_folder(out_dir, native, eot=config_fields["eot_token_id"],
+                                        tokenizer_data=tokenizer_data, overwrite=overwrite)
         return _write_hf_folder(out_dir, model_state=model_state, model_source=model_source,
                                 config_fields=config_fields, tokenizer_data=tokenizer_data, overwrite=overwrite)
     except UserError:
@@ -206,9 +219,58 @@ def _write_hf_folder(out_dir, *, model_state, model_source, config_fields, token
     model that made model_state); config_fields: hf_config's; tokenizer_data: the dict of
     gptlab.tokenizer.format.read_tokenizer_file."""
     _require_transformers()
+    tokenizer_text, eot_text = _checked_tokenizer(tokenizer_data, config_fields["eot_token_id"])
+    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp_dir, \
+            tempfile.TemporaryDirectory(prefix="gptlab-hf-") as code_dir:
+        _write_code(code_dir, model_source)  # imported from a copy: no __pycache__ in the export
+        with _imported_wrapper(code_dir) as wrapper:
+            _save_model(tmp_dir, wrapper, model_state, config_fields)
+        _write_code(tmp_dir, model_source)
+        _write_tokenizer(tmp_dir, tokenizer_text, eot_text)
+    return out_dir
+
+
+class NotNative(UserError):
+    """The model's weights are not those of the standard transformers model its module maps it onto (an edit)."""
+
+
+def native_model(native):
+    """The transformers model (e.g. GPT2LMHeadModel) holding native = (config fields with model_type and
+    architectures, its state dict; tied weights left out); NotNative when the weights do not fit it."""
+    _require_transformers()
+    import transformers  # optional: export only
+
+    fields, state = native
+    fields = dict(fields)
+    config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    model = getattr(transformers, config.architectures[0])(config)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # a shape that differs
+        raise NotNative(f"its weights do not fit transformers' {config.architectures[0]} ({one_line(err, 200)})") \
+            from None
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise NotNative(f"its weights do not fit transformers' {config.architectures[0]} (missing "
+                        f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    return model
+
+
+def _write_native_folder(out_dir, native, *, eot, tokenizer_data, overwrite=False):
+    """A standard transformers model folder (config.json, model.safetensors, generation_config.json) and the
+    tokenizer: native = (config fields with model_type, its model's state dict; tied weights left out)."""
+    model = native_model(native)
+    tokenizer_text, eot_text = _checked_tokenizer(tokenizer_data, eot)
+    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp_dir:
+        model.save_pretrained(tmp_dir, safe_serialization=True)
+        _write_tokenizer(tmp_dir, tokenizer_text, eot_text)
+    return out_dir
+
+
+def _checked_tokenizer(tokenizer_data, eot):
+    """(tokenizer.json's text, <|endoftext|>'s text), refused as one UserError when Rust tokenizers cannot read it."""
     from tokenizers import Tokenizer  # optional: export only
 
-    eot = config_fields["eot_token_id"]
     eot_text = next(s for s, i in tokenizer_data["special_tokens"].items() if i == eot)
     tokenizer_text = json.dumps(tokenizer_json(tokenizer_data["pat_str"], tokenizer_data["mergeable_ranks"],
                                                tokenizer_data["special_tokens"], bos=(eot_text, eot)),
@@ -218,31 +280,30 @@ def _write_hf_folder(out_dir, *, model_state, model_source, config_fields, token
     except Exception as err:
         raise UserError(f"Hugging Face tokenizers cannot read this tokenizer ({err}), so it cannot be "
                         "exported; a tokenizer trained with --pattern gpt4 or gpt2 can be") from None
-    with atomic_output_dir(out_dir, overwrite=overwrite) as tmp_dir, \
-            tempfile.TemporaryDirectory(prefix="gptlab-hf-") as code_dir:
-        _write_code(code_dir, model_source)  # imported from a copy: no __pycache__ in the export
-        with _imported_wrapper(code_dir) as wrapper:
-            _save_model(tmp_dir, wrapper, model_state, config_fields)
-        _write_code(tmp_dir, model_source)
-        with open(os.path.join(tmp_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
-            f.write(tokenizer_text)
-        # PreTrainedTokenizerFast: the name both transformers 4 and 5 know. tokenizer.json's post-processor adds
-        # <|endoftext|> (transformers drops add_bos_token/add_eos_token when a tokenizer.json is there): these say
-        # so. No token_type_ids: transformers 4's generate() refuses an input the model does not take
-        write_json(os.path.join(tmp_dir, "tokenizer_config.json"), {
-            "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eot_text, "eos_token": eot_text,
-            "pad_token": eot_text, "add_bos_token": True, "add_eos_token": False,
-            "clean_up_tokenization_spaces": False, "model_input_names": ["input_ids", "attention_mask"]})
-        for name in os.listdir(tmp_dir):  # safetensors writes 0600: each file as open() makes one, like the folder
-            os.chmod(os.path.join(tmp_dir, name), umasked(0o666))
-    return out_dir
+    return tokenizer_text, eot_text
+
+
+def _write_tokenizer(tmp_dir, tokenizer_text, eot_text):
+    """tokenizer.json and tokenizer_config.json into the folder being built; then every file's mode as open()
+    makes one."""
+    with open(os.path.join(tmp_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tokenizer_text)
+    # PreTrainedTokenizerFast: the name both transformers 4 and 5 know. tokenizer.json's post-processor adds
+    # <|endoftext|> (transformers drops add_bos_token/add_eos_token when a tokenizer.json is there): these say
+    # so. No token_type_ids: transformers 4's generate() refuses an input the model does not take
+    write_json(os.path.join(tmp_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": eot_text, "eos_token": eot_text,
+        "pad_token": eot_text, "add_bos_token": True, "add_eos_token": False,
+        "clean_up_tokenization_spaces": False, "model_input_names": ["input_ids", "attention_mask"]})
+    for name in os.listdir(tmp_dir):  # safetensors writes 0600: each file as open() makes one, like the folder
+        os.chmod(os.path.join(tmp_dir, name), umasked(0o666))
 
 
 CHECK_TEXT = ("The water cycle moves water between the oceans, the air and the land. Évaporation 🌊,\n\n  rain   "
               "and snow.<|endoftext|>Once upon a time, there was a lesson about fractions: 3/4 + 1/8.")
 
 
-def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT):
+def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT, trust_remote_code=True):
     """Load out_dir with transformers' Auto classes and compare with the checkpoint on a document (text: two,
     the second after an <|endoftext|>) as training feeds it, ids = [eot] + tiktoken's ids of text. Returns
     {"tokens": len(ids), "same_tokens": the HF tokenizer gives ids (ids[1:] with add_special_tokens=False) and
@@ -250,8 +311,8 @@ def check_export(out_dir, logits_fn, encoding, text=CHECK_TEXT):
     float32 logits of ids against logits_fn's, "generated": generate()'s greedy continuation of "The", as text}."""
     from transformers import AutoModelForCausalLM, AutoTokenizer  # optional and heavy: the check only
 
-    hf_tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)  # (transformers 5 reads config.json)
-    hf_model = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True).float().eval()
+    hf_tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=trust_remote_code)  # (reads config.json)
+    hf_model = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=trust_remote_code).float().eval()
     eot = encoding.eot_token
     ids = [eot] + encoding.encode(text, allowed_special="all")
     same = (hf_tokenizer(text)["input_ids"] == ids

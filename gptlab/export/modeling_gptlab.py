@@ -89,6 +89,16 @@ class GptlabForCausalLM(PreTrainedModel, GenerationMixin):
         # computes and no checkpoint holds (non-persistent: rotary tables) have values to keep
         with torch.device("cpu"):
             self.model = GPT(GPTConfig(**config.model_config))
+        # one tensor under two names (GPT-2's head is its embedding): transformers saves it once and ties it back
+        # on loading ({tied name: the name kept}, transformers 5's form; a list of the tied names before)
+        first, tied = {}, {}
+        for name, p in self.model.named_parameters(remove_duplicate=False):
+            if p in first:
+                tied[f"model.{name}"] = f"model.{first[p]}"
+            first.setdefault(p, name)
+        if tied:
+            self._tied_weights_keys = tied
+            self.config.tie_word_embeddings = True  # (transformers 5 ties only then)
         self._computed_buffers = {module: {name: getattr(module, name).detach().clone()
                                            for name in module._non_persistent_buffers_set}
                                   for module in self.model.modules() if module._non_persistent_buffers_set}

@@ -1,6 +1,7 @@
 """A run's code backup, run_dir/code/: the research surface copied whole, everything else as git commit + patch.
 
-    train_gpt.py, model.py          the research surface (RESEARCH_FILES), copied byte for byte
+    train_gpt.py, model.py          the research surface (RESEARCH_FILES; the run's architecture module in place
+                                    of model.py, e.g. gpt2.py), copied byte for byte
     tokenizer_train_script.py       the tokenizer's training script from its pickle (or a placeholder line)
     git.json                        inside a git checkout: the commit (HEAD), what the patch leaves out, ...
     uncommitted.patch               `git diff HEAD --binary` of the project: uncommitted changes to tracked files
@@ -30,6 +31,7 @@ from gptlab.core.files import atomic_write
 from gptlab.train.records import CODE_DIR, CONFIG_FILE
 
 RESEARCH_FILES = ("train_gpt.py", "model.py")  # copied whole: what an experiment edits
+TRAINING_FILE = RESEARCH_FILES[0]
 TOKENIZER_SCRIPT = "tokenizer_train_script.py"
 NO_TOKENIZER_SCRIPT = "# the tokenizer pickle carried no training script\n"
 GIT_FILE = "git.json"
@@ -159,26 +161,30 @@ def backup_code(repo_root, run_dir, tokenizer_script="", research_texts=None):
     checkpoint carries). Returns
     {"files": [paths under code/], "git_commit": HEAD's sha or None outside git, "patch_lines": lines of
     uncommitted.patch or None, "new_files": untracked / newly added sources carried by the patch, "git_error": why
-    a git checkout was copied in full instead (git failed), or None}."""
+    a git checkout was copied in full instead (git failed), or None, "research_files": the research files}. The
+    research files are train_gpt.py and the research_texts' files (the run's architecture module), else
+    RESEARCH_FILES."""
     repo_root = os.path.abspath(repo_root)
-    files = {rel: _read(os.path.join(repo_root, rel)) for rel in RESEARCH_FILES
+    research = (TRAINING_FILE, *[rel for rel in research_texts if rel != TRAINING_FILE]) if research_texts else RESEARCH_FILES
+    files = {rel: _read(os.path.join(repo_root, rel)) for rel in research
              if os.path.isfile(os.path.join(repo_root, rel))}
     files.update({rel: text.encode("utf-8") for rel, text in (research_texts or {}).items()})
     copied_whole = sorted(files)
     try:
-        snapshot, git_error = git_snapshot(repo_root), None
+        snapshot, git_error = git_snapshot(repo_root, research), None
     except _GitError as err:  # a checkout git cannot read (a damaged index...): a full copy still records the run
         snapshot, git_error = None, str(err)
-    info = {"git_commit": None, "patch_lines": None, "new_files": [], "git_error": git_error}
+    info = {"git_commit": None, "patch_lines": None, "new_files": [], "git_error": git_error,
+            "research_files": list(research)}
     if snapshot is None:
         for rel in project_source_files(repo_root):
             files.setdefault(rel, _read(os.path.join(repo_root, rel)))
     else:
         patch_lines = snapshot["patch"].count(b"\n")
         record = {"format": BACKUP_FORMAT, "commit": snapshot["commit"], "repo": repo_root,
-                  "prefix": snapshot["prefix"], "research_files": list(RESEARCH_FILES),
+                  "prefix": snapshot["prefix"], "research_files": list(research),
                   "copied_whole": copied_whole, "patch": PATCH_FILE, "patch_lines": patch_lines,
-                  "patch_leaves_out": [d + "/" for d in PATCH_EXCLUDED_DIRS] + list(RESEARCH_FILES),
+                  "patch_leaves_out": [d + "/" for d in PATCH_EXCLUDED_DIRS] + list(research),
                   "new_files_in_patch": snapshot["new_files"],
                   "rebuild": "python -m gptlab.train.code_backup RUN_DIR OUT_DIR"}
         files[PATCH_FILE] = snapshot["patch"]
@@ -194,7 +200,7 @@ def describe_backup(info):
     if info["git_commit"] is None:
         why = f"git failed: {info['git_error']}" if info.get("git_error") else "not a git checkout"
         return f"code backup: {len(info['files'])} files copied ({why})"
-    copied = [f for f in info["files"] if f in RESEARCH_FILES]
+    copied = [f for f in info["files"] if f in info.get("research_files", RESEARCH_FILES)]
     return (f"code backup: {', '.join(copied) or 'no research file'} copied; the rest is commit "
             f"{info['git_commit'][:12]} + {PATCH_FILE} ({info['patch_lines']} lines"
             + (f", {len(info['new_files'])} new file(s)" if info["new_files"] else "") + ")")

@@ -23,13 +23,22 @@ def model_flags(config_class):
     return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag", True)]
 
 
-def add_model_flags(parser, config_class):
+def add_model_flags(parser, config_class, *others):
     """A --flag per field of the model's config dataclass, with its default and help (bool fields get
-    --name / --no-name)."""
-    g = parser.add_argument_group("model (fields of GPTConfig in model.py)")
-    for f in model_flags(config_class):
+    --name / --no-name). With other config classes (the other architectures'), the flags of them all, each
+    defaulting to None: apply_model_flags then fills in the chosen architecture's defaults and refuses the flags
+    it does not have."""
+    if not others:
+        g = parser.add_argument_group("model (fields of GPTConfig in model.py)")
+    else:
+        g = parser.add_argument_group("model (fields of the --arch module's GPTConfig; defaults are its own)")
+    seen = set()
+    for f in [f for c in (config_class, *others) for f in model_flags(c)]:
+        if f.name in seen:
+            continue
+        seen.add(f.name)
         kind = _flag_type(f)
-        default = None if f.default is dataclasses.MISSING else f.default
+        default = None if others or f.default is dataclasses.MISSING else f.default
         if kind is bool:
             g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
                            help=f.metadata.get("help"))
@@ -37,9 +46,36 @@ def add_model_flags(parser, config_class):
             g.add_argument(f"--{f.name}", type=kind, default=default, help=f.metadata.get("help"))
 
 
+def apply_model_flags(args, config_class, all_classes, arch_name, preset=None):
+    """After add_model_flags(parser, *all_classes): the chosen architecture's fields get its defaults where not
+    set; a field of another architecture set (on the command line or by --config) is one UserError, and unset or
+    at the value the --preset gave it (`preset`: its settings) it is dropped from args (so the run records only its
+    own architecture's fields)."""
+    own = {f.name: f for f in model_flags(config_class)}
+    for name in dict.fromkeys(f.name for c in all_classes for f in model_flags(c)):
+        value = getattr(args, name, None)
+        if name in own:
+            if value is None and own[name].default is not dataclasses.MISSING:
+                setattr(args, name, own[name].default)
+        elif value is not None and (preset or {}).get(name) != value:
+            raise UserError(f"--{name} is not a setting of --arch {arch_name} (its GPTConfig has no {name}); drop "
+                            f"it, or choose the architecture that has it")
+        elif hasattr(args, name):
+            delattr(args, name)
+
+
 def arch_fields(config_class):
     """The fields that change what the weights mean: a resumed run must keep them."""
     return [f.name for f in dataclasses.fields(config_class) if f.metadata.get("arch", True)]
+
+
+DEFAULT_VAL_SEQ_LEN = 1024  # --val_seq_len of a model whose position table is not weights (rotary: model.py)
+
+
+def positions_are_weights(config_class):
+    """Whether max_seq_len sizes weights (a learned position table: a resumed run must keep it) rather than a
+    table rebuilt on demand (arch=False)."""
+    return any(f.name == "max_seq_len" and f.metadata.get("arch", True) for f in dataclasses.fields(config_class))
 
 
 def model_config_of(cfg, config_class):
@@ -67,8 +103,8 @@ def check_model_fits(model_module, model_config, device):
         layers = model_config.get("num_layers")
         if isinstance(layers, int) and layers > 2 * _FEW_LAYERS:
             # building 10**6 blocks, even on the meta device, takes hours: extrapolate from 64 and 128 first
-            few, twice = (parameter_count(model_module, dict(model_config, num_layers=n, num_val_emb=min(
-                model_config.get("num_val_emb", 0), n))) for n in (_FEW_LAYERS, 2 * _FEW_LAYERS))
+            few, twice = (parameter_count(model_module, _with_layers(model_config, n))
+                          for n in (_FEW_LAYERS, 2 * _FEW_LAYERS))
             estimate = few + (twice - few) * (layers - _FEW_LAYERS) // _FEW_LAYERS
             if 16 * estimate > 2 * have:  # far beyond: near the limit the exact count below decides
                 _refuse_if_too_big(estimate, have, device, "~")
@@ -80,6 +116,14 @@ def check_model_fits(model_module, model_config, device):
 
 
 _FEW_LAYERS = 64
+
+
+def _with_layers(model_config, n):
+    """model_config with n layers (and, where the model has value embeddings, no more of them than layers)."""
+    changed = dict(model_config, num_layers=n)
+    if "num_val_emb" in model_config:
+        changed["num_val_emb"] = min(model_config["num_val_emb"] or 0, n)
+    return changed
 
 
 def _refuse_if_too_big(n_params, have, device, about=""):
@@ -95,12 +139,18 @@ def resolve_config(args, world_size, device, model_module):
     the row lengths against the attention's block, the batch split and the device; derive head_dim, the micro-batch
     split, dtype, compile and attention."""
     cfg = argparse.Namespace(**vars(args))
+    for f in model_flags(model_module.GPTConfig):  # a field not set (flags of several architectures): its default
+        if getattr(cfg, f.name, None) is None and f.default is not dataclasses.MISSING:
+            setattr(cfg, f.name, f.default)
     fields = {f.name: getattr(cfg, f.name) for f in model_flags(model_module.GPTConfig)}
     try:  # the model checks its own fields (the vocabulary comes from the tokenizer later)
         checked = model_module.GPTConfig(**dict(fields, vocab_size=fields["vocab_size"] or 1))
     except ValueError as err:
         raise UserError(str(err)) from None
-    cfg.head_dim = checked.head_dim
+    if hasattr(cfg, "head_dim"):  # a field of the model's (derived from the width and heads where not given)
+        cfg.head_dim = checked.head_dim
+    if cfg.val_seq_len is None:  # a learned position table is weights: validate on the rows it trains on
+        cfg.val_seq_len = cfg.train_seq_len if positions_are_weights(model_module.GPTConfig) else DEFAULT_VAL_SEQ_LEN
     multiple = model_module.SEQ_MULTIPLE
     for name in ("train_seq_len", "val_seq_len"):
         value = getattr(cfg, name)

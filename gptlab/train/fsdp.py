@@ -37,13 +37,16 @@ def local(tensor):
 
 def shard_model(model, ctx):
     """Apply FSDP2 to `model` in place: each element of an nn.ModuleList (the transformer blocks) and each
-    nn.Embedding becomes a unit (all-gathered just before it runs, freed after), the root module holds the rest.
+    nn.Embedding (but a tied one) becomes a unit (all-gathered just before it runs, freed after), the root module holds the rest.
     Returns the device mesh."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    units = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    uses = {}  # a tied weight (GPT-2's embedding is its head) stays with the root, which holds both its users
+    for _, p in model.named_parameters(remove_duplicate=False):
+        uses[p] = uses.get(p, 0) + 1
+    units = [m for m in model.modules() if isinstance(m, nn.Embedding) and uses.get(m.weight, 0) == 1]
     units += [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst
               if not isinstance(m, nn.Embedding) and any(True for _ in m.parameters())]
     for unit in units:

@@ -1,9 +1,10 @@
-"""The model a checkpoint carries: the source of model.py as the run trained it (with its sha256), and the module
-built from that source, so every tool that reads a checkpoint (sample.py, export_hf.py, evaluations, --resume)
+"""The model a checkpoint carries: the source of its architecture's module (model.py, gpt2.py: ARCHITECTURES) as
+the run trained it (with its file name and sha256), and the module built from that source, so every tool that reads a checkpoint (sample.py, export_hf.py, evaluations, --resume)
 runs the checkpoint's own architecture, whatever model.py says today.
 
 Loading a checkpoint runs no code from a stranger. Its model source is used
-- as today's module when it equals today's model.py (imported once, as `model`);
+- as today's module when it equals today's file of the same name (model.py imported once as `model`, gpt2.py as
+  `gpt2`; a source without a file name is model.py's, as every checkpoint before the --arch flag);
 - from this machine's store when a run here trained it: train_gpt.py records the source of every model it trains
   in $GPTLAB_HOME/model_sources/<sha256>.py (default ~/.cache/gptlab), so a researcher's own experiments load
   with no flag, before and after the code moves on;
@@ -24,7 +25,11 @@ from gptlab.core.files import atomic_write_text
 from gptlab.train import checkpointing
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL_FILE = os.path.join(REPO_ROOT, "model.py")
+# train_gpt.py's --arch choices: the module file of each (the first is the default). The one place that names them:
+# everything else reads the chosen module's interface
+ARCHITECTURES = {"modded": "model.py", "gpt2": "gpt2.py"}
+DEFAULT_FILE = ARCHITECTURES["modded"]
+MODEL_FILE = os.path.join(REPO_ROOT, DEFAULT_FILE)
 MODULE_NAME = "model"  # today's model.py, as train_gpt.py imports it
 TRUST_FLAG = "--trust_model_code"
 
@@ -33,11 +38,37 @@ def sha256_text(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def current_source():
-    """{"file": "model.py", "code": today's model.py, "sha256": its digest}: what a checkpoint records."""
-    with open(MODEL_FILE, "r", encoding="utf-8") as f:
+def arch_file(arch):
+    """The module file of an --arch name (ARCHITECTURES); UserError naming the choices otherwise."""
+    if arch not in ARCHITECTURES:
+        raise UserError(f"--arch {arch} is not an architecture here; choose one of {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[arch]
+
+
+def arch_of(source):
+    """The --arch name of a recorded model source, by its file name (no name: model.py's, as older checkpoints);
+    None for a file that is no architecture's."""
+    name = (source or {}).get("file") or DEFAULT_FILE
+    return next((arch for arch, file in ARCHITECTURES.items() if file == name), None)
+
+
+def source_file(source):
+    """The architecture file a recorded model source stands for (model.py for a name that is none of theirs)."""
+    return (source or {}).get("file") if arch_of(source) else DEFAULT_FILE
+
+
+def current_source(file=DEFAULT_FILE):
+    """{"file": "model.py", "code": today's model.py, "sha256": its digest} (or another architecture's file of
+    ARCHITECTURES): what a checkpoint records."""
+    with open(os.path.join(REPO_ROOT, _known_file(file)), "r", encoding="utf-8") as f:
         code = f.read()
-    return {"file": os.path.basename(MODEL_FILE), "code": code, "sha256": sha256_text(code)}
+    return {"file": file, "code": code, "sha256": sha256_text(code)}
+
+
+def _known_file(file):
+    if file not in ARCHITECTURES.values():  # (a recorded name never reaches the file system)
+        raise ValueError(f"{file!r} is no architecture's module file")
+    return file
 
 
 def store_dir():
@@ -60,9 +91,10 @@ def record_trained_source(source):
     return path
 
 
-def current_module():
-    """Today's model.py as a module (the one train_gpt.py imports, or imported here under the same name)."""
-    return import_file(MODEL_FILE, MODULE_NAME)
+def current_module(file=DEFAULT_FILE):
+    """Today's model.py (or another architecture's file) as a module, imported under its file's stem (model.py:
+    the one train_gpt.py imports as `model`)."""
+    return import_file(os.path.join(REPO_ROOT, _known_file(file)), os.path.splitext(file)[0])
 
 
 def module_for(source, origin, trust_code=False):
@@ -74,13 +106,16 @@ def module_for(source, origin, trust_code=False):
     code, sha = source["code"], source.get("sha256")
     if sha != sha256_text(code):
         raise UserError(f"the model source in {origin} does not match its sha256; the file is damaged")
-    if sha == current_source()["sha256"]:
-        return current_module()
+    file = source.get("file") or DEFAULT_FILE
+    if file not in ARCHITECTURES.values():
+        file = "every architecture's module"  # (named in the refusal below; it never matches)
+    elif sha == current_source(file)["sha256"]:
+        return current_module(file)
     stored = os.path.join(store_dir(), f"{sha}.py")
     if os.path.isfile(stored) and _read(stored) == code:
         return import_file(stored, f"gptlab_model_{sha[:16]}")
     if not trust_code:
-        raise UserError(f"{origin} carries model code (sha256 {sha[:12]}) that differs from model.py and that no "
+        raise UserError(f"{origin} carries model code (sha256 {sha[:12]}) that differs from {file} and that no "
                         f"run on this machine trained; read it (python -m gptlab.train.convert_checkpoint --show "
                         f"{origin}) and pass {TRUST_FLAG} to run it")
     folder = tempfile.mkdtemp(prefix="gptlab-model-")
@@ -243,6 +278,7 @@ class ModelLogits:
         self.model, self.eot, self.n_vocab, self.windows = model, eot, n_vocab, windows
         self.autocast_dtype = autocast_dtype
         self.selects = "positions" in inspect.signature(model.predict).parameters
+        self.max_len = getattr(model, "context_limit", None)  # a learned position table's length (gpt2.py)
 
     def _predict(self, tokens, positions=None):
         kw = {"positions": positions} if positions is not None else {}

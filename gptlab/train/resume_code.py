@@ -5,17 +5,18 @@ run folder is made, with the command that resumes it with its own code; a checkp
 not of this code's optimizers (moved out of its run folder, so no backup tells) is refused as not fitting them
 (check_optimizer_states).
 
-model.py is not compared here: a resumed run trains the model source its checkpoint carries."""
+The architecture modules (model.py, gpt2.py) are not compared here: a resumed run trains the model source its
+checkpoint carries."""
 import difflib
 import hashlib
 import os
 import tempfile
 
 from gptlab.core.errors import UserError
-from gptlab.train import code_backup
+from gptlab.train import code_backup, model_source
 from gptlab.train.records import CHECKPOINT_DIR, CODE_DIR, CONFIG_FILE
 
-CARRIED_BY_CHECKPOINT = ("model.py",)
+CARRIED_BY_CHECKPOINT = tuple(model_source.ARCHITECTURES.values())
 
 
 def checkpoint_run_dir(resume_path):

@@ -34,6 +34,7 @@ from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.evals_download import DATA_DIR as EVALS_DATA_DIR
+from gptlab.train.model_source import source_file
 from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
                           sharded_checkpoint)
 
@@ -329,7 +330,7 @@ class Run:
         if ctx.is_main:
             records.write_config(self.dir, self.config)
             backup = code_backup.backup_code(self.repo_root, self.dir, tok.train_script, research_texts={
-                "model.py": self.model_source["code"]} if self.model_source else None)
+                source_file(self.model_source): self.model_source["code"]} if self.model_source else None)
             log = self._log_file
             log(f"command: {self.config['command']}")
             for warning in self.warnings:

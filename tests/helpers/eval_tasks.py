@@ -139,3 +139,25 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
                 hub_standin._Handler = base
 
     return Standin(repos, prefix=prefix).start()
+
+
+def loop_loglikelihood(model, enc, eot, context, continuation):
+    """(log-likelihood, greedy, tokens, bytes) of a continuation: lm-eval's split, by hand; the sequence [eot] +
+    context + continuation alone in one forward pass."""
+    import torch
+
+    n = len(context) - len(context.rstrip())
+    if n:
+        context, continuation = context[:-n], context[-n:] + continuation
+    whole = enc.encode_ordinary(context + continuation)
+    ctx = enc.encode_ordinary(context)
+    cont = whole[len(ctx):]
+    tokens = torch.tensor([[eot] + ctx + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(model.predict(tokens, eot)[0, :, :enc.n_vocab].float(), dim=-1)
+    total, greedy = 0.0, True
+    for k, token in enumerate(cont):
+        pos = len(ctx) + k  # predicts the token at pos + 1
+        total += float(logp[pos, token])
+        greedy = greedy and int(logp[pos].argmax()) == token
+    return total, greedy, len(cont), len(continuation.encode("utf-8"))

@@ -234,3 +234,14 @@ def test_two_tokenizers_with_one_name_are_told_apart_by_hash(tmp_path):
     runs = [cmp.load_run(p) for p in cmp.resolve_runs([str(tmp_path / "*")], str(tmp_path))]
     board = cmp.build_leaderboard(runs)
     assert any("2 different tokenizers (gpt2 (aaa11111), gpt2 (bbb22222))" in note for note in board.notes)
+
+
+def test_the_default_architecture_and_recipe_join_the_runs_recorded_before_the_arch_flag():
+    """Runs before train_gpt.py's --arch trained model.py with Muon and recorded neither: a run recording
+    arch modded / optimizer muon is in their seed group, a GPT-2 run is not."""
+    from gptlab.compare import seed_group_key
+
+    before = {"model_dim": 64, "seed": 0}
+    assert seed_group_key(dict(before, arch="modded", optimizer="muon", seed=1)) == seed_group_key(before)
+    assert seed_group_key(dict(before, arch="gpt2", optimizer="adamw")) != seed_group_key(before)
+    assert seed_group_key(dict(before, optimizer="adamw")) != seed_group_key(before)

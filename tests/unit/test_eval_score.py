@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, tiny_checkpoint, write_rows
+from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, loop_loglikelihood, tiny_checkpoint, write_rows
 from gptlab.evals import metrics, score, suite, task_spec
 from gptlab.evals.hellaswag import wilson_interval
 
@@ -28,25 +28,6 @@ def scored(tmp_path_factory):
     tok = checkpointing.checkpoint_tokenizer(ck, ckpt)
     tasks = [task_spec.load_task(t) for t in TASKS]
     return model, tok, tasks, data
-
-
-def loop_loglikelihood(model, enc, eot, context, continuation):
-    """lm-eval's split, by hand; the sequence [eot] + context + continuation alone in one forward pass."""
-    n = len(context) - len(context.rstrip())
-    if n:
-        context, continuation = context[:-n], context[-n:] + continuation
-    whole = enc.encode_ordinary(context + continuation)
-    ctx = enc.encode_ordinary(context)
-    cont = whole[len(ctx):]
-    tokens = torch.tensor([[eot] + ctx + cont])
-    with torch.no_grad():
-        logp = torch.log_softmax(model.predict(tokens, eot)[0, :, :enc.n_vocab].float(), dim=-1)
-    total, greedy = 0.0, True
-    for k, token in enumerate(cont):
-        pos = len(ctx) + k  # predicts the token at pos + 1
-        total += float(logp[pos, token])
-        greedy = greedy and int(logp[pos].argmax()) == token
-    return total, greedy, len(cont), len(continuation.encode("utf-8"))
 
 
 def run(scored, autocast_dtype=None, **kwargs):
@@ -277,3 +258,14 @@ def test_scorers_on_cuda_leave_out_cudnn_attention_and_change_nothing_elsewhere(
         assert torch.backends.cuda.math_sdp_enabled()
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
     assert SDPBackend.CUDNN_ATTENTION is not None
+
+
+def test_fit_context_keeps_the_first_token_and_the_continuation():
+    """A model that reads at most max_len tokens (GPT-2's position table): the context is cut from the left, after
+    the leading <|endoftext|>, as build_sequences cuts it; a continuation that cannot fit is one UserError."""
+    from gptlab.core.errors import UserError
+
+    assert score.fit_context([9, 1, 2, 3, 4, 5], 4, 4) == ([9, 3, 4, 5], 2)
+    assert score.fit_context([9, 1, 2], 1, 4) == ([9, 1, 2], 1)
+    with pytest.raises(UserError, match="a continuation of 4 tokens does not fit the model's context of 4 tokens"):
+        score.fit_context([9, 1, 2, 3, 4, 5], 2, 4)
