@@ -119,7 +119,7 @@ def build_parser():
                    help="the model: " + ", ".join(f"{name} ({file})" for name, file in model_source.ARCHITECTURES.items())
                    + "; a --resume run keeps its checkpoint's")
     # --vocab_size, --num_layers, ...: one per field of the architectures' GPTConfig (each --arch takes its own)
-    add_model_flags(p, *architecture_configs())
+    add_model_flags(p, *architecture_configs(), names=list(model_source.ARCHITECTURES))
     g = p.add_argument_group("optimization")
     g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
     # at most 2**40 (~1.1e12, ~300,000x GPT-3's batch): beyond that only a typo, and splitting it would take minutes

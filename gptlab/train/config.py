@@ -23,27 +23,50 @@ def model_flags(config_class):
     return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag", True)]
 
 
-def add_model_flags(parser, config_class, *others):
+def add_model_flags(parser, config_class, *others, names=None):
     """A --flag per field of the model's config dataclass, with its default and help (bool fields get
-    --name / --no-name). With other config classes (the other architectures'), the flags of them all, each
-    defaulting to None: apply_model_flags then fills in the chosen architecture's defaults and refuses the flags
-    it does not have."""
+    --name / --no-name). With other config classes (the other architectures', named by `names`, the first
+    class's first), the flags of them all, each defaulting to None, their help naming each architecture's value:
+    apply_model_flags then fills in the chosen architecture's defaults and refuses the flags it does not have."""
+    classes = (config_class, *others)
+    names = list(names or [c.__module__ for c in classes])
     if not others:
         g = parser.add_argument_group("model (fields of GPTConfig in model.py)")
     else:
-        g = parser.add_argument_group("model (fields of the --arch module's GPTConfig; defaults are its own)")
+        g = parser.add_argument_group("model (fields of the --arch module's GPTConfig, each with that module's value "
+                                      "unless given)")
     seen = set()
-    for f in [f for c in (config_class, *others) for f in model_flags(c)]:
+    for f in [f for c in classes for f in model_flags(c)]:
         if f.name in seen:
             continue
         seen.add(f.name)
         kind = _flag_type(f)
         default = None if others or f.default is dataclasses.MISSING else f.default
+        text = f.metadata.get("help")
+        if others:
+            text = _help_with_values(text, f.name, classes, names)
         if kind is bool:
-            g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default,
-                           help=f.metadata.get("help"))
+            g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=text)
         else:
-            g.add_argument(f"--{f.name}", type=kind, default=default, help=f.metadata.get("help"))
+            g.add_argument(f"--{f.name}", type=kind, default=default, help=text)
+
+
+def _help_with_values(text, name, classes, names):
+    """A flag's help with each architecture's value: "... (gpt2: 12) (default: 12)", the default architecture's
+    last; "(gpt2 only)" for a field of one architecture; switches say on or off."""
+    values = {}
+    for arch, c in zip(names, classes):
+        field = next((f for f in dataclasses.fields(c) if f.name == name), None)
+        if field is not None:
+            values[arch] = None if field.default is dataclasses.MISSING else field.default
+    shown = lambda v: ("on" if v else "off") if isinstance(v, bool) else v  # noqa: E731
+    parts = [f"{arch}: {shown(v)}" for arch, v in values.items() if arch != names[0] and v is not None]
+    text = (text or "") + (f" ({', '.join(values)} only)" if len(values) < len(names) else "")
+    text += f" ({'; '.join(parts)})" if parts else ""
+    first = values.get(names[0])
+    if first is not None:
+        text += f" (default: {shown(first)})" if not isinstance(first, bool) else f" ({names[0]}: {shown(first)})"
+    return text
 
 
 def apply_model_flags(args, config_class, all_classes, arch_name, preset=None):
