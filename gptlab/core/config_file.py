@@ -14,7 +14,6 @@ The run records the resolved flags, as for any run.
 """
 import argparse
 import difflib
-import os
 import sys
 
 from gptlab.core.errors import UserError
@@ -119,10 +118,8 @@ def expand_config(parser, argv):
     path = given_config(argv)
     if path is None:
         return list(argv)
-    if not path or not os.path.isfile(path):
-        read_config(path)  # the one error line for a missing path
+    table = read_config(path)  # a missing, unreadable or malformed file: its one error line
     actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
-    table = read_config(path)
     if "config" in table:
         raise UserError(f"--config {path}: a config file cannot name another (config = ...); merge them into one")
     return flag_tokens(table, actions, path) + list(argv)

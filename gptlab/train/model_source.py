@@ -282,11 +282,10 @@ class ModelLogits:
 
     def _predict(self, tokens, positions=None):
         kw = {"positions": positions} if positions is not None else {}
-        with attention_kernels(tokens.device.type):
-            if self.autocast_dtype is None:
-                return self.model.predict(tokens, self.eot, self.windows, **kw)[..., :self.n_vocab]
-            with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
-                return self.model.predict(tokens, self.eot, self.windows, **kw)[..., :self.n_vocab]
+        precision = (contextlib.nullcontext() if self.autocast_dtype is None
+                     else torch.autocast(tokens.device.type, dtype=self.autocast_dtype))
+        with attention_kernels(tokens.device.type), precision:
+            return self.model.predict(tokens, self.eot, self.windows, **kw)[..., :self.n_vocab]
 
     def __call__(self, tokens):
         return self._predict(tokens)
