@@ -25,8 +25,6 @@ import json
 import math
 import os
 import random
-import signal
-import time
 
 import torch
 
@@ -34,26 +32,23 @@ import model as arch
 from gptlab.core import distributed as dist_utils
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
                              positive_int, path)
-from gptlab.core.errors import StopRequested, UserError, run_cli
-from gptlab.core.files import check_folder_creatable
+from gptlab.core.errors import UserError, run_cli
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.loader import BOSAlignedLoader, ValidationSet, to_device
-from gptlab.data.selection import select_run_shards
+from gptlab.data.loader import to_device
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
-from gptlab.evals.file_prints import FilePrints
-from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
-from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_final
+from gptlab.evals.hellaswag import evaluate_hellaswag_in_run
+from gptlab.evals.in_run import metrics_columns, metrics_row, write_final
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, environment, fsdp, model_source, stop
+from gptlab.train import environment, fsdp, model_source, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
 from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
-from gptlab.train.config import (add_model_flags, apply_model_flags, arch_fields, check_model_fits, check_ranks_agree,
-                                 model_config_of, resolve_config)
+from gptlab.train.config import add_model_flags, apply_model_flags, resolve_config
+from gptlab.train.inputs import open_run_inputs
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
+from gptlab.train.step_reports import due
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -647,41 +642,29 @@ def main(argv=None):
             dist_utils.cleanup(ctx)
 
 
+def autocast_for(device, dtype):
+    """The forward passes' autocast: bf16 under --dtype bfloat16, nothing otherwise."""
+    if dtype == "bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def whole_model(model, rebuild):
+    """The model for evaluations whose work differs between ranks (HellaSwag, samples): under --shard_params a plain
+    copy with the whole weights, built by rebuild() (collective), else the model itself."""
+    return fsdp.evaluation_copy(model, rebuild) if fsdp.is_sharded_model(model) else contextlib.nullcontext(model)
+
+
 def train(args, ctx, ckpt=None):
     """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
-    stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one when called without main)
     # --arch's module; a resumed run trains the model its checkpoint carries (today's file when it is the same)
     module, source = choose_module(args, ckpt)
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     cfg = resolve_config(args, ctx.world_size, device, module)
-
-    # ---- inputs: each checked by its owner in gptlab, before a run folder exists
-    if not cfg.tokenizer:
-        raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
-    check_folder_creatable(cfg.experiments_dir)  # writes a probe file: catches /sys, a full disk, read-only folders
-    tok = open_tokenizer(cfg.tokenizer)
-    cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
-    model_config = model_config_of(cfg, module.GPTConfig)
-    check_model_fits(module, model_config, device)
-    shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
-    cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
-    # one collective: every rank runs the same flags on the same data, or all stop naming what differs
-    check_ranks_agree(ctx, cfg, tokenizer=tok, shards=shards, checkpoint=ckpt, model_source=source)
-    hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
-                                             required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
-    eval_files = FilePrints([cfg.hellaswag_path] if cfg.hellaswag_limit != 0 else [])  # each eval checks its file
-    # --evals: its rows read, checked, fingerprinted and encoded now; a missing or bad file refused before training
-    suite = (RunEvals(cfg.evals, limit=cfg.evals_limit, data_dir=cfg.evals_data_dir, tasks_dir=cfg.evals_tasks_dir,
-                      encoding=tok.encoding) if cfg.evals else None)
-    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
-                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
-    val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
-                            ctx.rank, ctx.world_size, prints=shards.val_prints)
-    if ckpt is not None:
-        checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig), shards,
-                                    cfg.allow_new_data)
+    data = open_run_inputs(cfg, ctx, module, source, ckpt)  # tokenizer, shards, eval files: checked, before a folder
+    tok, model_config = data.tok, data.model_config
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
     # ---- model and optimizers
@@ -693,143 +676,71 @@ def train(args, ctx, ckpt=None):
         fsdp.shard_model(model, ctx)
     optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
-        restore_training_state(ckpt, model, optimizers, train_loader, ctx, cfg.allow_new_data)
+        restore_training_state(ckpt, model, optimizers, data.train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
                  GradientSync(model, optimizers, ctx.world_size))
-    use_flex = cfg.attention == "flex"
+    use_flex, amp_dtype = cfg.attention == "flex", torch.bfloat16 if cfg.dtype == "bfloat16" else None
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
-    amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
-
-    def autocast():
-        return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
-
+    autocast = functools.partial(autocast_for, device, cfg.dtype)
     if cfg.device_batch_size == "auto":  # CUDA: the largest micro-batch that fits this GPU
-        cfg.device_batch_size = probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)
-        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size,
-                                                                cfg.device_batch_size)
-        train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
-    train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size, (
+            probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)))
+        data.train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
+    train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, data.train_loader, tok.eot, use_flex,
                                  autocast, device, module)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
-    full_windows = model.final_windows()  # what window_blocks gives at the last step
+    suite = data.suite
+    rebuild = functools.partial(build_model, module, model_config, cfg, device)  # (whole_model)
 
-    def due(every, step):
-        return every and step % every == 0
-
-    def whole_model():
-        """The model for evaluations whose work differs between ranks (HellaSwag, samples): under --shard_params
-        a plain copy with the whole weights (collective), else the model itself."""
-        return (fsdp.evaluation_copy(model, functools.partial(build_model, module, model_config, cfg, device))
-                if cfg.shard_params else contextlib.nullcontext(model))
-
-    # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
+    # ---- the loop; the run's folder, logs, metrics, checkpoints, reports and stops are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
-             optimizers=optimizers, train_loader=train_loader, tokenizer=tok, shards=shards, checkpoint=ckpt,
-             warnings=[hellaswag_warning, *shards.warnings], extra_config={"padded_vocab": model.padded_vocab},
+             optimizers=optimizers, train_loader=data.train_loader, tokenizer=tok, shards=data.shards,
+             checkpoint=ckpt, warnings=data.warnings, extra_config={"padded_vocab": model.padded_vocab},
              resume_flags=chosen_flags(build_parser(), args, FRESH_ON_RESUME),
-             metrics_columns=metrics_columns(suite.names()) if suite else ()) as run:
-
-        def save(step):
-            with stopper.deferred():  # a signal waits for the checkpoint to be complete
-                for opt in optimizers:  # collective: rank 0 needs every rank's share of the optimizer state
-                    if hasattr(opt, "gather_state"):
-                        opt.gather_state()
-                run.save_checkpoint(step, model, optimizers, train_loader)
-
-        unreported = []  # steps whose figures are still on the device: (step, lr, sums, timer, new data pass)
-        # the stop agreement (gptlab/train/stop.py): a row of every report's all-reduce carries each rank's stop
-        # request and its wall time since the last report; the sum is the same on every rank, so all stop after the
-        # same step, and all derive the same next forced report, about stop.STOP_CHECK_S later
-        control = {"stop": 0, "next_check": run.start_step + 1, "since": time.monotonic()}
-
-        def report():
-            """One all-reduce and one host read for every unreported step, then their log lines and rows: quiet
-            steps never wait for the GPU (modded-nanogpt reads nothing back between its log lines either)."""
-            now = time.monotonic()
-            # a SIGTERM counts more than all ranks' SIGINTs together: the sum says whether any rank got one
-            request = {None: 0, signal.SIGINT: 1}.get(stopper.requested, ctx.world_size + 1)
-            mine = torch.tensor([[request, now - control["since"], 0]], dtype=torch.float64, device=device)
-            sums = dist_utils.all_reduce_sum(ctx, torch.cat([torch.stack([u[2] for u in unreported]), mine]))
-            *rows, (requests, wall_s, _) = run.read(sums)
-            control["stop"] = signal.SIGTERM if requests > ctx.world_size else signal.SIGINT if requests else 0
-            step_wall_s = wall_s / ctx.world_size / len(unreported)
-            control["next_check"] = unreported[-1][0] + max(1, int(stop.STOP_CHECK_S / max(step_wall_s, 1e-6)))
-            control["since"] = now
-            for (done, lr, _, timer, new_pass), (loss, pairs_long, pairs_short) in zip(unreported, rows):
-                if new_pass:
-                    run.log(f"step {done}: the training data ran out; pass {new_pass} over it begins")
-                run.check_loss(done, loss)  # NaN/inf: the run stops, recorded as failed, before any checkpoint
-                flops = sum(module.training_flops(model, cfg.batch_size, {"long": pairs_long, "short": pairs_short}))
-                run.log_step(done, loss, lr, timer.seconds(), flops)
-            unreported.clear()
-
-        stopper.begin_steps()
-        for step in range(run.start_step, cfg.train_steps + 1):
+             metrics_columns=metrics_columns(suite.names()) if suite else (),
+             flops_of=functools.partial(module.training_flops, model, cfg.batch_size)) as run:
+        for step in run.steps():
             last = step == cfg.train_steps
             if last:
-                if (cfg.save_model or cfg.checkpoint_every) and step > run.start_step:
-                    save(step)  # before the final evaluations: a stop in them resumes here and runs only them
-                stopper.end_steps()  # a signal from here on stops at once (the final evaluations)
-            eval_windows = full_windows if last else step_windows(step, cfg, model, module)
-            # -- evaluations (not counted in the train time)
+                run.begin_final_evaluations(step)  # the final checkpoint; a signal now stops at once
+            windows = model.final_windows() if last else step_windows(step, cfg, model, module)
+            # -- evaluations (not counted in the train time); HellaSwag and --evals: a resume redoes its start step's
             if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):
-                    loss_fn = make_loss_fn(model, model_fwd, tok.eot, eval_windows, use_flex, autocast)
-                    val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, ctx,
+                    loss_fn = make_loss_fn(model, model_fwd, tok.eot, windows, use_flex, autocast)
+                    val_loss, val_bpb = evaluate_val(loss_fn, data.val_set, val_rows, byte_lengths, ctx,
                                                      lockstep=cfg.shard_params)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
-            if last or (due(cfg.hellaswag_every, step) and step > 0):  # a resume redoes its start step's, as val
-                with run.evaluating(model), whole_model() as plain:
+            if last or (due(cfg.hellaswag_every, step) and step > 0):
+                with run.evaluating(model), whole_model(model, rebuild) as plain:
                     # eager model + dense SDPA masks: HellaSwag's varying shapes would make a compiled model recompile
-                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, eval_windows, amp_dtype)
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, windows, amp_dtype)
                     hellaswag = evaluate_hellaswag_in_run(scorer, tok.encoding, cfg.hellaswag_path,
                                                           limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
                                                           ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE,
-                                                          prints=eval_files)
+                                                          prints=data.eval_files)
                 run.log_hellaswag(step, hellaswag)
-            if suite and (last or (due(cfg.evals_every, step) and step > 0)):  # as HellaSwag: a resume redoes its
-                with run.evaluating(model), whole_model() as plain:               # start step's
-                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, eval_windows, amp_dtype)
-                    figures = suite.score(scorer, device=device, block=model_geometry(plain)[0],
-                                          window=min(eval_windows), padded_vocab=model.padded_vocab, ctx=ctx,
-                                          progress=ctx.is_main)
-                    run.log_evals(step, figures, metrics_row(figures), write_examples=write_final)
+            if suite and (last or (due(cfg.evals_every, step) and step > 0)):
+                with run.evaluating(model), whole_model(model, rebuild) as plain:
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, windows, amp_dtype)
+                    figures = suite.score(scorer, device=device, block=model_geometry(plain)[0], window=min(windows),
+                                          padded_vocab=model.padded_vocab, ctx=ctx, progress=ctx.is_main)
+                run.log_evals(step, figures, metrics_row(figures), write_examples=write_final)
             if last:
                 break
-
-            # -- one optimizer step; its figures stay on the device until the next report
-            epoch = train_loader.epoch
+            # -- one optimizer step; its figures stay on the device until the run reports them
             timer = run.step_timer()
             sums, lr_mult = train_step(step)
             timer.stop()
-            done = step + 1
-            unreported.append((done, lr_mult, sums, timer, train_loader.epoch + 1 if train_loader.epoch > epoch else 0))
-            if (due(cfg.log_every, done) or done in (cfg.train_steps, run.start_step + 1, run.start_step + 2)
-                    or due(cfg.checkpoint_every, done) or due(cfg.val_loss_every, done)
-                    or due(cfg.hellaswag_every, done) or (suite and due(cfg.evals_every, done))
-                    or (ctx.is_distributed and done >= control["next_check"])):
-                report()  # the first two steps: a line and the time estimate; the rest: see `control`
-            periodic = due(cfg.checkpoint_every, done) and done < cfg.train_steps  # the last step's: see `last`
-            if periodic:
-                save(done)
-            # a signal: one process stops after the step it arrived in, ranks after the step they agreed on (the
-            # last step too: its checkpoint resumes into the final evaluations alone)
-            stop_now = control["stop"] if ctx.is_distributed else stopper.requested
-            if stop_now:
-                if unreported:
-                    report()
-                run.log(f"{signal.Signals(stop_now).name} received: stopping after step {done} with a checkpoint")
-                if not periodic:
-                    save(done)
-                raise StopRequested(stop_now)
+            run.end_step(step + 1, lr_mult, sums, timer)  # reports, checkpoints and stops when due
 
         run.end_training()  # peak memory, speed
         if cfg.sample_tokens:
             model.eval()
-            with whole_model() as plain:
+            with whole_model(model, rebuild) as plain:
                 if ctx.is_main:
-                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, full_windows, amp_dtype)
+                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, windows, amp_dtype)
                     for _, text in sample_continuations(scorer, tok.encoding, cfg.sample_tokens, cfg.seed, device):
                         run.log(f"sample: {text!r}")
         return run.finish(val_loss, val_bpb, hellaswag)

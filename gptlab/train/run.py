@@ -30,13 +30,14 @@ from tqdm import tqdm
 from gptlab.core.cli import FlagValueError, float_in, non_negative_int, path
 from gptlab.core.config_file import expand_config
 from gptlab.core.distributed import broadcast_object
-from gptlab.core.errors import UserError, one_line, signal_name
+from gptlab.core.errors import StopRequested, UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.evals_download import DATA_DIR as EVALS_DATA_DIR
 from gptlab.train.model_source import source_file
 from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
-                          sharded_checkpoint)
+                          sharded_checkpoint, stop)
+from gptlab.train.step_reports import StepFigures, StepReports, due
 
 
 # ------------------------------------------------------------------------------------------------ flags
@@ -248,12 +249,16 @@ class Run:
     every checkpoint carries it); extra_config: more facts for config.json;
     checkpoint: the --resume checkpoint (its step, train time and wall time carry on); warnings: lines printed
     now and logged once the folder exists; resume_flags: command-line words the resume command repeats
-    (chosen_flags); metrics_columns: the --evals suite's metrics.csv columns (gptlab.evals.in_run.metrics_columns)."""
+    (chosen_flags); metrics_columns: the --evals suite's metrics.csv columns (gptlab.evals.in_run.metrics_columns);
+    flops_of: a step's model FLOPs from its attention pairs ({"long": n, "short": n} → summands), for TFLOP/s and
+    MFU. The model, optimizers and loader are what its checkpoints save."""
 
     def __init__(self, cfg, ctx, *, repo_root, model, model_config, optimizers, train_loader, tokenizer, shards,
                  model_source=None, checkpoint=None, warnings=(), extra_config=None, resume_flags=(),
-                 metrics_columns=()):
+                 metrics_columns=(), flops_of=None):
         self.cfg, self.ctx = cfg, ctx
+        self._model, self._optimizers, self._train_loader = model, optimizers, train_loader
+        self._flops_of = flops_of or (lambda pairs: [0.0])
         self.metrics_columns = list(metrics_columns)  # metrics.csv's columns beyond METRICS_COLUMNS (--evals)
         self.model_config, self.tokenizer, self.shards = model_config, tokenizer, shards
         self.model_source = model_source
@@ -281,6 +286,9 @@ class Run:
         self._finished = False
         self._above_ceiling = 0  # steps in a row with a loss above a uniform guess's (check_loss)
         self._dashboards = None
+        self._stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one without main)
+        self._reports = StepReports(cfg, ctx, self._stopper, self.start_step)
+        self._epoch = train_loader.epoch  # the loader's data pass at the last step (a new one is logged)
         self._dashboard_flags = {"tensorboard": getattr(cfg, "tensorboard", None),
                                  "wandb_project": getattr(cfg, "wandb", None)}
         if ctx.is_main:
@@ -422,6 +430,58 @@ class Run:
             if writer is not None:
                 with contextlib.suppress(OSError):  # a full disk: what the buffer held is lost, said already
                     writer.close()
+
+    # ---- the loop's steps: reports, checkpoints, stopping
+    def steps(self):
+        """The loop's steps, start_step .. train_steps (the last one only evaluates). From here a signal waits for
+        the end of a step, where every rank stops with a checkpoint (gptlab/train/stop.py)."""
+        self._stopper.begin_steps()
+        self._epoch = self._train_loader.epoch
+        return range(self.start_step, self.cfg.train_steps + 1)
+
+    def begin_final_evaluations(self, step):
+        """Before the final evaluations: the final checkpoint (a stop in them resumes here and runs only them);
+        from here a signal stops at once."""
+        if (self.cfg.save_model or self.cfg.checkpoint_every) and step > self.start_step:
+            self.save(step)
+        self._stopper.end_steps()
+
+    def save(self, step):
+        """A checkpoint of the model, optimizers and loader at `step`; a signal waits for it to be complete."""
+        with self._stopper.deferred():
+            for opt in self._optimizers:  # collective: rank 0 needs every rank's share of the optimizer state
+                if hasattr(opt, "gather_state"):
+                    opt.gather_state()
+            self.save_checkpoint(step, self._model, self._optimizers, self._train_loader)
+
+    def end_step(self, step, lr, sums, timer):
+        """Optimizer step `step` is done (sums: this rank's summed loss and attention pairs, still on the device;
+        timer: its StepTimer, stopped). Reports when due (gptlab/train/step_reports.py), saves a periodic
+        checkpoint, and when a signal asked, saves and raises StopRequested (after the last step too: its
+        checkpoint resumes into the final evaluations alone)."""
+        loader, reports = self._train_loader, self._reports
+        reports.add(StepFigures(step, lr, sums, timer, loader.epoch + 1 if loader.epoch > self._epoch else 0))
+        self._epoch = loader.epoch
+        if reports.due(step):
+            reports.report(self.read, self._log_reported)
+        periodic = due(self.cfg.checkpoint_every, step) and step < self.cfg.train_steps  # the last: see above
+        if periodic:
+            self.save(step)
+        stop_now = reports.stop_signal()
+        if stop_now:
+            if reports.unreported:
+                reports.report(self.read, self._log_reported)
+            self.log(f"{signal.Signals(stop_now).name} received: stopping after step {step} with a checkpoint")
+            if not periodic:
+                self.save(step)
+            raise StopRequested(stop_now)
+
+    def _log_reported(self, figures, loss, pairs_long, pairs_short):
+        if figures.new_pass:
+            self.log(f"step {figures.step}: the training data ran out; pass {figures.new_pass} over it begins")
+        self.check_loss(figures.step, loss)  # NaN/inf: the run stops, recorded as failed, before any checkpoint
+        flops = sum(self._flops_of({"long": pairs_long, "short": pairs_short}))
+        self.log_step(figures.step, loss, figures.lr, figures.timer.seconds(), flops)
 
     # ---- what the training loop reports
     def log(self, text, echo=True):
