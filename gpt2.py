@@ -27,6 +27,7 @@ The interface the tools use (model.py's; see its docstring):
     model.predict(tokens, eot, windows=None, positions=None)
     KVCache(model, eot), cache.forward(tokens) generation
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
+    MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
     model.context_limit                        the longest sequence it reads (max_seq_len): the evaluations cut
                                                a longer one's context from the left, keeping <|endoftext|> first
@@ -255,6 +256,46 @@ def training_flops(model, tokens, pairs):
         pairs = pairs["long"]
     c = model.config
     return 6 * tokens * n_matmul, 12 * c.head_dim * c.num_heads * c.num_layers * pairs
+
+
+# ---- the analytical step estimate's architecture-dependent parts (gptlab/train/perf_estimate.py, batching.py):
+# memory-bound traffic of one forward, in passes over tensors of memory_widths' widths (one read or one write per
+# token). Our estimates of the kernels' traffic (not measured), as model.py's.
+MEMORY_PASSES = {
+    "compiled": dict(
+        residual=10,         # per layer, model_dim wide: two LayerNorms (read, write) and two residual adds (read
+        #                      2, write 1), the bias adds fused into the matmuls
+        attention_inputs=2,  # per layer, q/k/v width: read the projection, write q, k, v in the heads' layout
+        attention_output=2,  # per layer: the (B, H, T, D) -> (B, T, H x D) copy
+        mlp_hidden=2,        # per layer, the MLP's hidden width: GELU reads and writes it once
+        embeddings=2,        # per token and table (tokens, positions): the look-up reads a row and writes it
+        logits=2,            # per token, the padded vocabulary: the fused cross-entropy reads the logits twice
+    ),
+    "eager": dict(
+        residual=16,         # two LayerNorms in float32 under autocast (~3 passes each) and two residual adds
+        #                      (3 each), the embeddings' sum (~1 per layer averaged)
+        attention_inputs=4,  # split and transpose q, k, v (views, then SDPA's contiguous copies)
+        attention_output=2,  # as compiled
+        mlp_hidden=2,        # GELU (tanh): one kernel
+        embeddings=2,        # as compiled
+        logits=10,           # float32 (4 bytes): the upcast and cross-entropy's log-softmax forward and backward
+    ),
+}
+
+
+def memory_widths(config):
+    """Per layer, the widths MEMORY_PASSES counts passes over."""
+    return dict(residual=config.model_dim, attention_inputs=3 * config.model_dim, attention_output=config.model_dim,
+                mlp_hidden=int(config.mlp_ratio * config.model_dim))
+
+
+def activation_bytes_per_token(config, padded_vocab, act_bytes=2):
+    """A first guess of a forward+backward's activation memory per token for train_gpt.py's memory probe: GPT-2's
+    block keeps 34 bytes x model_dim at 2-byte activations with an MLP of 4 x model_dim and attention without T x T
+    scores (Korthikanti et al. 2022, eq. 1 without its 5as/h term), the MLP's share (16 of the 34) scaled with
+    mlp_ratio; plus the logits with their float32 copy and gradient: 10 bytes per vocabulary entry."""
+    per_block = (18 + 16 * config.mlp_ratio / 4) * config.model_dim * act_bytes / 2
+    return config.num_layers * per_block + padded_vocab * (act_bytes + 8)
 
 
 class KVCache:

@@ -14,6 +14,8 @@ The interface the tools use (keep it when you edit; add what you like around it)
                                                (evaluations, export checks)
     KVCache(model, eot), cache.forward(tokens) generation, one token at a time
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)   MFU in the training log
+    MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
+                                               the analytical step estimate and the memory probe's first guess
     model.fp8_head = True                      training forwards run the LM head's matmul in FP8 (--fp8_head)
     model.store_embeddings_in(dtype)           embeddings held in bfloat16 under bfloat16 training
 
@@ -510,6 +512,55 @@ def training_flops(model, tokens, pairs):
     attn = sum(12 * block.attn.head_dim * block.attn.num_heads * pairs[window]
                for block, window in zip(model.blocks, model.layer_window))
     return 6 * tokens * n_matmul, attn
+
+
+# ---- the analytical step estimate's architecture-dependent parts (gptlab/train/perf_estimate.py, batching.py):
+# memory-bound traffic of one forward, in passes (one read or one write of a tensor of that width per token; the
+# backward's is a multiple of it, perf_estimate.BACKWARD_BYTES_RATIO). Our estimates of the kernels' traffic (not
+# measured), compiled (inductor fuses chains of elementwise ops into one read and one write) and eager (each op
+# reads and writes; CUDA autocast runs norms in float32).
+MEMORY_PASSES = {
+    "compiled": dict(
+        residual=9,          # per layer, model_dim wide: x0 mixing + norm (read x, x0; write x, normed), the
+        #                      attention's residual add + norm (read 2, write 2), the MLP's add (read 1)
+        attention_inputs=2,  # per layer, q/k/v width (3 x heads x head_dim): read the projection, write q, k, v
+        #                      after QK-norm, rotary and the value mixing (one fused kernel)
+        attention_output=2,  # per layer, heads x head_dim: the (B, H, T, D) -> (B, T, H x D) copy
+        mlp_hidden=2,        # per layer, the MLP's hidden width: the activation reads and writes it once
+        embeddings=2,        # per token and nn.Embedding table: the look-up reads a row and writes it
+        logits=2,            # per token, the padded vocabulary, in the activation dtype: the fused soft-cap and
+        #                      cross-entropy reads the logits twice (max, then sum)
+    ),
+    "eager": dict(
+        residual=27,         # mixing (3 ops: 7 passes), two norms in float32 (~6 each), two residual adds (3
+        #                      each), the skip adds (~1.5 averaged over layers)
+        attention_inputs=16,  # QK-norm (float32), rotary (float32 upcast, 4 products, 2 sums, cat, cast back),
+        #                      value mixing and casts: ~16 passes of the q/k/v width
+        attention_output=2,  # as compiled
+        mlp_hidden=4,        # relu, then square: two kernels
+        embeddings=2,        # as compiled
+        logits=20,           # float32 (4 bytes): upcast, divide, sigmoid, scale, log-softmax (~10 passes), twice:
+        #                      the chunked loss (model.cross_entropy_sum) recomputes its forward in backward
+    ),
+}
+
+
+def memory_widths(config):
+    """Per layer, the widths MEMORY_PASSES counts passes over."""
+    return dict(residual=config.model_dim, attention_inputs=3 * config.num_heads * config.head_dim,
+                attention_output=config.num_heads * config.head_dim,
+                mlp_hidden=int(config.mlp_ratio * config.model_dim))
+
+
+def activation_bytes_per_token(config, padded_vocab, act_bytes=2):
+    """A first guess of a forward+backward's activation memory per token, so train_gpt.py's memory probe can
+    measure the size training will use first: per block 34 bytes x model_dim at 2-byte activations with an MLP of
+    4 x model_dim and attention that keeps no T x T scores (Korthikanti et al. 2022, "Reducing Activation
+    Recomputation in Large Transformer Models", eq. 1 without its 5as/h term), the MLP's share (16 of the 34)
+    scaled with mlp_ratio; plus the logits (2-byte) with their float32 copy and gradient: 10 bytes per vocabulary
+    entry. A guess only: the probe measures before it trusts it."""
+    per_block = (18 + 16 * config.mlp_ratio / 4) * config.model_dim * act_bytes / 2
+    return config.num_layers * per_block + padded_vocab * (act_bytes + 8)
 
 
 class KVCache:

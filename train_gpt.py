@@ -41,10 +41,9 @@ from gptlab.evals.in_run import metrics_columns, metrics_row, write_final
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, model_source, stop
-from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
-                                   probe_batch, split_batch)
-from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
+from gptlab.train import environment, fsdp, model_source, perf_estimate, stop
+from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
+from gptlab.train.comm import GradientSync, MatrixShards, ShardedAdam, WholeMatrices
 from gptlab.train.config import add_model_flags, apply_model_flags, resolve_config
 from gptlab.train.inputs import open_run_inputs
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
@@ -365,71 +364,6 @@ class Muon(torch.optim.Optimizer):
             self.shards.gather(self._momentum)
 
 
-class ShardedAdam(torch.optim.Adam):
-    """torch's Adam with its state and update sharded across ranks (ZeRO stage 1; record #26 shards Adam too):
-    gptlab.train.comm.FlatShards gives each rank one slice of each group's flattened parameters, reduce-scattered
-    gradients in, all-gathered parameters out, and an inner torch Adam updates the slices. Adam is elementwise, so
-    the update is the unsharded one, bit for bit. state_dict() is torch Adam's for the whole parameters (after the
-    collective gather_state()), so a checkpoint resumes on any world size, with or without sharding."""
-
-    def __init__(self, param_groups, rank=0, world_size=1, **adam_kwargs):
-        super().__init__(param_groups, **adam_kwargs)
-        self.flat_shards = FlatShards(self.param_groups, rank, world_size)
-        self.inner = torch.optim.Adam([dict(self._settings(g), params=[piece]) for (g, _), piece in
-                                       zip(self.flat_shards.keys, self.flat_shards.slices)], **adam_kwargs)
-        self._gathered = None  # whole-parameter state from gather_state(), until the next step
-
-    def _settings(self, g):
-        return {k: v for k, v in self.param_groups[g].items() if k != "params"}
-
-    @torch.no_grad()
-    def step(self):
-        self.flat_shards.wait_reduced()
-        for (g, _), inner_group in zip(self.flat_shards.keys, self.inner.param_groups):
-            inner_group.update(self._settings(g))  # the schedule sets the outer groups' lr
-        self.inner.step()
-        self.flat_shards.gather_params()
-        self._gathered = None
-
-    def gather_state(self):
-        """Collective: every rank's slices of the moments, as torch Adam's per-parameter state (for state_dict)."""
-        shards, whole = self.flat_shards, {}
-        for k, piece in enumerate(shards.slices):
-            state = self.inner.state.get(piece)
-            if state:
-                moments = zip(shards.gather_tensors(k, state["exp_avg"]), shards.gather_tensors(k, state["exp_avg_sq"]))
-                for p, (exp_avg, exp_avg_sq) in zip(shards.params[k], moments):
-                    whole[p] = {"step": state["step"].clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-        self._gathered = whole
-
-    def state_dict(self):
-        if self._gathered is None:
-            if self.flat_shards.world_size > 1 and any(self.inner.state.values()):
-                raise RuntimeError("ShardedAdam.state_dict() needs gather_state() (a collective) after the last step")
-            self.gather_state()
-        self.state.clear()
-        self.state.update(self._gathered)
-        try:
-            return super().state_dict()
-        finally:
-            self.state.clear()
-
-    def load_state_dict(self, state_dict):
-        super().load_state_dict(state_dict)  # whole-parameter state, cast as torch Adam casts it
-        shards = self.flat_shards
-        for k, piece in enumerate(shards.slices):
-            states = [self.state.get(p) for p in shards.params[k]]
-            self.inner.state.pop(piece, None)
-            if any(states):
-                if not all(states):
-                    raise ValueError("the Adam state covers only some parameters of a group")
-                self.inner.state[piece] = {"step": states[0]["step"].clone(),
-                                           "exp_avg": shards.my_part(k, [st["exp_avg"] for st in states]),
-                                           "exp_avg_sq": shards.my_part(k, [st["exp_avg_sq"] for st in states])}
-        self.state.clear()  # (the inner groups take the loaded settings at each step)
-        self._gathered = None
-
-
 def build_optimizers(model, rank=0, world_size=1):
     """Muon for the hidden matrices; Adam for embeddings, head and scalars (learning rates as in modded-nanogpt's
     FlexAttention-era records). torch's Adam: fused on CUDA (its step counts stay on the GPU: no host sync; the
@@ -599,9 +533,8 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
     # Adam's two moments; Muon's momentum and, across ranks, its stacked send/receive buffers
     extra = 2 * adam_bytes + (param_bytes - adam_bytes) * (3 if ctx.world_size > 1 else 1)
     free, _ = torch.cuda.mem_get_info(device)
-    c = model.config
-    guess = activation_bytes_per_token(c.num_layers, c.model_dim, model.padded_vocab, c.mlp_ratio,
-                                       2 if cfg.dtype == "bfloat16" else 4)
+    guess = perf_estimate.model_module(model).activation_bytes_per_token(model.config, model.padded_vocab,
+                                                                         2 if cfg.dtype == "bfloat16" else 4)
     # headroom 10%: the probe's peak misses what later steps add (the allocator's rounding, NCCL buffers, a
     # validation batch's workspace); expandable segments (environment.set_allocator_defaults) keep the rest usable
     tokens, tried = choose_micro_batch(micro_batch_candidates(cfg.batch_size // ctx.world_size, cfg.train_seq_len),

@@ -47,7 +47,7 @@ from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
 from gptlab.data.shards import write_shard  # noqa: E402
 from gptlab.train import perf_estimate  # noqa: E402
-from gptlab.train.batching import (activation_bytes_per_token, micro_batch_candidates, split_batch)  # noqa: E402
+from gptlab.train.batching import micro_batch_candidates, split_batch  # noqa: E402
 from gptlab.train.environment import (compiled_graphs, gpu_bf16_peak_tflops, peak_memory,  # noqa: E402
                                       set_allocator_defaults)
 
@@ -306,12 +306,13 @@ def random_rows(rows, seq_len, vocab, eot, doc_len, seed=0):
     return torch.from_numpy(tokens)
 
 
-def guess_micro_batch(cfg, world_size, hw, n_params):
+def guess_micro_batch(cfg, world_size, hw, model):
     """--estimate_only with --device_batch_size auto: the largest micro-batch whose activations (the probe's first
-    guess, batching.activation_bytes_per_token) fit 90% of the GPU's memory beside ~16 bytes a parameter."""
-    free = 0.9 * hw["memory_gib"] * 2**30 - 16 * n_params
-    per_token = activation_bytes_per_token(cfg.num_layers, cfg.model_dim, -(-cfg.vocab_size // 128) * 128,
-                                           cfg.mlp_ratio, 2 if cfg.dtype == "bfloat16" else 4)
+    guess, the model module's activation_bytes_per_token) fit 90% of the GPU's memory beside ~16 bytes a
+    parameter."""
+    free = 0.9 * hw["memory_gib"] * 2**30 - 16 * sum(p.numel() for p in model.parameters())
+    per_token = perf_estimate.model_module(model).activation_bytes_per_token(
+        model.config, model.padded_vocab, 2 if cfg.dtype == "bfloat16" else 4)
     candidates = micro_batch_candidates(cfg.batch_size // world_size, cfg.train_seq_len)
     return next((t for t in candidates if t * per_token <= free), candidates[-1])
 
@@ -340,7 +341,7 @@ def estimate_only(args):
     meta = torch.device("meta")
     model, optimizers = build_model(cfg, meta, 0, world_size)
     if cfg.device_batch_size == "auto":
-        guess = guess_micro_batch(cfg, world_size, hw, sum(p.numel() for p in model.parameters()))
+        guess = guess_micro_batch(cfg, world_size, hw, model)
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size, guess)
     eot = cfg.vocab_size - 1
     rows = random_rows(cfg.batch_size // cfg.train_seq_len, cfg.train_seq_len, cfg.vocab_size, eot, args.doc_len)

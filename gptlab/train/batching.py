@@ -92,17 +92,6 @@ def choose_micro_batch(candidates, measure, capacity_bytes, fixed_bytes=0, extra
     raise too_small()
 
 
-def activation_bytes_per_token(num_layers, model_dim, padded_vocab, mlp_ratio=4.0, act_bytes=2):
-    """A first guess of a forward+backward's activation memory per token, so the probe can measure the size
-    training will use first: per block 34 bytes x model_dim at 2-byte activations with an MLP of 4 x model_dim
-    and attention that keeps no T x T scores (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-    Transformer Models", eq. 1 without its 5as/h term), the MLP's share (16 of the 34) scaled with mlp_ratio; plus
-    the logits (2-byte) with their float32 copy and gradient: 10 bytes per vocabulary entry. A guess only:
-    choose_micro_batch measures before it trusts it."""
-    per_block = (18 + 16 * mlp_ratio / 4) * model_dim * act_bytes / 2
-    return num_layers * per_block + padded_vocab * (act_bytes + 8)
-
-
 def probe_batch(tokens, seq_len, vocab_size, eot, device):
     """Random (inputs, targets) of `tokens` tokens for a memory probe, laid out as the loader's batches are: two
     contiguous (tokens // seq_len, seq_len) int64 tensors, each row starting with <|endoftext|>. Views of one

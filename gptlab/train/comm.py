@@ -5,6 +5,7 @@
   matrices it owns, the optimizer updates only those, and an all-gather hands every rank every updated matrix.
 - FlatShards: an elementwise optimizer's (Adam's) parameters flattened and cut into one slice per rank: a
   reduce-scatter hands each rank its slice's summed gradient, it updates that slice, an all-gather shares them.
+- ShardedAdam: torch's Adam over FlatShards (ZeRO stage 1): each rank keeps and updates one slice.
 - WholeMatrices: Muon under --shard_params, where FSDP2 cuts every matrix into row blocks across ranks: all-to-alls
   bring each matrix whole to one owner rank and its update's row blocks back.
 - GradientSync: sums every trainable parameter's gradient over ranks while backward still runs
@@ -430,3 +431,68 @@ class GradientSync:
                         p.grad.view(-1).copy_(self.flat[item][offset:offset + p.numel()])
                         offset += p.numel()
         self._reset()
+
+
+class ShardedAdam(torch.optim.Adam):
+    """torch's Adam with its state and update sharded across ranks (ZeRO stage 1; record #26 shards Adam too):
+    gptlab.train.comm.FlatShards gives each rank one slice of each group's flattened parameters, reduce-scattered
+    gradients in, all-gathered parameters out, and an inner torch Adam updates the slices. Adam is elementwise, so
+    the update is the unsharded one, bit for bit. state_dict() is torch Adam's for the whole parameters (after the
+    collective gather_state()), so a checkpoint resumes on any world size, with or without sharding."""
+
+    def __init__(self, param_groups, rank=0, world_size=1, **adam_kwargs):
+        super().__init__(param_groups, **adam_kwargs)
+        self.flat_shards = FlatShards(self.param_groups, rank, world_size)
+        self.inner = torch.optim.Adam([dict(self._settings(g), params=[piece]) for (g, _), piece in
+                                       zip(self.flat_shards.keys, self.flat_shards.slices)], **adam_kwargs)
+        self._gathered = None  # whole-parameter state from gather_state(), until the next step
+
+    def _settings(self, g):
+        return {k: v for k, v in self.param_groups[g].items() if k != "params"}
+
+    @torch.no_grad()
+    def step(self):
+        self.flat_shards.wait_reduced()
+        for (g, _), inner_group in zip(self.flat_shards.keys, self.inner.param_groups):
+            inner_group.update(self._settings(g))  # the schedule sets the outer groups' lr
+        self.inner.step()
+        self.flat_shards.gather_params()
+        self._gathered = None
+
+    def gather_state(self):
+        """Collective: every rank's slices of the moments, as torch Adam's per-parameter state (for state_dict)."""
+        shards, whole = self.flat_shards, {}
+        for k, piece in enumerate(shards.slices):
+            state = self.inner.state.get(piece)
+            if state:
+                moments = zip(shards.gather_tensors(k, state["exp_avg"]), shards.gather_tensors(k, state["exp_avg_sq"]))
+                for p, (exp_avg, exp_avg_sq) in zip(shards.params[k], moments):
+                    whole[p] = {"step": state["step"].clone(), "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+        self._gathered = whole
+
+    def state_dict(self):
+        if self._gathered is None:
+            if self.flat_shards.world_size > 1 and any(self.inner.state.values()):
+                raise RuntimeError("ShardedAdam.state_dict() needs gather_state() (a collective) after the last step")
+            self.gather_state()
+        self.state.clear()
+        self.state.update(self._gathered)
+        try:
+            return super().state_dict()
+        finally:
+            self.state.clear()
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)  # whole-parameter state, cast as torch Adam casts it
+        shards = self.flat_shards
+        for k, piece in enumerate(shards.slices):
+            states = [self.state.get(p) for p in shards.params[k]]
+            self.inner.state.pop(piece, None)
+            if any(states):
+                if not all(states):
+                    raise ValueError("the Adam state covers only some parameters of a group")
+                self.inner.state[piece] = {"step": states[0]["step"].clone(),
+                                           "exp_avg": shards.my_part(k, [st["exp_avg"] for st in states]),
+                                           "exp_avg_sq": shards.my_part(k, [st["exp_avg_sq"] for st in states])}
+        self.state.clear()  # (the inner groups take the loaded settings at each step)
+        self._gathered = None

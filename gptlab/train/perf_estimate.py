@@ -13,20 +13,22 @@ collectives start only after the backward, gptlab.train.comm.GradientSync):
 - attention: model.training_flops' attention FLOPs (allowed query-key pairs only) at attention_efficiency x peak.
 - memory-bound: bytes the elementwise kernels move (norms, rotary, activations, residual adds, embeddings,
   soft-cap and cross-entropy over the vocabulary, FP8 casts, weight casts and gradient accumulation) / (HBM
-  bandwidth x hbm_efficiency). Bytes = passes over tensors whose widths come from the model (MEMORY_PASSES).
+  bandwidth x hbm_efficiency). Bytes = passes over tensors of the widths the model's own module states
+  (its MEMORY_PASSES and memory_widths: an architecture edit updates them beside the code they count).
 - optimizer: Newton-Schulz FLOPs of the Muon matrices this rank owns at the matmul rate, plus Muon's and Adam's
   elementwise bytes at the HBM rate.
 - communication: bytes this rank sends in the ring reduce-scatter of the gradients and all-gather of the updated
   parameters / (link bandwidth x link_efficiency); zero on one rank.
 Analytical MFU = model FLOPs per rank / (estimated step time x bf16 peak): the measured MFU's definition.
 
-Nothing here names a layer: widths come from the model's GPTConfig (model_dim, num_layers, num_heads x head_dim,
-mlp_ratio), its padded vocabulary and its nn.Embedding tables; the optimizers from their param_groups (a group
+Nothing here names a layer: widths and passes come from the model's module, its padded vocabulary and its
+nn.Embedding tables; the optimizers from their param_groups (a group
 with "ns_steps" is Newton-Schulz orthogonalised, anything else an elementwise Adam-like update). Launch overheads,
 Python time, the loader and overlap are not modelled, so on small models (CPU-sized, eager) measured time is far
 above the estimate; the memory-bound pass counts are the least certain constants: compare with a measurement.
 """
 import math
+import sys
 
 from gptlab.train.comm import same_shape_params
 from gptlab.core import gpus
@@ -57,34 +59,6 @@ EFFICIENCY = dict(
     link_efficiency=0.80,
 )
 
-# Memory-bound traffic of one forward, in passes (one read or one write of a tensor of that width per token);
-# the backward moves BACKWARD_BYTES_RATIO times the forward's bytes. Our estimates of the kernels' traffic (not
-# measured), compiled (inductor fuses chains of elementwise ops into one read and one write) and eager (each op
-# reads and writes; CUDA autocast runs norms in float32).
-MEMORY_PASSES = {
-    "compiled": dict(
-        residual=9,          # per layer, model_dim wide: x0 mixing + norm (read x, x0; write x, normed), the
-        #                      attention's residual add + norm (read 2, write 2), the MLP's add (read 1)
-        attention_inputs=2,  # per layer, q/k/v width (3 x heads x head_dim): read the projection, write q, k, v
-        #                      after QK-norm, rotary and the value mixing (one fused kernel)
-        attention_output=2,  # per layer, heads x head_dim: the (B, H, T, D) -> (B, T, H x D) copy
-        mlp_hidden=2,        # per layer, the MLP's hidden width: the activation reads and writes it once
-        embeddings=2,        # per token and nn.Embedding table: the look-up reads a row and writes it
-        logits=2,            # per token, the padded vocabulary, in the activation dtype: the fused soft-cap and
-        #                      cross-entropy reads the logits twice (max, then sum)
-    ),
-    "eager": dict(
-        residual=27,         # mixing (3 ops: 7 passes), two norms in float32 (~6 each), two residual adds (3
-        #                      each), the skip adds (~1.5 averaged over layers)
-        attention_inputs=16,  # QK-norm (float32), rotary (float32 upcast, 4 products, 2 sums, cat, cast back),
-        #                      value mixing and casts: ~16 passes of the q/k/v width
-        attention_output=2,  # as compiled
-        mlp_hidden=4,        # relu, then square: two kernels
-        embeddings=2,        # as compiled
-        logits=20,           # float32 (4 bytes): upcast, divide, sigmoid, scale, log-softmax (~10 passes), twice:
-        #                      the chunked loss (model.cross_entropy_sum) recomputes its forward in backward
-    ),
-}
 BACKWARD_BYTES_RATIO = 2  # an elementwise op's backward reads its saved input and the output gradient and writes
 #                           the input gradient: ~2x its forward's traffic (our assumption)
 GRAD_PASSES_FIRST, GRAD_PASSES_LATER = 1, 3  # per micro-batch and parameter element: the first backward writes
@@ -126,16 +100,22 @@ def _embedding_weights(model):
     return [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
 
 
+def model_module(model):
+    """The architecture module a model's class comes from (model.py, gpt2.py, a checkpoint's copy): the owner of
+    its MEMORY_PASSES and memory_widths."""
+    return sys.modules[type(model).__module__]
+
+
 def memory_bound_bytes(model, tokens, micro_batches, activation_bytes, compiled, passes=None):
     """Bytes this rank's elementwise kernels move in one step of `tokens` tokens in `micro_batches` micro-batches:
-    {"activations": ..., "logits": ..., "parameters": ...}. passes: MEMORY_PASSES' row (default: by `compiled`)."""
-    p = passes or MEMORY_PASSES["compiled" if compiled else "eager"]
+    {"activations": ..., "logits": ..., "parameters": ...}. passes: a row like the model module's MEMORY_PASSES
+    (default: its row for `compiled`); the per-layer widths are its memory_widths(config)."""
+    module = model_module(model)
+    p = passes or module.MEMORY_PASSES["compiled" if compiled else "eager"]
     c, b = model.config, activation_bytes
-    qkv_width, attn_width = 3 * c.num_heads * c.head_dim, c.num_heads * c.head_dim
-    mlp_width = int(c.mlp_ratio * c.model_dim)
+    widths = module.memory_widths(c)
     embeddings = _embedding_weights(model)
-    per_token = (c.num_layers * b * (p["residual"] * c.model_dim + p["attention_inputs"] * qkv_width
-                                     + p["attention_output"] * attn_width + p["mlp_hidden"] * mlp_width)
+    per_token = (c.num_layers * b * sum(p[name] * width for name, width in widths.items())
                  + b * p["embeddings"] * sum(w.size(1) for w in embeddings))
     activations = tokens * per_token * (1 + BACKWARD_BYTES_RATIO)
     logit_bytes = b if compiled else 4  # eager: model.logits upcasts to float32 before the soft-cap

@@ -288,7 +288,7 @@ class Run:
         self._dashboards = None
         self._stopper = stop.installed()  # main's signal handlers (a fresh, uninstalled one without main)
         self._reports = StepReports(cfg, ctx, self._stopper, self.start_step)
-        self._epoch = train_loader.epoch  # the loader's data pass at the last step (a new one is logged)
+        self._epoch = getattr(train_loader, "epoch", 0)  # the loader's data pass at the last step (a new one is logged)
         self._dashboard_flags = {"tensorboard": getattr(cfg, "tensorboard", None),
                                  "wandb_project": getattr(cfg, "wandb", None)}
         if ctx.is_main:

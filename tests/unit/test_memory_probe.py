@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+import gpt2 as gpt2_module
 import model as arch
 from gptlab.core.errors import UserError
 from gptlab.train import environment
-from gptlab.train.batching import activation_bytes_per_token, choose_micro_batch, micro_batch_candidates, probe_batch
+from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch
 
 GiB, MiB = 2**30, 2**20
 
@@ -95,12 +96,17 @@ def test_a_peak_over_budget_replaces_the_guess_for_the_next_prediction():
     assert tokens == 16384 and calls == [49152, 16384] and tried == [(49152, 58 * GiB), (16384, 26 * GiB)]
 
 
-def test_the_activation_estimate_is_the_papers_34_bytes_per_width_per_layer_plus_the_logits():
+@pytest.mark.parametrize("module", [arch, gpt2_module], ids=["modded", "gpt2"])
+def test_the_activation_estimate_is_the_papers_34_bytes_per_width_per_layer_plus_the_logits(module):
+    # each architecture module owns its estimate (an edit updates it beside the code it counts)
+    def guess(mlp_ratio=4.0, act_bytes=2):
+        config = module.GPTConfig(vocab_size=50257, num_layers=12, num_heads=12, model_dim=768, mlp_ratio=mlp_ratio)
+        return module.activation_bytes_per_token(config, 50304, act_bytes)
     # GPT-2 small, bf16: 12 x 34 x 768 = 313,344 bytes in the blocks, 50,304 x (2 + 8) = 503,040 for the logits
-    assert activation_bytes_per_token(12, 768, 50304) == 12 * 34 * 768 + 50304 * 10
+    assert guess() == 12 * 34 * 768 + 50304 * 10
     # float32 activations double the blocks' share and add 2 bytes per logit; an 8x MLP adds 16 x 768 per layer
-    assert activation_bytes_per_token(12, 768, 50304, act_bytes=4) == 12 * 68 * 768 + 50304 * 12
-    assert activation_bytes_per_token(12, 768, 50304, mlp_ratio=8) == 12 * 50 * 768 + 50304 * 10
+    assert guess(act_bytes=4) == 12 * 68 * 768 + 50304 * 12
+    assert guess(mlp_ratio=8) == 12 * 50 * 768 + 50304 * 10
 
 
 def test_expandable_segments_unless_the_user_chose_an_allocator_setting():

@@ -69,6 +69,25 @@ def test_memory_bound_bytes_of_the_tiny_model_by_hand():
     assert fp32["parameters"] == 1_966_224 and fp32["activations"] == 2 * got["activations"]
 
 
+def test_widths_and_passes_come_from_the_models_own_module():
+    """An architecture's memory traffic is stated next to it (gpt2.py's MEMORY_PASSES and memory_widths), not here:
+    a GPT-2 of 2 layers x 64 with an MLP of 2 x 64 = 128 (one flag, mlp_ratio, that model.py reads too)."""
+    import gpt2
+
+    torch.manual_seed(0)
+    model = gpt2.GPT(gpt2.GPTConfig(vocab_size=128, num_layers=2, num_heads=2, model_dim=64, mlp_ratio=2.0,
+                                    max_seq_len=64))
+    got = pe.memory_bound_bytes(model, tokens=1024, micro_batches=1, activation_bytes=2, compiled=True,
+                                passes=PASSES)
+    # per token: 2 layers x 2 bytes x (3 x 64 + 5 x 192 + 7 x 64 + 11 x 128) = 4 x 3,008 = 12,032, plus two
+    # nn.Embedding tables (tokens, positions) of 64: 2 x 13 x 128 = 3,328 → 15,360; forward + backward: x 3
+    assert got["activations"] == 1024 * 15_360 * 3 == 47_185_920
+    # gpt2.py's own compiled row (residual 10, q/k/v 2, output 2, MLP 2, embeddings 2):
+    # 4 x (640 + 384 + 128 + 256) = 5,632, plus 2 x 2 x 128 = 512 → 6,144 per token, x 3
+    own = pe.memory_bound_bytes(model, tokens=1024, micro_batches=1, activation_bytes=2, compiled=True)
+    assert own["activations"] == 1024 * 6_144 * 3 == 18_874_368
+
+
 def test_optimizer_and_communication_of_the_tiny_model_by_hand():
     _, one = tiny(world_size=1)
     # Newton-Schulz per layer (5 iterations, 4 m^2 n + 2 m^3 per matrix): qkv_w 3 matrices 64x64: 3 x 5 x
