@@ -36,8 +36,9 @@ from gptlab.core.errors import UserError, run_cli
 from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.loader import to_device
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
-from gptlab.evals.hellaswag import evaluate_hellaswag_in_run
-from gptlab.evals.in_run import metrics_columns, metrics_row, write_final
+from gptlab.evals.file_prints import FilePrints
+from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
+from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_final
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
@@ -575,6 +576,17 @@ def main(argv=None):
             dist_utils.cleanup(ctx)
 
 
+def open_evaluations(cfg, tok, warnings):
+    """(the --evals suite or None, HellaSwag's file fingerprint), each file read and checked now: a missing or bad
+    one is refused before training (a missing default HellaSwag file only warns: appended to warnings)."""
+    warnings.append(check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
+                                         required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH))
+    eval_files = FilePrints([cfg.hellaswag_path] if cfg.hellaswag_limit != 0 else [])  # each eval checks its file
+    suite = (RunEvals(cfg.evals, limit=cfg.evals_limit, data_dir=cfg.evals_data_dir, tasks_dir=cfg.evals_tasks_dir,
+                      encoding=tok.encoding) if cfg.evals else None)
+    return suite, eval_files
+
+
 def autocast_for(device, dtype):
     """The forward passes' autocast: bf16 under --dtype bfloat16, nothing otherwise."""
     if dtype == "bfloat16":
@@ -596,8 +608,9 @@ def train(args, ctx, ckpt=None):
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     cfg = resolve_config(args, ctx.world_size, device, module)
-    data = open_run_inputs(cfg, ctx, module, source, ckpt)  # tokenizer, shards, eval files: checked, before a folder
+    data = open_run_inputs(cfg, ctx, module, source, ckpt)  # tokenizer, shards, loaders: checked, before a folder
     tok, model_config = data.tok, data.model_config
+    suite, eval_files = open_evaluations(cfg, tok, data.warnings)
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
     # ---- model and optimizers
@@ -623,7 +636,6 @@ def train(args, ctx, ckpt=None):
                                  autocast, device, module)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
-    suite = data.suite
     rebuild = functools.partial(build_model, module, model_config, cfg, device)  # (whole_model)
 
     # ---- the loop; the run's folder, logs, metrics, checkpoints, reports and stops are gptlab.train.run.Run's
@@ -652,7 +664,7 @@ def train(args, ctx, ckpt=None):
                     hellaswag = evaluate_hellaswag_in_run(scorer, tok.encoding, cfg.hellaswag_path,
                                                           limit=cfg.hellaswag_limit, padded_vocab=model.padded_vocab,
                                                           ctx=ctx, log=run.log, seq_multiple=module.SEQ_MULTIPLE,
-                                                          prints=data.eval_files)
+                                                          prints=eval_files)
                 run.log_hellaswag(step, hellaswag)
             if suite and (last or (due(cfg.evals_every, step) and step > 0)):
                 with run.evaluating(model), whole_model(model, rebuild) as plain:

@@ -1,16 +1,12 @@
 """A training run's inputs, each opened and checked by its owner before a run folder exists: the tokenizer, the
-model's configuration, the token shards, the evaluation files, the loaders; then one collective that makes every
-rank agree on all of them."""
+model's configuration, the token shards, the loaders, and one collective that makes every rank agree on them (the
+evaluations' files are train_gpt.py's: gptlab.evals comes after training in the pipeline)."""
 import dataclasses
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_folder_creatable
-from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.data.loader import BOSAlignedLoader, ValidationSet
 from gptlab.data.selection import select_run_shards
-from gptlab.evals.file_prints import FilePrints
-from gptlab.evals.hellaswag import check_hellaswag_file
-from gptlab.evals.in_run import RunEvals
 from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train import checkpointing
 from gptlab.train.config import arch_fields, check_model_fits, check_ranks_agree, model_config_of
@@ -23,8 +19,6 @@ class RunInputs:
     shards: object           # the chosen token shards (gptlab.data.selection)
     train_loader: BOSAlignedLoader
     val_set: ValidationSet
-    suite: object            # --evals: gptlab.evals.in_run.RunEvals, rows read and encoded (None without)
-    eval_files: FilePrints   # HellaSwag's file, fingerprinted (each evaluation checks it is unchanged)
     warnings: list           # lines for the console now and the run's log later
 
 
@@ -42,12 +36,6 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None):
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
     # one collective: every rank runs the same flags on the same data, or all stop naming what differs
     check_ranks_agree(ctx, cfg, tokenizer=tok, shards=shards, checkpoint=ckpt, model_source=source)
-    hellaswag_warning = check_hellaswag_file(cfg.hellaswag_path, cfg.hellaswag_limit,
-                                             required=cfg.hellaswag_path != HELLASWAG_DEFAULT_PATH)
-    eval_files = FilePrints([cfg.hellaswag_path] if cfg.hellaswag_limit != 0 else [])
-    # --evals: its rows read, checked, fingerprinted and encoded now; a missing or bad file refused before training
-    suite = (RunEvals(cfg.evals, limit=cfg.evals_limit, data_dir=cfg.evals_data_dir, tasks_dir=cfg.evals_tasks_dir,
-                      encoding=tok.encoding) if cfg.evals else None)
     train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
                                     ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
@@ -55,5 +43,4 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None):
     if ckpt is not None:
         checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig),
                                               shards, cfg.allow_new_data)
-    return RunInputs(tok, model_config, shards, train_loader, val_set, suite, eval_files,
-                     [hellaswag_warning, *shards.warnings])
+    return RunInputs(tok, model_config, shards, train_loader, val_set, list(shards.warnings))
