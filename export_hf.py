@@ -49,8 +49,8 @@ def main(argv=None):
     from gptlab.core.errors import one_line
     from gptlab.export.hf import (CHECK_TEXT, MODEL_SOURCE_FILE, NotNative, check_export, hf_config,  # torch
                                   native_model, write_hf_folder)
-    from gptlab.train import checkpointing  # torch
-    from gptlab.train.model_source import load_model, logits_fn  # torch
+    from gptlab.checkpoint import checkpointing  # torch
+    from gptlab.checkpoint.model_source import load_model, logits_fn  # torch
 
     model, module, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
     tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)

@@ -31,6 +31,7 @@ import time
 import torch
 
 import model as arch
+from gptlab.checkpoint import checkpointing, model_source
 from gptlab.core import distributed as dist_utils
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
                              positive_int, path)
@@ -47,7 +48,7 @@ from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, environment, fsdp, model_source, stop
+from gptlab.train import environment, fsdp, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
 from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices

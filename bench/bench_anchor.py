@@ -525,7 +525,7 @@ def our_model(config, run_dir):
     in the run's code backup (a run trained here: its source is trusted) and its config.json."""
     import torch  # heavy: as in pairs_per_token
 
-    from gptlab.train import model_source as ms  # torch
+    from gptlab.checkpoint import model_source as ms  # torch
     from gptlab.train.config import model_config_of  # torch
 
     path = os.path.join(run_dir, "code", "model.py")

@@ -17,8 +17,8 @@ from gptlab.data.loader import ValidationSet
 from gptlab.data.selection import check_shards_match_tokenizer, expand_shard_files
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag
-from gptlab.train import checkpointing
-from gptlab.train.model_source import load_model, logits_fn
+from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.model_source import load_model, logits_fn
 
 
 def build_parser():

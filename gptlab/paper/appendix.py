@@ -54,7 +54,7 @@ def _read_text(path):
 
 def _checkpoint_model_source(run):
     """The model source a run's latest checkpoint carries (a run without a code/ backup), else None."""
-    from gptlab.train.checkpointing import load_checkpoint  # torch: only for a run without a backup
+    from gptlab.checkpoint.checkpointing import load_checkpoint  # torch: only for a run without a backup
     from gptlab.train.records import latest_checkpoint
 
     try:

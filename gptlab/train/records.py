@@ -21,6 +21,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from gptlab.checkpoint import CHECKPOINT_DIR  # (the checkpoint stage's name; callers read it here with the rest)
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write_text, read_json_file
 
@@ -31,7 +32,6 @@ LOG_FILE = "training_log.txt"
 RESULTS_FILE = "results.json"
 CODE_DIR = "code"
 HEARTBEAT_FILE = "heartbeat.json"
-CHECKPOINT_DIR = "checkpoints"
 METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
 # train_gpt.py --evals adds its suite's columns after these (gptlab.evals.in_run.metrics_columns: evals_core,

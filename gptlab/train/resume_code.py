@@ -1,6 +1,6 @@
 """A --resume checkpoint continues the training code that made it: train_gpt.py (its optimizers, schedule and loop)
 and any other research file the run's code/ backup recorded, not only its model (which the checkpoint carries,
-gptlab.train.model_source). A checkpoint whose run trained other code than this checkout's is refused before any
+gptlab.checkpoint.model_source). A checkpoint whose run trained other code than this checkout's is refused before any
 run folder is made, with the command that resumes it with its own code; a checkpoint whose optimizer states are
 not of this code's optimizers (moved out of its run folder, so no backup tells) is refused as not fitting them
 (check_optimizer_states).
@@ -13,7 +13,8 @@ import os
 import tempfile
 
 from gptlab.core.errors import UserError
-from gptlab.train import code_backup, model_source
+from gptlab.checkpoint import model_source
+from gptlab.train import code_backup
 from gptlab.train.records import CHECKPOINT_DIR, CODE_DIR, CONFIG_FILE
 
 CARRIED_BY_CHECKPOINT = tuple(model_source.ARCHITECTURES.values())

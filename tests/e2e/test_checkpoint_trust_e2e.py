@@ -22,7 +22,8 @@ from conftest import free_port, run_script
 from helpers.tiny_runs import only_run_dir, tiny_args
 from test_faults import assert_one_clear_error
 from test_shard_params import FLAGS, torchrun
-from gptlab.train import checkpointing, records, sharded_checkpoint
+from gptlab.checkpoint import checkpointing, sharded_checkpoint
+from gptlab.train import records
 
 INDEX, META = ".metadata", "checkpoint.pt"  # DCP's index and the bookkeeping with the manifest (docs/faults.md)
 RUN_FLAGS = dict(FLAGS, train_steps=2, checkpoint_every=2, val_loss_every=0, hellaswag_limit=0, sample_tokens=0)

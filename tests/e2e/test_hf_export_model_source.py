@@ -1,7 +1,7 @@
 """export_hf.py ships the checkpoint's own model source: a checkpoint trained by an edited model.py (a SwiGLU MLP,
 with a weight today's model.py does not have) exports, only with --trust_model_code since no run here trained it,
 and transformers runs that edited source. The reference is the checkpoint's own model, built from its source by
-gptlab.train.model_source."""
+gptlab.checkpoint.model_source."""
 import json
 import os
 import re
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import FINEWEB_150, SHARED_DATA, TINY_SHAKESPEARE, run_script
-from gptlab.train import model_source as ms
+from gptlab.checkpoint import model_source as ms
 
 pytest.importorskip("transformers")
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),

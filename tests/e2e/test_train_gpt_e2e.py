@@ -15,12 +15,12 @@ import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, run_scripts, unreadable_file
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import records
 from gptlab.data.shards import read_shard, write_shard
 
 sys.path.insert(0, REPO)
-from gptlab.train import model_source  # noqa: E402
+from gptlab.checkpoint import model_source  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 

@@ -16,7 +16,7 @@ import torch
 from conftest import REPO, SHARED_DATA, _drop_root_file_access, run_script, run_scripts
 from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.usefixtures("one_torch_thread")]

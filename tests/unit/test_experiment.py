@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 
 from gptlab.train import environment
 

@@ -198,7 +198,8 @@ def test_impossible_configs_name_the_field(fields, words):
 
 def test_the_tools_build_and_check_it_as_they_do_model_py():
     from gptlab.core.errors import UserError
-    from gptlab.train import config, model_source
+    from gptlab.checkpoint import model_source
+    from gptlab.train import config
     cfg = dataclasses.asdict(tiny_config())
     model = model_source.build_model(gpt2, cfg)
     model_source.check_weights_fit(gpt2, cfg, model.state_dict(), "a checkpoint")  # tied weights: both names

@@ -1,9 +1,10 @@
 """The folder tree is the architecture: gptlab/ by pipeline stage, and no import runs back up the pipeline.
 
-Stages, in pipeline order: core (errors, CLI, files, ranks) → text (documents in: the Hub or local files) → tokenizer → data (shards,
-loaders, HellaSwag file) → train (runs, checkpoints) → evals → compare → export → judge (two models' samples
-judged by an LLM) → paper (a LaTeX project from runs). A module may import its own stage and earlier ones, never a
-later one; the package never imports the top-level scripts or model.py by name.
+Stages, in pipeline order: core (errors, CLI, files, ranks) → text (documents in: the Hub or local files) →
+tokenizer → data (shards, loaders, HellaSwag file) → checkpoint (checkpoint files, model sources: written by train,
+read by every tool) → train (runs) → evals → compare → export → judge (two models' samples judged by an LLM) → paper
+(a LaTeX project from runs). A module may import its own stage and earlier ones, never a later one; the package
+never imports the top-level scripts or model.py by name.
 
 The wheel holding every module: tests/e2e/test_layout_e2e.py."""
 import ast
@@ -12,8 +13,8 @@ import pytest
 
 from helpers.package_modules import package_modules
 
-STAGES = ["gptlab.core", "gptlab.text", "gptlab.tokenizer", "gptlab.data", "gptlab.train", "gptlab.evals",
-          "gptlab.compare", "gptlab.export", "gptlab.judge", "gptlab.paper"]
+STAGES = ["gptlab.core", "gptlab.text", "gptlab.tokenizer", "gptlab.data", "gptlab.checkpoint", "gptlab.train",
+          "gptlab.evals", "gptlab.compare", "gptlab.export", "gptlab.judge", "gptlab.paper"]
 SCRIPTS = {"train_gpt", "model", "train_tokenizer", "download_fineweb", "download_hellaswag", "compare_experiments",
            "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate", "make_paper"}
 

@@ -296,7 +296,7 @@ def test_validation_rows_need_seq_len_plus_one_tokens_each(tmp_path):
 
 
 def test_checkpoint_hash_tells_shapes_and_lists_from_tuples_apart():
-    from gptlab.train.checkpointing import payload_sha256
+    from gptlab.checkpoint.checkpointing import payload_sha256
 
     t = torch.arange(6, dtype=torch.float32)
     base = payload_sha256({"w": t.view(2, 3), "v": [1, 2]})
@@ -310,7 +310,7 @@ def test_resume_refuses_a_checkpoint_past_train_steps_and_takes_one_at_it():
     (docs/faults.md, 'Checkpoints and resume')."""
     from types import SimpleNamespace
 
-    from gptlab.train.checkpointing import check_resume_compatible
+    from gptlab.checkpoint.checkpointing import check_resume_compatible
 
     ckpt = {"model_config": {}, "tokenizer": {}, "step": 100}
     tok = SimpleNamespace(ranks_sha256="x", name="t")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import records
 from gptlab.data.selection import RunShards
 from gptlab.core.distributed import DistContext

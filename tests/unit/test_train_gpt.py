@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import environment
 from gptlab.train import records
 from gptlab.data.selection import check_shards_match_tokenizer, default_shard_folder

@@ -11,7 +11,7 @@ import torch
 from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
 from gptlab.core.errors import UserError
-from gptlab.train import checkpointing, convert_checkpoint, model_source
+from gptlab.checkpoint import checkpointing, convert_checkpoint, model_source
 
 
 def craft(src, dst, change, resign=True):
@@ -68,7 +68,7 @@ def test_a_checkpoint_without_a_checksum_is_old_and_refused_by_every_reader(chec
         del payload["sha256"]
 
     path = craft(ckpt, tmp_path / "c.pt", change, resign=False)
-    refused(lambda: checkpointing.load_checkpoint(path), "python -m gptlab.train.convert_checkpoint", path)
+    refused(lambda: checkpointing.load_checkpoint(path), "python -m gptlab.checkpoint.convert_checkpoint", path)
     refused(lambda: convert_checkpoint.main([path]), "--unverified")
     assert not os.path.exists(tmp_path / "c_v3.pt")
     for version in (2, 3):  # formats 2 and 3 always carry one

@@ -13,12 +13,12 @@ import torch
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train.records import CHECKPOINT_DIR
+from gptlab.checkpoint import CHECKPOINT_DIR
 
 CHECKPOINT_FORMAT = "gptlab-checkpoint"
 CHECKPOINT_VERSION = 3  # 2: carries "sha256", a digest of everything else in it, verified on load; 3: carries
-#                          "model_source", the model.py that made it (gptlab.train.model_source builds from it)
-CONVERT_HINT = "python -m gptlab.train.convert_checkpoint"
+#                          "model_source", the model.py that made it (gptlab.checkpoint.model_source builds from it)
+CONVERT_HINT = "python -m gptlab.checkpoint.convert_checkpoint"
 
 
 def rng_states():
@@ -65,7 +65,7 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
 def checkpoint_payload(*, model_state, model_config, step, args=None, tokenizer=None, optimizer_states=None,
                        dataloader_state=None, rng_states=None, extra=None, data=None, model_source=None, sharded=None):
     """The dict save_checkpoint writes (see there), its sha256 included. `sharded`: a sharded checkpoint's
-    manifest (gptlab.train.sharded_checkpoint), whose tensors live beside it."""
+    manifest (gptlab.checkpoint.sharded_checkpoint), whose tensors live beside it."""
     state = {k.removeprefix("_orig_mod."): v.detach().cpu() for k, v in model_state.items()}
     payload = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION, "step": int(step),
                "model": state, "model_config": dict(model_config), "model_source": model_source,
@@ -158,16 +158,16 @@ def payload_sha256(payload):
 def load_checkpoint(path, map_location="cpu", allow_old=False, load_weights=True, trust_code=False):
     """Read a checkpoint written by save_checkpoint → dict (see save_checkpoint for the keys).
 
-    The model it holds is built by gptlab.train.model_source.load_model (from the source it carries). Loading
+    The model it holds is built by gptlab.checkpoint.model_source.load_model (from the source it carries). Loading
     never runs code from the file (weights_only=True). A checkpoint of an older format is refused with the command
     that converts it (allow_old=True reads it anyway: the converter does). A folder is a sharded checkpoint
-    (train_gpt.py --shard_params; gptlab.train.sharded_checkpoint): every file is checked against its manifest,
+    (train_gpt.py --shard_params; gptlab.checkpoint.sharded_checkpoint): every file is checked against its manifest,
     and "model" holds the whole weights (load_weights=False: meta tensors of their shapes, for a resume that reads
     the shards itself). Its DCP index (a pickle) is read with an allow-list of DCP's own classes, and non-tensor
     entries (pickles too) are refused, unless trust_code (the tools' --trust_model_code).
     """
     if os.path.isdir(path):
-        from gptlab.train import sharded_checkpoint  # (it builds on this module)
+        from gptlab.checkpoint import sharded_checkpoint  # (it builds on this module)
         return sharded_checkpoint.load(path, load_weights=load_weights, trust_code=trust_code)
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist; pass a .pt file from an experiments/<run>/"

@@ -1,8 +1,8 @@
 """Convert a checkpoint from before checkpoints carried their model's source (format 2) to today's format, or show
 the model code a checkpoint carries.
 
-    python -m gptlab.train.convert_checkpoint experiments/RUN/checkpoints/step_000120.pt      # → step_000120_v3.pt
-    python -m gptlab.train.convert_checkpoint --show CHECKPOINT                               # print its model.py
+    python -m gptlab.checkpoint.convert_checkpoint experiments/RUN/checkpoints/step_000120.pt      # → step_000120_v3.pt
+    python -m gptlab.checkpoint.convert_checkpoint --show CHECKPOINT                               # print its model.py
 
 A format-2 checkpoint holds no model code. Its weights were made by the GPT that train_gpt.py defined then; the
 converter attaches a model source (today's model.py, or --model_source FILE) only after checking that the weights
@@ -19,7 +19,7 @@ import torch
 from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.errors import UserError, one_line, run_cli
 from gptlab.core.files import check_writable
-from gptlab.train import checkpointing, model_source as ms
+from gptlab.checkpoint import checkpointing, model_source as ms
 
 
 def build_parser():

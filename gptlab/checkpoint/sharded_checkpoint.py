@@ -36,10 +36,10 @@ import warnings
 import torch
 
 from gptlab.core import distributed as dist_utils
+from gptlab.core.distributed import is_sharded, reshard
 from gptlab.core.errors import UserError
 from gptlab.core.unpickle import RefusedGlobal, load_allowed
-from gptlab.train import checkpointing
-from gptlab.train.fsdp import is_sharded, reshard
+from gptlab.checkpoint import checkpointing
 
 META_FILE = "checkpoint.pt"
 DCP_INDEX = ".metadata"
