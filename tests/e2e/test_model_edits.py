@@ -15,7 +15,7 @@ import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script
 from helpers.model_edits import copy_repository, evaluate_and_export, sample_texts
-from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.format import payload_sha256
 from gptlab.train import records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
@@ -182,7 +182,7 @@ def _as_format_2(path, out):
     adam["param_groups"] = [{k: g[k] for k in ("lr", "betas", "eps", "params", "name", "initial_lr")} | {"step": step}
                             for g in adam["param_groups"]]
     old["format_version"] = 2
-    old["sha256"] = checkpointing.payload_sha256(old)
+    old["sha256"] = payload_sha256(old)
     torch.save(old, out)
 
 

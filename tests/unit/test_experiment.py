@@ -9,6 +9,7 @@ import torch
 
 from conftest import REPO
 from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.format import CHECKPOINT_FORMAT
 
 from gptlab.train import environment
 
@@ -210,7 +211,7 @@ class _RunsCodeWhenUnpickled:
 def test_load_checkpoint_refuses_a_file_that_carries_code_and_never_runs_it(tmp_path):
     marker = str(tmp_path / "code_ran")
     path = str(tmp_path / "step_000001.pt")
-    payload = {"format": checkpointing.CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
+    payload = {"format": CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
                "args": {"payload": _RunsCodeWhenUnpickled(marker)}}
     torch.save(payload, path)
     with pytest.raises(UserError, match="cannot be read"):

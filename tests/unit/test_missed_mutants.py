@@ -296,7 +296,7 @@ def test_validation_rows_need_seq_len_plus_one_tokens_each(tmp_path):
 
 
 def test_checkpoint_hash_tells_shapes_and_lists_from_tuples_apart():
-    from gptlab.checkpoint.checkpointing import payload_sha256
+    from gptlab.checkpoint.format import payload_sha256
 
     t = torch.arange(6, dtype=torch.float32)
     base = payload_sha256({"w": t.view(2, 3), "v": [1, 2]})

@@ -152,11 +152,11 @@ def test_logits_read_the_rms_normalised_output_of_the_last_block():
 
 # ---------------------------------------------------------------------------------------------- checkpoint hash
 def test_payload_hash_covers_every_key_and_nested_sha256_but_not_dict_order():
-    # checkpointing.payload_sha256: every value under its key, in a fixed order, only the top-level "sha256" (the
+    # format.payload_sha256: every value under its key, in a fixed order, only the top-level "sha256" (the
     # checksum itself) left out; a model_source's own "sha256" is content like any other
     import torch
 
-    from gptlab.checkpoint.checkpointing import payload_sha256
+    from gptlab.checkpoint.format import payload_sha256
 
     payload = {"step": 3, "model": {"w": torch.arange(4.0)}, "model_source": {"file": "model.py", "sha256": "aa"}}
     reordered = {"model_source": {"sha256": "aa", "file": "model.py"}, "model": {"w": torch.arange(4.0)}, "step": 3}

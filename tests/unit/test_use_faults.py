@@ -12,6 +12,7 @@ from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
 from gptlab.core.errors import UserError
 from gptlab.checkpoint import checkpointing, convert_checkpoint, model_source
+from gptlab.checkpoint.format import CHECKPOINT_VERSION, payload_sha256
 
 
 def craft(src, dst, change, resign=True):
@@ -21,7 +22,7 @@ def craft(src, dst, change, resign=True):
     replaced = change(payload)
     payload = payload if replaced is None else replaced
     if resign and isinstance(payload, dict):
-        payload["sha256"] = checkpointing.payload_sha256(payload)
+        payload["sha256"] = payload_sha256(payload)
     torch.save(payload, dst)
     return str(dst)
 
@@ -143,7 +144,7 @@ def test_a_crafted_configuration_is_refused_before_anything_is_allocated(checkpo
 def test_the_untouched_checkpoint_still_loads(checkpoint):
     ckpt, _ = checkpoint
     model, _, payload = model_source.load_model(ckpt)
-    assert payload["format_version"] == checkpointing.CHECKPOINT_VERSION
+    assert payload["format_version"] == CHECKPOINT_VERSION
 
 
 # ---- item 14: number flags of sample.py and download_hellaswag.py
