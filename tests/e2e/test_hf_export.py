@@ -92,7 +92,7 @@ def greedy_kv_cache(model, module, tokens, n, eot, n_vocab):
 
 # ------------------------------------------------------------------------------------------------ tokenizer
 def test_bytes_to_unicode_is_gpt2s_map():
-    from gptlab.export.hf import bytes_to_unicode
+    from gptlab.export.hf_folder import bytes_to_unicode
 
     mapping = bytes_to_unicode()
     # printable Latin-1 stays; the 68 others get 256, 257, ... in byte order (GPT-2's encoder.py)
@@ -109,7 +109,7 @@ def test_merges_follow_tiktoken_where_the_trainers_merge_list_would_not():
     import tiktoken
     from tokenizers import Tokenizer
 
-    from gptlab.export.hf import tiktoken_merges, tokenizer_json
+    from gptlab.export.hf_folder import tiktoken_merges, tokenizer_json
 
     ranks = {bytes([i]): i for i in range(256)}
     ranks.update({b"bc": 256, b"ab": 257, b"abc": 258})

@@ -107,7 +107,7 @@ def test_the_wrapper_imports_its_sibling_afresh_whenever_it_runs(tmp_path, monke
     import sys
     import types
 
-    from gptlab.export.hf import MODELING_FILE
+    from gptlab.export.hf_folder import MODELING_FILE
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     shutil.copyfile(MODELING_FILE, tmp_path / "modeling_gptlab.py")

@@ -274,7 +274,7 @@ def test_tiktoken_merges_are_ranked_by_the_merged_tokens_id_whatever_the_dicts_o
     # lists both, lower (left id, right id) first. The vocabulary here is given in reverse id order (a file's dict
     # need not be sorted). By hand: 256 = a+b, 257 = c+d, 258 = ab+c (a+bc is no pair: bc is no token),
     # 259 = ab+cd or abc+d: (256, 257) before (258, 100)
-    from gptlab.export.hf import tiktoken_merges
+    from gptlab.export.hf_folder import tiktoken_merges
 
     ranks = {bytes([i]): i for i in range(256)}
     ranks.update({b"ab": 256, b"cd": 257, b"abc": 258, b"abcd": 259})
