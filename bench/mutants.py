@@ -390,7 +390,7 @@ MUTANTS = [
     Mutant("wilson-centre-off", "gptlab/evals/hellaswag.py",
            "centre = (p + z * z / (2 * n)) / denom", "centre = (p + z * z / n) / denom",
            (U + "test_hellaswag.py", "-k", "wilson")),
-    Mutant("hellaswag-label-4-accepted", "gptlab/data/hellaswag.py",
+    Mutant("hellaswag-label-4-accepted", "gptlab/data/hellaswag_file.py",
            "not 0 <= label < NUM_ENDINGS:", "not 0 <= label <= NUM_ENDINGS:",
            (U + "test_hellaswag.py", "-k", "malformed")),
     Mutant("bpb-times-ln2", "gptlab/evals/bpb.py",

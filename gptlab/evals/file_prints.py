@@ -8,7 +8,7 @@ error instead of scoring other examples under the same label.
 import os
 
 from gptlab.core.errors import UserError
-from gptlab.data.hellaswag import sha256_file as file_sha256
+from gptlab.data.hellaswag_file import sha256_file as file_sha256
 
 
 class FilePrints:

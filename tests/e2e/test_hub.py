@@ -28,7 +28,7 @@ from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, H
                          running_standin, split_evenly, standin_for_tests)
 
 from gptlab.data import shards
-from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
+from gptlab.data.hellaswag_file import HELLASWAG_SHA256, sha256_file
 from gptlab.tokenizer.format import load_tokenizer, read_tokenizer_file
 
 HUB_RUN = os.path.join(REPO, "tests", "helpers", "hub_run.py")

@@ -370,7 +370,7 @@ def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
 
 def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, tmp_path):
     """The default file missing (a folder without data/hellaswag/) only warns; see the next test for a named one."""
-    from gptlab.data.hellaswag import DEFAULT_PATH as missing
+    from gptlab.data.hellaswag_file import DEFAULT_PATH as missing
 
     (tmp_path / "elsewhere").mkdir()
     proc = run_script([os.path.join(REPO, "train_gpt.py")] + tiny_args(
