@@ -50,7 +50,7 @@ def convert_payload(old, source, module):
         raise UserError(f"the model source has no field(s) {', '.join(unknown)} of this checkpoint's configuration; "
                         "attach the model.py that trained it with --model_source FILE")
     config = dataclasses.asdict(module.GPTConfig(**config))
-    model = ms.build_model(module, config)
+    model = ms.model_from_config(module, config)
     try:
         model.load_state_dict(old["model"], strict=True)
     except RuntimeError as err:

@@ -145,7 +145,7 @@ def import_file(path, name):
     return module
 
 
-def build_model(module, model_config, origin=None):
+def model_from_config(module, model_config, origin=None):
     """module.GPT(module.GPTConfig(**model_config)); a config the source does not accept is one UserError."""
     try:
         return module.GPT(module.GPTConfig(**model_config))
@@ -241,7 +241,7 @@ def load_model(path, device="cpu", trust_code=False):
                         "of parameter names to tensors); it is damaged or not a gptlab checkpoint")
     module = module_for(ckpt.get("model_source"), path, trust_code)
     check_weights_fit(module, ckpt["model_config"], ckpt["model"], path)
-    model = build_model(module, ckpt["model_config"], path)
+    model = model_from_config(module, ckpt["model_config"], path)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:

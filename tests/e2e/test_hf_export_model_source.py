@@ -92,7 +92,7 @@ def test_an_edited_architecture_exports_with_its_own_source(edited):
         assert got.shape == expected.shape == (1, len(row), enc.n_vocab)
         assert (got - expected).abs().max() <= 1e-5
         # today's model.py with the same weights (it has no gate: strict=False drops them) is another model
-        today = ms.build_model(ms.current_module(), ckpt["model_config"])
+        today = ms.model_from_config(ms.current_module(), ckpt["model_config"])
         missing, unexpected = today.load_state_dict(ckpt["model"], strict=False)
         assert not missing and unexpected and all(".c_gate." in name for name in unexpected)
         assert (today.predict(torch.tensor([row]), eot)[..., :enc.n_vocab] - got).abs().max() > 1e-2
