@@ -51,7 +51,7 @@ from gptlab.tokenizer.format import open_tokenizer
 from gptlab.train import environment, fsdp, stop
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
-from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
+from gptlab.train.comm import FlatShards, GradientSync, MatrixOwners, WholeMatrices
 from gptlab.train.config import (add_model_flags, apply_model_flags, arch_fields, check_model_fits, check_ranks_agree,
                                  model_config_of, resolve_config)
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
@@ -322,7 +322,7 @@ def muon_update(grads, momenta, momentum, ns_steps):
 
 
 class Muon(torch.optim.Optimizer):
-    """MomentUm Orthogonalized by Newton–Schulz, distributed as in record #26: gptlab.train.comm.MatrixShards deals
+    """MomentUm Orthogonalized by Newton–Schulz, distributed as in record #26: gptlab.train.comm.MatrixOwners deals
     same-shape matrices out one per rank, each rank updates only its own (receiving their rank-summed gradients)
     and the updated matrices are all-gathered. Every matrix's update is computed exactly as on one rank, so the
     result does not depend on the world size. Momentum lives on the owner; gather_state() (collective) copies it
@@ -333,13 +333,13 @@ class Muon(torch.optim.Optimizer):
         if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
             self.whole = WholeMatrices(self.param_groups, rank, world_size)
         else:
-            self.shards = MatrixShards(self.param_groups, rank, world_size)
+            self.owners = MatrixOwners(self.param_groups, rank, world_size)
 
     @torch.no_grad()
     def step(self):
         if hasattr(self, "whole"):
             return self._sharded_step()
-        for params, grads, g in self.shards.owned():  # this rank's matrices of one shape
+        for params, grads, g in self.owners.owned():  # this rank's matrices of one shape
             group = self.param_groups[g]
             updates, lr_factor = muon_update(grads, [self._momentum(p) for p in params], group["momentum"],
                                              group["ns_steps"])
@@ -367,8 +367,8 @@ class Muon(torch.optim.Optimizer):
 
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
-        if hasattr(self, "shards"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
-            self.shards.gather(self._momentum)
+        if hasattr(self, "owners"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
+            self.owners.gather(self._momentum)
 
 
 class ShardedAdam(torch.optim.Adam):
