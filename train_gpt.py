@@ -37,9 +37,9 @@ from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, 
                              positive_int, path)
 from gptlab.core.errors import StopRequested, UserError, run_cli
 from gptlab.core.files import check_folder_creatable
-from gptlab.data.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.loader import BOSAlignedLoader, ValidationSet, to_device
-from gptlab.data.selection import select_run_shards
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet, to_device
+from gptlab.dataset.selection import select_run_shards
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run

@@ -45,7 +45,7 @@ from gptlab.core.cli import ArgumentParser, non_negative_int, or_auto, positive_
 from gptlab.core.distributed import all_reduce_sum  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
-from gptlab.data.shards import write_shard  # noqa: E402
+from gptlab.dataset.shards import write_shard  # noqa: E402
 from gptlab.train import perf_estimate  # noqa: E402
 from gptlab.train.batching import (activation_bytes_per_token, micro_batch_candidates, split_batch)  # noqa: E402
 from gptlab.train.environment import (compiled_graphs, gpu_bf16_peak_tflops, peak_memory,  # noqa: E402
@@ -185,7 +185,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
 
     import model as arch  # torch
     import train_gpt  # torch
-    from gptlab.data.loader import BOSAlignedLoader  # torch
+    from gptlab.dataset.loader import BOSAlignedLoader  # torch
     from gptlab.train.comm import GradientSync  # torch
 
     device = ctx.device

@@ -45,7 +45,7 @@ def save_checkpoint(path, *, model_state, model_config, step, args=None, tokeniz
         prefixes from torch.compile), model_config (GPT(GPTConfig(**model_config)) rebuilds the network),
         model_source {file, code, sha256} (the model.py that defines GPT and GPTConfig), args (every flag),
         tokenizer {name, ranks_sha256}, optimizers [state dicts], dataloader (position), rng, extra,
-        data {train_sha256, val_sha256} (gptlab.data.selection.data_fingerprint), sha256 (of all the rest).
+        data {train_sha256, val_sha256} (gptlab.dataset.selection.data_fingerprint), sha256 (of all the rest).
     """
     payload = checkpoint_payload(model_state=model_state, model_config=model_config, step=step, args=args,
                                  tokenizer=tokenizer, optimizer_states=optimizer_states,
@@ -75,7 +75,7 @@ def check_resume_compatible(ckpt, model_config, tokenizer, train_steps, arch_key
     """Refuse a --resume checkpoint this run cannot continue: another architecture (the model_config entries
     named by arch_keys), another tokenizer (by hash), past train_steps (one at train_steps only evaluates), or
     (unless allow_new_data) other training or validation data than it recorded (shards: a
-    gptlab.data.selection.RunShards)."""
+    gptlab.dataset.selection.RunShards)."""
     differ = [k for k in arch_keys if ckpt["model_config"].get(k) != model_config[k]]
     if differ:
         raise UserError("--resume checkpoint has a different architecture: " + ", ".join(

@@ -34,8 +34,8 @@ from gptlab.core.config_file import expand_config
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
-from gptlab.data.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.evals_download import DATA_DIR as EVALS_DATA_DIR
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.dataset.evals_download import DATA_DIR as EVALS_DATA_DIR
 from gptlab.train import code_backup, cost, dashboards, environment, fsdp, records, resume_code
 
 

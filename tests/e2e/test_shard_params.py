@@ -123,7 +123,7 @@ def test_a_checkpoint_resumes_on_another_world_size_with_or_without_sharding(run
 def test_every_tool_reads_the_whole_model_from_a_sharded_checkpoint(runs, tiny):
     """The weights the tools load from the folder give back the validation loss the 2-rank run measured with its
     sharded model at step 8 (another code path: FSDP's forward, summed over ranks)."""
-    from gptlab.data.loader import ValidationSet
+    from gptlab.dataset.loader import ValidationSet
     from gptlab.evals.bpb import evaluate_val, token_byte_lengths
     from gptlab.tokenizer.format import open_tokenizer
     from gptlab.checkpoint.model_source import load_model

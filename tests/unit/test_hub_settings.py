@@ -11,7 +11,7 @@ from conftest import HELLASWAG_VAL
 from helpers.hellaswag_file import PUBLISHED_SHA256
 from hub_standin import hellaswag_parquet
 
-from gptlab.data import hellaswag_file
+from gptlab.dataset import hellaswag_file
 from gptlab.text.sources import proxy_hint, proxy_in_use, without_credentials
 
 PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",

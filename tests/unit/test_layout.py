@@ -1,7 +1,7 @@
 """The folder tree is the architecture: gptlab/ by pipeline stage, and no import runs back up the pipeline.
 
 Stages, in pipeline order: core (errors, CLI, files, ranks) → text (documents in: the Hub or local files) →
-tokenizer → data (shards, loaders, HellaSwag file) → checkpoint (checkpoint files, model sources: written by train,
+tokenizer → dataset (shards, loaders, HellaSwag file) → checkpoint (checkpoint files, model sources: written by train,
 read by every tool) → train (runs) → evals → compare → export → judge (two models' samples judged by an LLM) → paper
 (a LaTeX project from runs). A module may import its own stage and earlier ones, never a later one; the package
 never imports the top-level scripts or model.py by name, and no two modules import each other, directly or round a
@@ -14,7 +14,7 @@ import pytest
 
 from helpers.package_modules import package_modules
 
-STAGES = ["gptlab.core", "gptlab.text", "gptlab.tokenizer", "gptlab.data", "gptlab.checkpoint", "gptlab.train",
+STAGES = ["gptlab.core", "gptlab.text", "gptlab.tokenizer", "gptlab.dataset", "gptlab.checkpoint", "gptlab.train",
           "gptlab.evals", "gptlab.compare", "gptlab.export", "gptlab.judge", "gptlab.paper"]
 SCRIPTS = {"train_gpt", "model", "train_tokenizer", "download_fineweb", "download_hellaswag", "compare_experiments",
            "sweep", "compare_tokenizers", "sample", "export_hf", "judge", "evaluate", "make_paper"}
@@ -61,7 +61,7 @@ def test_the_stage_check_catches_an_import_back_up(tmp_path):
     assert found == ["gptlab.compare.stats", "train_gpt"]
     assert stage("gptlab.compare.stats") > stage("gptlab.train.run")
     assert stage("gptlab.text.sources") == stage("gptlab.text")
-    assert stage("gptlab.text") < stage("gptlab.tokenizer.job") < stage("gptlab.data.shards")
+    assert stage("gptlab.text") < stage("gptlab.tokenizer.job") < stage("gptlab.dataset.shards")
     with pytest.raises(AssertionError, match="no stage"):
         stage("gptlab.misc")
 

@@ -70,7 +70,7 @@ def test_adam_and_muon_settings_are_modded_nanogpts():
 def test_rank_digits_grow_only_past_1000_ranks():
     # ranks 0..999 fit 3 digits; a 1001st rank (number 1000) needs a 4th, and then every rank gets 4 so that names
     # sort by rank (shards.py's docstring)
-    from gptlab.data.shards import rank_digits, shard_filename
+    from gptlab.dataset.shards import rank_digits, shard_filename
 
     assert [rank_digits(w) for w in (1, 2, 999, 1000, 1001, 10000, 10001)] == [3, 3, 3, 3, 4, 4, 5]
     assert shard_filename("train", 7, 999, 1000) == "train_r999_000007.bin"
@@ -83,8 +83,8 @@ def test_a_writer_resumed_mid_document_records_positions_inside_that_document(tm
     # j = document 5's token 5, l = document 6's token 2, then document 7's start.
     import numpy as np
 
-    from gptlab.data import shards as shard_format
-    from gptlab.data.fineweb import ShardWriter
+    from gptlab.dataset import shards as shard_format
+    from gptlab.dataset.fineweb import ShardWriter
 
     eot = 256
     docs = ["fghij", "kl"]
@@ -106,8 +106,8 @@ def test_each_ranks_validation_rows_are_the_tokens_at_its_listed_locations(tmp_p
     # rows batches() yields must be the shard's tokens there (read back here with numpy), in that order.
     import numpy as np
 
-    from gptlab.data.loader import ValidationSet
-    from gptlab.data.shards import write_shard
+    from gptlab.dataset.loader import ValidationSet
+    from gptlab.dataset.shards import write_shard
 
     paths = []
     for k in range(2):

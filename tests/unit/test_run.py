@@ -11,7 +11,7 @@ import torch
 from conftest import REPO
 from gptlab.checkpoint import checkpointing
 from gptlab.train import records
-from gptlab.data.selection import RunShards
+from gptlab.dataset.selection import RunShards
 from gptlab.core.distributed import DistContext
 from gptlab.core.errors import UserError
 from gptlab.train.run import Run, add_run_flags, parse_flags

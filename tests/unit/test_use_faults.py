@@ -244,7 +244,7 @@ def test_a_long_context_is_cut_from_the_left_and_memory_stays_bounded(checkpoint
     (_row(endings=("x" * 5000, "a", "b", "c")), "line 2: an ending is 5,000 bytes"),
 ])
 def test_a_row_beyond_any_hellaswag_row_is_refused_at_load_naming_it(tmp_path, row, phrase):
-    from gptlab.data.hellaswag_file import load_hellaswag
+    from gptlab.dataset.hellaswag_file import load_hellaswag
     from gptlab.evals.hellaswag import check_hellaswag_file
 
     path = _write_rows(tmp_path / "h.jsonl", [_row(), row])
@@ -253,7 +253,7 @@ def test_a_row_beyond_any_hellaswag_row_is_refused_at_load_naming_it(tmp_path, r
 
 
 def test_a_hellaswag_path_that_is_no_file_says_what_it_is(tmp_path):
-    from gptlab.data.hellaswag_file import load_hellaswag
+    from gptlab.dataset.hellaswag_file import load_hellaswag
     from gptlab.evals.hellaswag import check_hellaswag_file
 
     folder = tmp_path / "folder"
