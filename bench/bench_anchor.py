@@ -528,9 +528,11 @@ def our_model(config, run_dir):
     from gptlab.checkpoint import model_source as ms  # torch
     from gptlab.train.config import model_config_of  # torch
 
-    path = os.path.join(run_dir, "code", "model.py")
-    with open(path, "r", encoding="utf-8") as f:
-        code = f.read()
+    from gptlab.train import code_backup
+
+    path = os.path.join(run_dir, "code", "model.py")  # (or, not in a clone of a baseline, its commit's)
+    code = code_backup.read_backup_file(os.path.dirname(path), "model.py",
+                                        code_backup.repo_candidates(run_dir)).decode()
     module = ms.module_for({"file": "model.py", "code": code, "sha256": ms.sha256_text(code)}, path)
     with torch.device("meta"):
         return module.GPT(module.GPTConfig(**model_config_of(argparse.Namespace(**config), module.GPTConfig))), module

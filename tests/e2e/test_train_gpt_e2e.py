@@ -132,7 +132,8 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     from gptlab.train.code_backup import rebuild_sources
 
     rebuilt = rebuild_sources(run_dir)  # research files whole; the rest from the commit + uncommitted.patch
-    for rel in ("train_gpt.py", "model.py", "gptlab/dataset/loader.py", "gptlab/train/records.py", "requirements.txt"):
+    for rel in ("train_gpt.py", "model.py", "gptlab/dataset/loader.py", "gptlab/train/records.py",
+                "requirements.txt"):
         with open(os.path.join(REPO, rel), "rb") as f:
             assert rebuilt[rel] == f.read(), rel
     assert os.path.isfile(os.path.join(code, "model.py")) and os.path.isfile(os.path.join(code, "train_gpt.py"))

@@ -129,8 +129,8 @@ def test_code_backup_keeps_every_project_source_and_the_tokenizer_script(tmp_pat
     repo = REPO
     code_backup.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
     rebuilt = code_backup.rebuild_sources(str(tmp_path))
-    for rel in ("train_gpt.py", "model.py", "gptlab/train/records.py", "gptlab/dataset/loader.py", "gptlab/tokenizer/merge_loop.c",
-                "requirements.txt"):
+    for rel in ("train_gpt.py", "model.py", "gptlab/train/records.py", "gptlab/dataset/loader.py",
+                "gptlab/tokenizer/merge_loop.c", "requirements.txt"):
         with open(os.path.join(repo, rel), "rb") as f:
             assert rebuilt[rel] == f.read(), rel
     assert not any("__pycache__" in rel or rel.startswith("tests") for rel in rebuilt)
