@@ -5,7 +5,8 @@
     training_log.txt   human-readable log
     results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
     code/              train_gpt.py and model.py whole, the rest as git commit + uncommitted.patch (a full copy
-                       outside git), tokenizer_train_script.py (gptlab/train/code_backup.py)
+                       outside git), tokenizer_train_script.py; code/.gitignore keeps the copies the commit holds
+                       out of a committed run folder (gptlab/train/code_backup.py)
     checkpoints/       --save_model checkpoints (git-ignored)
     heartbeat.json     the training process (host, pid, its start time) and its last reported step, so a reader
                        on the same host knows at once whether a run without results.json is alive
