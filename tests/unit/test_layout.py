@@ -1,11 +1,11 @@
 """The folder tree is the architecture: gptlab/ by pipeline stage, and no import runs back up the pipeline.
 
 Stages, in pipeline order: core (errors, CLI, files, ranks) → text (documents in: the Hub or local files) →
-tokenizer → dataset (shards, loaders, HellaSwag file) → checkpoint (checkpoint files, model sources: written by train,
-read by every tool) → train (runs) → evals → compare → export → judge (two models' samples judged by an LLM) → paper
-(a LaTeX project from runs). A module may import its own stage and earlier ones, never a later one; the package
-never imports the top-level scripts or model.py by name, and no two modules import each other, directly or round a
-loop (not even inside a function): every dependency runs one way.
+tokenizer → dataset (shards, loaders, HellaSwag file) → checkpoint (checkpoint files, model sources: written by
+train, read by every tool) → train (runs) → evals → compare → export → judge (two models' samples judged by an
+LLM) → paper (a LaTeX project from runs). A module may import its own stage and earlier ones, never a later one;
+the package never imports the top-level scripts or model.py by name, and no two modules import each other, directly
+or round a loop (not even inside a function): every dependency runs one way.
 
 The wheel holding every module: tests/e2e/test_layout_e2e.py."""
 import ast
