@@ -35,7 +35,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from gptlab.data.evals_download import DownloadFailed, fetch_task
+    from gptlab.dataset.evals_download import DownloadFailed, fetch_task
     from gptlab.evals.task_spec import resolve_tasks
 
     tasks = resolve_tasks(args.tasks, args.tasks_dir)

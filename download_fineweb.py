@@ -9,14 +9,14 @@ Writes <out>/<dataset>_<tokenizer stem>/val_000000.bin, train_000001.bin, ... pl
 same command resumes where it stopped; several processes split one job with --rank/--world_size (or torchrun),
 each numbering its own shards (train_r000_000001.bin, ..., train_r001_000001.bin, ...: sorted names are the
 reading order, rank 0's documents first).
-See gptlab/data/fineweb.py for the exact layout, document order and resume rules.
+See gptlab/dataset/fineweb.py for the exact layout, document order and resume rules.
 """
 import os
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, path
 from gptlab.core.distributed import default_workers
 from gptlab.core.errors import UserError, run_cli
-from gptlab.data.fineweb import VERSIONS, hub_dataset_name, make_shards
+from gptlab.dataset.fineweb import VERSIONS, hub_dataset_name, make_shards
 
 DEFAULT_VERSION = "10Bedu"
 

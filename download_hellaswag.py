@@ -14,7 +14,7 @@ already there. A source whose uncompressed bytes fail the checksum is refused an
 """
 from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, path
 from gptlab.core.errors import run_cli
-from gptlab.data.hellaswag import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, HUB_REPO,
+from gptlab.dataset.hellaswag_file import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, HUB_REPO,
                                    HUB_REVISION, SAMPLE_GZ, URL_ENV, fetch_hellaswag)
 
 

@@ -89,8 +89,8 @@ def evaluate(argv=None):
     from gptlab.core import distributed
     from gptlab.evals.score import model_geometry
     from gptlab.evals.suite import score_tasks, write_results
-    from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model, logits_fn
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint.model_source import load_model, logits_fn
 
     ctx = distributed.setup(args.device)
     try:

@@ -47,10 +47,10 @@ def main(argv=None):
     check_output_dir(args.out_dir, args.overwrite, inputs=[args.checkpoint])  # before loading anything
     # heavy (torch, ~1.5 s): imported once the flags and the output are checked, so --help and errors answer at once
     from gptlab.core.errors import one_line
-    from gptlab.export.hf import (CHECK_TEXT, MODEL_SOURCE_FILE, NotNative, check_export, hf_config,  # torch
+    from gptlab.export.hf_folder import (CHECK_TEXT, MODEL_SOURCE_FILE, NotNative, check_export, hf_config,  # torch
                                   native_model, write_hf_folder)
-    from gptlab.train import checkpointing  # torch
-    from gptlab.train.model_source import load_model, logits_fn  # torch
+    from gptlab.checkpoint import checkpointing  # torch
+    from gptlab.checkpoint.model_source import load_model, logits_fn  # torch
 
     model, module, ckpt = load_model(args.checkpoint, trust_code=args.trust_model_code)
     tok = checkpointing.checkpoint_tokenizer(ckpt, args.checkpoint)

@@ -74,8 +74,8 @@ def main(argv=None):
     from gptlab.export.console import PromptReader
     from gptlab.export.generate import (TextStream, cached_next_logits, generate, generation_threads,  # torch
                                         uncached_next_logits)
-    from gptlab.train import checkpointing  # torch
-    from gptlab.train.model_source import load_model, logits_fn  # torch
+    from gptlab.checkpoint import checkpointing  # torch
+    from gptlab.checkpoint.model_source import load_model, logits_fn  # torch
 
     threads = generation_threads(args.threads)
     if threads is not None:

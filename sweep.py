@@ -15,7 +15,7 @@ from gptlab.core.cli import ArgumentParser, HelpFormatter, int_in, one_line_path
 from gptlab.core.config_file import config_text, flag_tokens, given_config, read_config
 from gptlab.core.errors import UserError, run_cli
 from gptlab.train.records import EXPERIMENTS_DIR
-from gptlab.train.sweep import (parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name,
+from gptlab.train.sweep_grid import (parse_grid, parse_seeds, plan_sweep, run_sweep, summary_lines, sweep_name,
                                 sweep_run_dirs, train_flags_of)
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))

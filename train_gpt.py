@@ -29,12 +29,13 @@ import random
 import torch
 
 import model as arch
+from gptlab.checkpoint import model_source
 from gptlab.core import distributed as dist_utils
 from gptlab.core.cli import (ArgumentParser, HelpFormatter, float_in, fraction, int_in, non_negative_int, or_auto,
                              positive_int, path)
 from gptlab.core.errors import UserError, run_cli
-from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.loader import to_device
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.dataset.loader import to_device
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.file_prints import FilePrints
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag_in_run
@@ -42,9 +43,9 @@ from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_fi
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, model_source, perf_estimate, stop
+from gptlab.train import environment, fsdp, perf_estimate, stop
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
-from gptlab.train.comm import GradientSync, MatrixShards, ShardedAdam, WholeMatrices
+from gptlab.train.comm import GradientSync, MatrixOwners, ShardedAdam, WholeMatrices
 from gptlab.train.config import add_model_flags, apply_model_flags, resolve_config
 from gptlab.train.inputs import open_run_inputs
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
@@ -316,7 +317,7 @@ def muon_update(grads, momenta, momentum, ns_steps):
 
 
 class Muon(torch.optim.Optimizer):
-    """MomentUm Orthogonalized by Newton–Schulz, distributed as in record #26: gptlab.train.comm.MatrixShards deals
+    """MomentUm Orthogonalized by Newton–Schulz, distributed as in record #26: gptlab.train.comm.MatrixOwners deals
     same-shape matrices out one per rank, each rank updates only its own (receiving their rank-summed gradients)
     and the updated matrices are all-gathered. Every matrix's update is computed exactly as on one rank, so the
     result does not depend on the world size. Momentum lives on the owner; gather_state() (collective) copies it
@@ -327,13 +328,13 @@ class Muon(torch.optim.Optimizer):
         if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
             self.whole = WholeMatrices(self.param_groups, rank, world_size)
         else:
-            self.shards = MatrixShards(self.param_groups, rank, world_size)
+            self.owners = MatrixOwners(self.param_groups, rank, world_size)
 
     @torch.no_grad()
     def step(self):
         if hasattr(self, "whole"):
             return self._sharded_step()
-        for params, grads, g in self.shards.owned():  # this rank's matrices of one shape
+        for params, grads, g in self.owners.owned():  # this rank's matrices of one shape
             group = self.param_groups[g]
             updates, lr_factor = muon_update(grads, [self._momentum(p) for p in params], group["momentum"],
                                              group["ns_steps"])
@@ -361,8 +362,8 @@ class Muon(torch.optim.Optimizer):
 
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
-        if hasattr(self, "shards"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
-            self.shards.gather(self._momentum)
+        if hasattr(self, "owners"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
+            self.owners.gather(self._momentum)
 
 
 def build_optimizers(model, rank=0, world_size=1):

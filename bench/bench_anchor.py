@@ -14,7 +14,7 @@ step is one 48K-token row, the per-GPU work of the 8-GPU record), and started wi
 
 The data: one stream of random documents, written twice: for the anchor in the llm.c format it reads
 (OUT/anchor_run/data/fineweb10B/fineweb_{train_000001,val_000000}.bin: 256 int32 header, magic 20240520,
-version 1, token count, then uint16 tokens) and for ours with gptlab.data.shards.write_shard (OUT/ours_data/, no
+version 1, token count, then uint16 tokens) and for ours with gptlab.dataset.shards.write_shard (OUT/ours_data/, no
 manifest: train_gpt.py then checks that every id is below the tokenizer's n_vocab). Each document is <|endoftext|>
 (50256) then ids drawn uniformly below 50256, with geometric lengths of mean --doc_len (1000): random ids cost
 the GPU what real ones do, and both programs see the same documents. (Ids drawn uniformly below 50257 would put
@@ -81,7 +81,7 @@ if REPO not in sys.path:
 from gptlab.core.cli import ArgumentParser, flag_type, int_in  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
-from gptlab.data.shards import read_header, read_shard, write_shard  # noqa: E402
+from gptlab.dataset.shards import read_header, read_shard, write_shard  # noqa: E402
 from gptlab.tokenizer.format import EOT as EOT_TEXT, PATTERNS, open_tokenizer, save_tokenizer  # noqa: E402
 from gptlab.train.environment import gpu_bf16_peak_tflops  # noqa: E402
 from gptlab.train.records import read_metrics  # noqa: E402
@@ -525,12 +525,14 @@ def our_model(config, run_dir):
     in the run's code backup (a run trained here: its source is trusted) and its config.json."""
     import torch  # heavy: as in pairs_per_token
 
-    from gptlab.train import model_source as ms  # torch
+    from gptlab.checkpoint import model_source as ms  # torch
     from gptlab.train.config import model_config_of  # torch
 
-    path = os.path.join(run_dir, "code", "model.py")
-    with open(path, "r", encoding="utf-8") as f:
-        code = f.read()
+    from gptlab.train import code_backup
+
+    path = os.path.join(run_dir, "code", "model.py")  # (or, not in a clone of a baseline, its commit's)
+    code = code_backup.read_backup_file(os.path.dirname(path), "model.py",
+                                        code_backup.repo_candidates(run_dir)).decode()
     module = ms.module_for({"file": "model.py", "code": code, "sha256": ms.sha256_text(code)}, path)
     with torch.device("meta"):
         return module.GPT(module.GPTConfig(**model_config_of(argparse.Namespace(**config), module.GPTConfig))), module

@@ -7,7 +7,7 @@
 Three layouts of one optimizer step (train_gpt.py's modded recipe: Muon for the hidden matrices, Adam for
 embeddings, head and scalars), each `--steps` times after `--warmup` untimed steps, on each rank:
   ours      GradientSync (bucketed all-reduce / reduce-scatter started by post-accumulate-grad hooks), Muon's
-            matrices dealt out one per rank (MatrixShards: reduce-scatter, Newton-Schulz at the owner, all-gather)
+            matrices dealt out one per rank (MatrixOwners: reduce-scatter, Newton-Schulz at the owner, all-gather)
             and Adam sharded ZeRO-1 style (ShardedAdam: reduce-scatter, a slice each, all-gather): train_gpt.py's
             default on several ranks
   torch     DistributedDataParallel (all-reduce of every gradient in its buckets) + ZeroRedundancyOptimizer for

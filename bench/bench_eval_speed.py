@@ -74,8 +74,8 @@ def save_random_model(path, tokenizer, num_layers, model_dim, num_heads):
     import torch
 
     from gptlab.tokenizer.format import open_tokenizer
-    from gptlab.train import checkpointing
-    from gptlab.train import model_source as ms
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint import model_source as ms
 
     tok = open_tokenizer(tokenizer)
     module = ms.import_file(ms.MODEL_FILE, ms.MODULE_NAME)
@@ -119,8 +119,8 @@ def variants(ckpt, args):
 
     from gptlab.evals import score, task_spec
     from gptlab.evals.suite import score_tasks
-    from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model, logits_fn
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint.model_source import load_model, logits_fn
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))

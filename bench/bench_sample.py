@@ -50,7 +50,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     import torch
 
-    from gptlab.train import model_source
+    from gptlab.checkpoint import model_source
 
     default_threads = torch.get_num_threads()  # torch's own choice (OMP_NUM_THREADS if set, else one per core)
     counts = args.threads or sorted({1, default_threads})

@@ -45,7 +45,7 @@ from gptlab.core.cli import ArgumentParser, non_negative_int, or_auto, positive_
 from gptlab.core.distributed import all_reduce_sum  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.core.files import atomic_write_text  # noqa: E402
-from gptlab.data.shards import write_shard  # noqa: E402
+from gptlab.dataset.shards import write_shard  # noqa: E402
 from gptlab.train import perf_estimate  # noqa: E402
 from gptlab.train.batching import micro_batch_candidates, split_batch  # noqa: E402
 from gptlab.train.environment import (compiled_graphs, gpu_bf16_peak_tflops, peak_memory,  # noqa: E402
@@ -139,7 +139,7 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
     return [path]
 
 
-def build_model(cfg, device, rank, world_size, ctx=None, shard=False):
+def build_model_and_optimizers(cfg, device, rank, world_size, ctx=None, shard=False):
     """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head; shard: FSDP2
     over ctx's ranks, as --shard_params)."""
     import torch  # heavy: as in resolve
@@ -185,7 +185,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
 
     import model as arch  # torch
     import train_gpt  # torch
-    from gptlab.data.loader import BOSAlignedLoader  # torch
+    from gptlab.dataset.loader import BOSAlignedLoader  # torch
     from gptlab.train.comm import GradientSync  # torch
 
     device = ctx.device
@@ -194,7 +194,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model, optimizers = build_model(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
+    model, optimizers = build_model_and_optimizers(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
     if shard:
         from gptlab.train.fsdp import ShardedGradients  # torch
 
@@ -339,7 +339,7 @@ def estimate_only(args):
         raise UserError(f"--fp8_head: {gpu} has no FP8 matmuls; pass --no-fp8_head")
     cfg = resolve(args, torch.device("cuda"), world_size, fp8_head=fp8_head)
     meta = torch.device("meta")
-    model, optimizers = build_model(cfg, meta, 0, world_size)
+    model, optimizers = build_model_and_optimizers(cfg, meta, 0, world_size)
     if cfg.device_batch_size == "auto":
         guess = guess_micro_batch(cfg, world_size, hw, model)
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size, guess)

@@ -24,7 +24,7 @@ SAMPLE_DATA = os.path.join(REPO, "data", "sample")
 FINEWEB_150 = os.path.join(SHARED_DATA, "fineweb_edu_150docs.jsonl")
 HELLASWAG_VAL = os.path.join(SHARED_DATA, "hellaswag_val.jsonl")
 TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare.txt")
-# this session's own store of trained model sources (gptlab.train.model_source), inherited by every subprocess
+# this session's own store of trained model sources (gptlab.checkpoint.model_source), inherited by every subprocess
 os.environ["GPTLAB_HOME"] = tempfile.mkdtemp(prefix="gptlab-test-home-")
 
 

@@ -72,7 +72,8 @@ def _code_view(run_path, repo=None):
     if record is None:
         return _CodeView(plain, set(plain), "copy", f"full copy ({len(plain)} files)")
     patch_name = record.get("patch", code_backup.PATCH_FILE)
-    copied = {rel: data for rel, data in plain.items() if rel not in (code_backup.GIT_FILE, patch_name)}
+    copied = {rel: data for rel, data in plain.items()
+              if rel not in (code_backup.GIT_FILE, code_backup.IGNORE_FILE, patch_name)}
     commit = record["commit"]
     patch_lines = plain.get(patch_name, b"").count(b"\n")
     patch = f"+ {patch_name} ({patch_lines} lines)" if patch_lines else "(no uncommitted changes)"
@@ -184,11 +185,15 @@ def _changed_lines(path_a, path_b, rel):
     for path in (path_a, path_b):
         full = os.path.join(path, CODE_DIR, rel)
         try:
+            if not os.path.lexists(full):  # a copy its repository need not hold: the commit's file
+                texts.append(_lines(code_backup.read_backup_file(os.path.join(path, CODE_DIR), rel,
+                                                                 code_backup.repo_candidates(path))))
+                continue
             if not stat.S_ISREG(os.lstat(full).st_mode) or os.path.getsize(full) > code_backup.MAX_RESEARCH_FILE_BYTES:
                 return "?"
             with open(full, "rb") as f:
                 texts.append(_lines(f.read()))
-        except OSError:
+        except (OSError, code_backup.CannotRebuild):
             texts.append([])
     if None in texts:
         return "binary"

@@ -17,7 +17,7 @@ from gptlab.compare.stats import (RECORD_P, RECORD_POWER, SIGNIFICANCE_LEVEL, No
                                   holm_verdict, pick_reference, runs_needed, seed_groups, setting_key)
 from gptlab.core.errors import UserError, escape_controls
 from gptlab.core.files import atomic_write_text
-from gptlab.data.hellaswag import HELLASWAG_ROWS
+from gptlab.dataset.hellaswag_file import HELLASWAG_ROWS
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
 STATUS_ORDER = {"finished": 0, "running": 1, "interrupted": 2, "crashed": 3, "failed": 4, "no metrics": 5}

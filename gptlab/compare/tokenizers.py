@@ -20,8 +20,8 @@ from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_writable
 from gptlab.core.paths import repo_path
 from gptlab.core.progress import progress_bar
-from gptlab.data.selection import default_shard_folder
-from gptlab.data.shards import MANIFEST_GLOB, check_manifest, read_shard
+from gptlab.dataset.selection import default_shard_folder
+from gptlab.dataset.shards import MANIFEST_GLOB, check_manifest, read_shard
 from gptlab.text.sources import iter_local_documents
 from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file
 

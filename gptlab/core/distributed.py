@@ -185,3 +185,21 @@ def default_workers():
     except AttributeError:  # pragma: no cover (not Linux)
         cores = os.cpu_count() or 1
     return max(1, cores // max(1, local_world))
+
+
+def is_sharded(tensor):
+    """True for a DTensor (a parameter under --shard_params)."""
+    from torch.distributed.tensor import DTensor  # (torch.distributed is there on every build this runs on)
+
+    return isinstance(tensor, DTensor)
+
+
+def reshard(model):
+    """Every FSDP unit back to its shards (the root keeps its whole parameters after a forward outside training):
+    the optimizers hold the shards, so named_parameters() must give those before a checkpoint or a copy. A model
+    without FSDP units is left as it is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()

@@ -2,7 +2,6 @@
 that really write (root passes every os.access check); one writer at a time through an exclusive lock."""
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import shlex
@@ -129,19 +128,7 @@ def atomic_write_text(path, text, overwrite=False):
 
 # ---- one writer at a time
 
-_held_lock_fds = set()  # descriptors of the locks this process holds; a forked child closes its copies
-
-
-def _close_inherited_locks():
-    # a forked child (e.g. a multiprocessing worker) shares the parent's lock; closing its copies means the lock
-    # ends with the holder, even when the holder is killed and the child lives on
-    for fd in list(_held_lock_fds):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held_lock_fds.clear()
-
-
-_fork_hook_registered = False
+_HELD_FOR_A_MOMENT_S = 0.2  # a reader probing a lock (lock_holder) holds it for microseconds: that is no holder
 
 
 @contextlib.contextmanager
@@ -151,92 +138,60 @@ def exclusive_lock(lock_path, what, holder_extra=None, held_hint=None):
     host, command line, start time, and `holder_extra`); a second process gets, at once, a UserError naming that
     holder (and `held_hint`, when given, after it).
 
-    The lock is flock(2)'s: the OS drops it when the holder exits or is killed, so no stale lock survives a
-    crash (the file may stay; it is removed on a normal exit). Forked children do not keep it. Yields the path."""
-    global _fork_hook_registered
-    if not _fork_hook_registered:
-        os.register_at_fork(after_in_child=_close_inherited_locks)
-        _fork_hook_registered = True
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot create the folder of {lock_path} ({err.strerror or err}); "
-                        f"{write_fix(err)}") from None
-    while True:
+    The lock is filelock's flock(2) lock (no soft fallback: a lock that outlives a crash is what it avoids): the
+    OS drops it when the holder exits or is killed, so no stale lock survives a crash (the file may stay; it is
+    removed on a normal exit), and filelock closes a forked child's copy, so a child that lives on does not keep
+    it. Yields the path."""
+    from filelock import Timeout, UnixFileLock  # (~0.1 s: only where a lock is taken)
+
+    lock = UnixFileLock(lock_path, timeout=_HELD_FOR_A_MOMENT_S, poll_interval=0.02, fallback_to_soft=False,
+                        on_acquired=lambda fd: _write_holder(fd, holder_extra))
+    for attempt in range(100):
         try:
-            fd = _open_lock_file(lock_path)
+            os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create the folder of {lock_path} ({err.strerror or err}); "
+                            f"{write_fix(err)}") from None
+        try:
+            lock.acquire()
+            break
+        except Timeout:
+            hint = f" ({held_hint})" if held_hint else ""
+            raise UserError(f"{what} is being written by {describe_holder(_read_holder(lock_path))}; wait for it to "
+                            f"finish or stop it{hint}") from None
         except FileNotFoundError:  # another writer removed the folder it had made, empty, as we made ours
-            with contextlib.suppress(OSError):
-                os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
-            continue
+            if attempt == 99:
+                raise UserError(f"cannot create the lock file {lock_path}: its folder keeps disappearing") from None
         except OSError as err:
             raise UserError(f"cannot create the lock file {lock_path} ({err.strerror or err}); "
                             f"{write_fix(err)}") from None
-        try:
-            _flock_retrying(fd, fcntl.LOCK_EX)
-        except BlockingIOError:
-            holder = describe_holder(_read_holder(fd))
-            os.close(fd)
-            hint = f" ({held_hint})" if held_hint else ""
-            raise UserError(f"{what} is being written by {holder}; wait for it to finish or stop it{hint}") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # a holder that was finishing removed the file between our open and flock: lock the new file instead
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    _held_lock_fds.add(fd)
     try:
-        _write_holder(fd, holder_extra)
         yield lock_path
     finally:
         with contextlib.suppress(OSError):
-            os.remove(lock_path)  # while still held: a waiting process then retries on a fresh file
-        _held_lock_fds.discard(fd)
-        os.close(fd)
-
-
-def _flock_retrying(fd, operation, tries=10):
-    """flock(fd, operation | LOCK_NB), retried for a moment: a reader probing the lock (lock_holder) holds it for
-    a few microseconds, which is not a holder. BlockingIOError when it stays held."""
-    for attempt in range(tries):
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.02)
+            os.remove(lock_path)  # while still held: a waiting process then retries on a fresh file (filelock does)
+        lock.release()
 
 
 def lock_holder(lock_path):
     """The holder of the exclusive_lock at `lock_path` as a dict (pid, host, command, since, and its extra
-    fields), or None when nobody holds it (no file, or a file left by a holder that has ended)."""
+    fields), or None when nobody holds it (no file, or a file left by a holder that has ended). Reads only: the
+    file is opened read-only (another user's lock is probed all the same) and locked for an instant."""
+    from filelock import lock_descriptor, unlock_descriptor
+
     try:
         fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        try:
-            _flock_retrying(fd, fcntl.LOCK_SH, tries=3)
-        except BlockingIOError:
-            return _read_holder(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        for attempt in range(3):  # another reader's probe holds it for an instant: that is no holder
+            if lock_descriptor(fd, blocking=False):
+                unlock_descriptor(fd)
+                return None
+            time.sleep(0.02)
+        return _read_holder(lock_path)
     finally:
         os.close(fd)
-
-
-def _open_lock_file(lock_path):
-    try:
-        return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except PermissionError:
-        return os.open(lock_path, os.O_RDONLY)  # another user's lock file: flock works on it all the same
 
 
 def _write_holder(fd, extra=None):
@@ -249,11 +204,12 @@ def _write_holder(fd, extra=None):
         os.pwrite(fd, data, 0)
 
 
-def _read_holder(fd):
-    """The holder recorded in a lock file as a dict, or {} while it is still empty (or unreadable)."""
+def _read_holder(lock_path):
+    """The holder recorded in a lock file as a dict, or {} while it is still empty (or unreadable, or gone)."""
     for _ in range(20):  # the holder writes its details right after taking the lock
         try:
-            holder = json.loads(os.pread(fd, 1 << 16, 0).decode("utf-8", "replace"))
+            with open(lock_path, "rb") as f:
+                holder = json.loads(f.read(1 << 16).decode("utf-8", "replace"))
             if isinstance(holder, dict) and all(k in holder for k in ("pid", "host", "command", "since")):
                 return holder
         except (ValueError, OSError):

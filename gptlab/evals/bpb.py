@@ -9,7 +9,7 @@ import math
 import torch
 
 from gptlab.core.distributed import all_reduce_sum
-from gptlab.data.loader import to_device
+from gptlab.dataset.loader import to_device
 
 
 def token_byte_lengths(encoding, size):
@@ -32,7 +32,7 @@ def evaluate_val(loss_fn, val_set, rows_per_batch, byte_lengths, ctx, lockstep=F
     """(val_loss nats/token, val_bpb) over a fixed validation set, summed over ranks in float64.
 
     loss_fn(x, y): the summed cross-entropy (nats) of a batch of inputs x and targets y, LongTensors (B, T) on
-    ctx.device; val_set: a gptlab.data.loader.ValidationSet; byte_lengths: token_byte_lengths(...).
+    ctx.device; val_set: a gptlab.dataset.loader.ValidationSet; byte_lengths: token_byte_lengths(...).
     lockstep: every rank calls loss_fn equally often (an FSDP model all-gathers in each call): a rank with one
     batch fewer (the rows do not divide by the ranks) runs its first batch once more and drops the result."""
     with torch.no_grad():  # no graph: one kept alive by the all-reduced totals would waste memory

@@ -12,13 +12,13 @@ from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.distributed import DistContext, resolve_device
 from gptlab.core.errors import UserError, run_cli
 from gptlab.core.files import atomic_write_text
-from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.loader import ValidationSet
-from gptlab.data.selection import check_shards_match_tokenizer, expand_shard_files
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.dataset.loader import ValidationSet
+from gptlab.dataset.selection import check_shards_match_tokenizer, expand_shard_files
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import check_hellaswag_file, evaluate_hellaswag
-from gptlab.train import checkpointing
-from gptlab.train.model_source import load_model, logits_fn
+from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.model_source import load_model, logits_fn
 
 
 def build_parser():

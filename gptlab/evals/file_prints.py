@@ -1,5 +1,5 @@
 """Evaluation files cannot change under a run: fingerprint them when it starts, check them before each evaluation
-(as gptlab.data.selection does for shards), so a file replaced, modified or removed mid-run stops the run with one
+(as gptlab.dataset.selection does for shards), so a file replaced, modified or removed mid-run stops the run with one
 error instead of scoring other examples under the same label.
 
     prints = FilePrints([hellaswag_path, *suite_files])   # at start; files missing then are left out
@@ -8,7 +8,7 @@ error instead of scoring other examples under the same label.
 import os
 
 from gptlab.core.errors import UserError
-from gptlab.data.hellaswag import sha256_file as file_sha256
+from gptlab.dataset.hellaswag_file import sha256_file as file_sha256
 
 
 class FilePrints:

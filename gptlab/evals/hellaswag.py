@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from gptlab.core.distributed import all_reduce_sum
 from gptlab.core.errors import UserError
 from gptlab.core.progress import progress_bar
-from gptlab.data.hellaswag import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag, not_a_file
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH, NUM_ENDINGS, load_hellaswag, not_a_file
 
 DEFAULT_BATCH_SIZE = 16  # examples per forward pass (64 rows)
 DEFAULT_MAX_SEQ_LEN = 2048  # tokens a row keeps when no max_seq_len is given (HellaSwag's longest is ~300)
@@ -148,7 +148,7 @@ def evaluate_hellaswag(model_fn, encoding, examples_or_path=DEFAULT_PATH, *, ctx
     """HellaSwag accuracy of `model_fn` (LongTensor (B, T) on `device` → logits (B, T, V >= n_vocab)).
 
     encoding: the tiktoken.Encoding the model was trained with (its eot_token starts each row and pads).
-    examples_or_path: a list of examples (see gptlab.data.hellaswag.load_hellaswag) or a .jsonl path; all of
+    examples_or_path: a list of examples (see gptlab.dataset.hellaswag_file.load_hellaswag) or a .jsonl path; all of
     them are scored unless `limit` (the first `limit`). ctx: a gptlab.core.distributed.DistContext or None.
     device: where the tokens go (default ctx.device, else cpu).
     Returns {"n", "acc", "acc_ci95": [lo, hi], "acc_norm", "acc_norm_ci95": [lo, hi], "acc_correct",

@@ -41,7 +41,7 @@ def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
 def fewshot_sources(tasks, fewshot, data_dir=task_spec.DATA_DIR):
     """What summary.json records of where each task's shots came from: {task: None (0-shot) or {"split", "file",
     "rows", "sha256"}}; file None where the pool is the scored file."""
-    from gptlab.data.hellaswag import sha256_file
+    from gptlab.dataset.hellaswag_file import sha256_file
 
     out = {}
     for task in tasks:

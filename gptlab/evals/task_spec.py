@@ -43,8 +43,8 @@ import random
 import re
 
 from gptlab.core.errors import UserError
-from gptlab.data.evals_download import DATA_DIR  # noqa: F401 (where the rows are: data/evals/<task>.jsonl)
-from gptlab.data.hellaswag import not_a_file
+from gptlab.dataset.evals_download import DATA_DIR  # noqa: F401 (where the rows are: data/evals/<task>.jsonl)
+from gptlab.dataset.hellaswag_file import not_a_file
 
 TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
 REQUIRED = ("NAME", "HUB_REPO", "HUB_CONFIG", "HUB_SPLIT", "HUB_FILES", "REVISION", "SHA256", "COLUMNS",

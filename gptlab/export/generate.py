@@ -80,7 +80,7 @@ def generate(next_logits, prompt_tokens, max_tokens, *, temperature=1.0, top_k=N
 
 def uncached_next_logits(logits_fn, device="cpu"):
     """next_logits for generate(): a full forward pass over all the tokens so far, for every new token.
-    logits_fn: LongTensor (1, T) → logits (1, T, V) (e.g. gptlab.train.model_source.checkpoint_logits_fn's)."""
+    logits_fn: LongTensor (1, T) → logits (1, T, V) (e.g. gptlab.checkpoint.model_source.checkpoint_logits_fn's)."""
     tokens = []
 
     def next_logits(new_tokens):

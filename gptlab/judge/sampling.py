@@ -5,8 +5,8 @@ seed + i, so both runs get the same seed for a prompt and a resumed judging samp
 import torch
 
 from gptlab.export.generate import cached_next_logits, generate
-from gptlab.train import checkpointing
-from gptlab.train.model_source import load_model
+from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.model_source import load_model
 
 
 class Sampler:

@@ -16,6 +16,7 @@ from gptlab.compare.stats import VOLATILE_CONFIG_KEYS
 from gptlab.core.errors import UserError
 from gptlab.paper import bib
 from gptlab.paper.latex import escape, tt
+from gptlab.train import code_backup
 from gptlab.train.code_backup import MAX_RESEARCH_FILE_BYTES
 from gptlab.train.records import CODE_DIR
 
@@ -54,7 +55,7 @@ def _read_text(path):
 
 def _checkpoint_model_source(run):
     """The model source a run's latest checkpoint carries (a run without a code/ backup), else None."""
-    from gptlab.train.checkpointing import load_checkpoint  # torch: only for a run without a backup
+    from gptlab.checkpoint.checkpointing import load_checkpoint  # torch: only for a run without a backup
     from gptlab.train.records import latest_checkpoint
 
     try:
@@ -65,10 +66,20 @@ def _checkpoint_model_source(run):
     return source.get("code") if isinstance(source, dict) and isinstance(source.get("code"), str) else None
 
 
+def _from_commit(run, file):
+    """A research file whose copy the repository does not hold (a committed baseline): its commit's, checked."""
+    try:
+        data = code_backup.read_backup_file(os.path.join(run.path, CODE_DIR), file,
+                                            code_backup.repo_candidates(run.path))
+    except code_backup.CannotRebuild:
+        return None
+    return data.decode("utf-8", errors="replace") if len(data) <= MAX_RESEARCH_FILE_BYTES else None
+
+
 def recorded_source(run, file):
     """(code, origin) of the file as the run recorded it, or (None, None)."""
     path = os.path.join(run.path, CODE_DIR, file)
-    code = _read_text(path) if os.path.isfile(path) else None
+    code = _read_text(path) if os.path.isfile(path) else _from_commit(run, file)
     if code is not None:
         return code, os.path.join(run.name, CODE_DIR, file)
     if file == MODEL_FILE:

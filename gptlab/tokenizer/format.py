@@ -4,7 +4,10 @@ A tokenizer is a pickle of plain Python values (str, bytes, int, float, bool, No
 
     format="gptlab-tokenizer", format_version=1,
     pat_str, pattern_name, mergeable_ranks {bytes: id}, special_tokens {str: id}, merges [[left_id, right_id], ...],
-    vocabsize (merges + 256, excluding special tokens), metadata {...}, script_content (the trainer's source)
+    vocabsize (merges + 256, excluding special tokens), metadata {...},
+    script_sha256 + script_commit (the trainer's source: its sha256 and the git commit it was at, "-dirty" when the
+    checkout had changes); the source itself is stored once beside the file, by that hash, in .code/<sha256>.txt
+    (script_store_path), not in every pickle. A pickle from before carries it whole as script_content.
 
 gpt-lab's older pickles ({pat_str, mergeable_ranks, script_content}, `<|endoftext|>` = len(mergeable_ranks)) load too.
 Loading never executes code: the unpickler refuses every global, so a pickle that carries anything but plain
@@ -114,10 +117,18 @@ def ranks_sha256(mergeable_ranks):
     return h.hexdigest()
 
 
+def script_store_path(tokenizer_path, sha256):
+    """Where a trainer's source is kept, once for every tokenizer beside it that it trained."""
+    return os.path.join(os.path.dirname(os.path.abspath(tokenizer_path)), ".code", f"{sha256}.txt")
+
+
 def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, special_tokens, metadata,
-                   script_content, overwrite=False):
+                   script_content, script_commit=None, overwrite=False):
     """Write the tokenizer pickle and a readable `<stem>.merges.txt` next to it, both atomically: the text is
-    written first and renamed last, so a failed write (a full disk) leaves neither new file."""
+    written first and renamed last, so a failed write (a full disk) leaves neither new file. The trainer's source
+    (script_content) goes to script_store_path unless that holds it already; the pickle records its sha256 and
+    script_commit."""
+    script_sha256 = hashlib.sha256(script_content.encode("utf-8")).hexdigest() if script_content else None
     payload = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -128,10 +139,14 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "merges": [[int(a), int(b)] for a, b in merges],
         "vocabsize": 256 + len(merges),
         "metadata": dict(metadata),
-        "script_content": script_content,
+        "script_sha256": script_sha256,
+        "script_commit": script_commit,
     }
     check_tokenizer_size(payload)
     merges_path = merges_txt_path(path)
+    if script_sha256 and _stored_script(path, script_sha256) is None:  # content-addressed: written once
+        with atomic_write(script_store_path(path, script_sha256), "w", overwrite=True) as f:
+            f.write(script_content)
     with atomic_write(merges_path, "w", overwrite=True) as merges_file:
         merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
         merges_file.flush()  # its own write errors surface here, before the pickle replaces anything
@@ -419,7 +434,7 @@ class LoadedTokenizer:
     name: str  # the file's stem, e.g. quickstart_v1000_n400000: the shard folders' suffix
     path: str
     ranks_sha256: str  # identifies the merges, whatever the file is called
-    train_script: str  # the trainer's source, kept in the pickle
+    train_script: str  # the trainer's source (training_script)
 
     def model_vocab_size(self, requested=None):
         """Embedding rows for a model of this tokenizer: `requested`, checked, or the tokenizer's n_vocab."""
@@ -435,9 +450,34 @@ class LoadedTokenizer:
         return requested
 
 
+def _stored_script(tokenizer_path, sha256):
+    """The stored trainer source of this sha256 beside a tokenizer, or None (absent, unreadable, or not that text)."""
+    try:
+        with open(script_store_path(tokenizer_path, sha256), encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    return text if hashlib.sha256(text.encode("utf-8")).hexdigest() == sha256 else None
+
+
+def training_script(data):
+    """The source that trained a tokenizer (read_tokenizer_file's dict): carried whole by an older pickle, else
+    stored beside it by its sha256 (checked), else one comment line naming its sha256 and commit."""
+    if data.get("script_content"):
+        return data["script_content"]
+    sha256, commit = data.get("script_sha256"), data.get("script_commit")
+    if not isinstance(sha256, str):
+        return ""
+    stored = _stored_script(data["path"], sha256)
+    if stored is not None:
+        return stored
+    return (f"# the tokenizer's training script (sha256 {sha256}, git commit {commit or 'unknown'}) is not at "
+            f"{script_store_path(data['path'], sha256)}\n")
+
+
 def open_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     """A name (in tokenizers/) or path → LoadedTokenizer; every problem with the file is one UserError."""
     data = read_tokenizer_file(name_or_path, tokenizer_dir)
     return LoadedTokenizer(encoding=encoding_from_dict(data), eot=eot_id(data),
                            name=os.path.splitext(os.path.basename(data["path"]))[0], path=data["path"],
-                           ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=data["script_content"])
+                           ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=training_script(data))

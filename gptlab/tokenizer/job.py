@@ -29,7 +29,7 @@ from gptlab.core import distributed
 from gptlab.core.distributed import check_device_flag, default_workers, resolve_device
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_writable, exclusive_lock, write_fix
-from gptlab.core.paths import REPO_ROOT, repo_path
+from gptlab.core.paths import REPO_ROOT, git_commit, repo_path
 from gptlab.core.progress import is_terminal, progress_bar
 from gptlab.text.sources import (HUB_DATASETS, MAX_UTF8_BYTES, ReadStats, iter_hub_documents, iter_local_documents,
                                  take_every)
@@ -273,7 +273,8 @@ def save(trained, out_path, overwrite=False):
     try:
         save_tokenizer(out_path, pat_str=trained.pat_str, pattern_name=trained.pattern_name, merges=result.merges,
                        mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: trained.vocabsize},
-                       metadata=trained.metadata, script_content=script_content(), overwrite=overwrite)
+                       metadata=trained.metadata, script_content=script_content(),
+                       script_commit=git_commit(REPO_ROOT), overwrite=overwrite)
     except OSError as err:
         raise UserError(f"could not write the tokenizer {out_path} ({err.strerror or err}); nothing half-written "
                         f"was left; {write_fix(err)}, then train again") from None

@@ -3,10 +3,18 @@
     train_gpt.py, model.py          the research surface (RESEARCH_FILES; the run's architecture module in place
                                     of model.py, e.g. gpt2.py), copied byte for byte
     tokenizer_train_script.py       the tokenizer's training script from its pickle (or a placeholder line)
-    git.json                        inside a git checkout: the commit (HEAD), what the patch leaves out, ...
+    git.json                        inside a git checkout: the commit (HEAD), what the patch leaves out, the
+                                    sha256 of every copy, and which copies the commit holds byte for byte
     uncommitted.patch               `git diff HEAD --binary` of the project: uncommitted changes to tracked files
                                     and the untracked, not ignored project sources as new files (experiments/
                                     and the research files are left out: the first is runs, the rest is copied)
+    .gitignore                      the copies a repository need not hold: those the commit holds byte for byte,
+                                    and the tokenizer's script (the tokenizer carries it); so a run folder
+                                    committed as a baseline keeps its record (commit, sha256s, patch) and any
+                                    copy the commit lacks, and no duplicate of the code
+
+A folder read back from the repository (a fresh clone) has no ignored copy: read_backup_file, research_code and
+rebuild_sources take such a file from the commit git.json names, checked against the sha256 it recorded.
 
 Outside a git checkout (no .git, git missing, no commit yet) every project source is copied instead, as older
 runs did for everything: top-level *.py, gptlab/**/*.py and *.c, requirements.txt.
@@ -16,7 +24,9 @@ patch applied (in a temporary folder; the checkout, its index and its worktree a
 files laid over them; for an older full-copy backup, the copy itself.
 
     python -m gptlab.train.code_backup RUN_DIR OUT_DIR     # write a run's rebuilt sources into a new OUT_DIR
+    python -m gptlab.train.code_backup --by-reference RUN_DIR...   # an older backup: record sha256s, .gitignore
 """
+import hashlib
 import io
 import json
 import os
@@ -28,6 +38,7 @@ import tempfile
 
 from gptlab.core.errors import UserError, run_cli
 from gptlab.core.files import atomic_write
+from gptlab.core.paths import REPO_ROOT
 from gptlab.train.records import CODE_DIR, CONFIG_FILE
 
 RESEARCH_FILES = ("train_gpt.py", "model.py")  # copied whole: what an experiment edits
@@ -36,10 +47,11 @@ TOKENIZER_SCRIPT = "tokenizer_train_script.py"
 NO_TOKENIZER_SCRIPT = "# the tokenizer pickle carried no training script\n"
 GIT_FILE = "git.json"
 PATCH_FILE = "uncommitted.patch"
+IGNORE_FILE = ".gitignore"
 PATCH_EXCLUDED_DIRS = ("experiments",)  # run folders and their reports are results, not code
 BACKUP_FORMAT = 1
 GIT_TIMEOUT_S = 120
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROJECT_ROOT = REPO_ROOT
 
 
 class CannotRebuild(Exception):
@@ -165,7 +177,8 @@ def backup_code(repo_root, run_dir, tokenizer_script="", research_texts=None):
     research files are train_gpt.py and the research_texts' files (the run's architecture module), else
     RESEARCH_FILES."""
     repo_root = os.path.abspath(repo_root)
-    research = (TRAINING_FILE, *[rel for rel in research_texts if rel != TRAINING_FILE]) if research_texts else RESEARCH_FILES
+    research = ((TRAINING_FILE, *[rel for rel in research_texts if rel != TRAINING_FILE]) if research_texts
+                else RESEARCH_FILES)
     files = {rel: _read(os.path.join(repo_root, rel)) for rel in research
              if os.path.isfile(os.path.join(repo_root, rel))}
     files.update({rel: text.encode("utf-8") for rel, text in (research_texts or {}).items()})
@@ -187,10 +200,13 @@ def backup_code(repo_root, run_dir, tokenizer_script="", research_texts=None):
                   "patch_leaves_out": [d + "/" for d in PATCH_EXCLUDED_DIRS] + list(research),
                   "new_files_in_patch": snapshot["new_files"],
                   "rebuild": "python -m gptlab.train.code_backup RUN_DIR OUT_DIR"}
+        files[TOKENIZER_SCRIPT] = (tokenizer_script or NO_TOKENIZER_SCRIPT).encode("utf-8")
+        record.update(_by_reference(repo_root, snapshot["commit"], snapshot["prefix"], files, copied_whole))
+        files[IGNORE_FILE] = ignore_text(record["at_commit"])
         files[PATCH_FILE] = snapshot["patch"]
         files[GIT_FILE] = (json.dumps(record, indent=2) + "\n").encode()
         info.update(git_commit=snapshot["commit"], patch_lines=patch_lines, new_files=snapshot["new_files"])
-    files[TOKENIZER_SCRIPT] = (tokenizer_script or NO_TOKENIZER_SCRIPT).encode("utf-8")
+    files.setdefault(TOKENIZER_SCRIPT, (tokenizer_script or NO_TOKENIZER_SCRIPT).encode("utf-8"))
     _write_all(os.path.join(run_dir, CODE_DIR), files)
     return {"files": sorted(files), **info}
 
@@ -206,6 +222,72 @@ def describe_backup(info):
             + (f", {len(info['new_files'])} new file(s)" if info["new_files"] else "") + ")")
 
 
+# ------------------------------------------------------------------------------------------------ by reference
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _blob_at(repo, commit, path):
+    """The bytes of `path` in `commit`, or None where the commit has no such file."""
+    try:
+        return _git(repo, "cat-file", "blob", f"{commit}:{path}")
+    except _GitError:
+        return None
+
+
+def _by_reference(repo, commit, prefix, files, copied):
+    """{"sha256": {copy: digest}, "at_commit": [the copies `commit` holds byte for byte]} for git.json."""
+    return {"sha256": {rel: _sha256(files[rel]) for rel in sorted(set(copied) | {TOKENIZER_SCRIPT}) if rel in files},
+            "at_commit": sorted(rel for rel in copied if _blob_at(repo, commit, prefix + rel) == files[rel])}
+
+
+def ignore_text(at_commit):
+    """code/.gitignore: the copies the commit holds, and the tokenizer's script, are not for the repository."""
+    lines = ["# copies a repository need not hold (gptlab.train.code_backup): git.json's commit holds these byte for",
+             "# byte, and the tokenizer carries its script; git.json records every copy's sha256"]
+    return ("\n".join(lines + [f"/{rel}" for rel in [*at_commit, TOKENIZER_SCRIPT]]) + "\n").encode()
+
+
+def read_backup_file(code_dir, rel, repos=()):
+    """The bytes of code/REL as the run recorded them: the copy; else, for a copy its repository need not hold
+    (git.json's at_commit: a baseline read back from a clone), the file in git.json's commit, found in the first of
+    `repos` that has it and checked against the sha256 git.json recorded. CannotRebuild when neither is at hand."""
+    path = os.path.join(code_dir, rel)
+    if os.path.isfile(path):
+        return _read(path)
+    record = read_record(code_dir) or {}
+    if rel not in record.get("at_commit", []):
+        raise CannotRebuild(f"{rel} is not in {code_dir}")
+    repo = find_repo(record["commit"], list(repos) or [os.path.abspath(code_dir), PROJECT_ROOT])
+    data = _blob_at(repo, record["commit"], record.get("prefix", "") + rel)
+    if data is None or _sha256(data) != record.get("sha256", {}).get(rel):
+        raise CannotRebuild(f"{rel} in commit {record['commit'][:12]} is not the file {code_dir}/{GIT_FILE} "
+                            "recorded (its sha256 differs)")
+    return data
+
+
+def record_by_reference(run_dir, repo=None):
+    """An older git.json backup (no sha256s): record every copy's sha256 and which the commit holds, and write
+    code/.gitignore, so the folder can be committed without its duplicates. The copies stay. Returns at_commit."""
+    code_dir = os.path.join(run_dir, CODE_DIR)
+    try:
+        record = read_record(code_dir)
+        if record is None:
+            raise UserError(f"{code_dir} is a full copy; convert it first (convert_full_copy)")
+        found = find_repo(record["commit"], repo_candidates(run_dir, repo))
+    except CannotRebuild as err:
+        raise UserError(f"{run_dir}: {err}") from None
+    files = {rel: _read(os.path.join(code_dir, rel)) for rel in [*record.get("copied_whole", []), TOKENIZER_SCRIPT]
+             if os.path.isfile(os.path.join(code_dir, rel))}
+    record.update(_by_reference(found, record["commit"], record.get("prefix", ""), files,
+                                record.get("copied_whole", [])))
+    with atomic_write(os.path.join(code_dir, GIT_FILE), "w", overwrite=True) as f:
+        f.write(json.dumps(record, indent=2) + "\n")
+    with atomic_write(os.path.join(code_dir, IGNORE_FILE), "wb", overwrite=True) as f:
+        f.write(ignore_text(record["at_commit"]))
+    return record["at_commit"]
+
+
 # ------------------------------------------------------------------------------------------------ identity
 MAX_RESEARCH_FILE_BYTES = 16 << 20  # a research file beyond this (or not a regular file) is named, not read
 
@@ -214,7 +296,6 @@ def research_code(code_dir):
     """{research file: sha256 of its bytes} of a backup: the files git.json names as research files (a full copy or
     an unreadable git.json: RESEARCH_FILES), a missing one as "missing"; None without a code/ folder. What a seed
     group is keyed by besides the configuration: the same code and settings give the same numbers."""
-    import hashlib
     import stat
 
     if not os.path.isdir(code_dir):
@@ -231,8 +312,9 @@ def research_code(code_dir):
         path = os.path.join(code_dir, rel)
         try:
             st = os.lstat(path)
-        except OSError:
-            digests[rel] = "missing"
+        except OSError:  # a copy the repository does not hold stands for the commit's file of this sha256
+            at_commit = rel in record.get("at_commit", []) and record.get("sha256", {}).get(rel)
+            digests[rel] = at_commit if isinstance(at_commit, str) else "missing"
             continue
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RESEARCH_FILE_BYTES:
             digests[rel] = f"unread ({st.st_size} bytes)"
@@ -359,8 +441,11 @@ def rebuild_code_dir(code_dir, repos=(), all_files=False):
             raise CannotRebuild(f"cannot read commit {commit[:12]} in {repo} ({err})") from None
         for rel in record.get("research_files", RESEARCH_FILES):  # the copies below stand for these
             path = os.path.join(tree, rel)
-            if os.path.lexists(path):
+            if os.path.lexists(path) and (os.path.lexists(os.path.join(code_dir, rel))
+                                          or rel not in record.get("at_commit", [])):
                 os.remove(path)
+            elif os.path.isfile(path) and _sha256(_read(path)) != record.get("sha256", {}).get(rel):
+                raise CannotRebuild(f"{rel} in commit {commit[:12]} is not the file {GIT_FILE} recorded")
         patch_path = os.path.join(code_dir, record.get("patch", PATCH_FILE))
         if not os.path.isfile(patch_path):
             raise CannotRebuild(f"{PATCH_FILE} is missing from {code_dir}")
@@ -369,7 +454,7 @@ def rebuild_code_dir(code_dir, repos=(), all_files=False):
         files = _tree_files(tree, all_files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    files.update(read_files(code_dir, skip={GIT_FILE, record.get("patch", PATCH_FILE)}))
+    files.update(read_files(code_dir, skip={GIT_FILE, IGNORE_FILE, record.get("patch", PATCH_FILE)}))
     return files, repo
 
 
@@ -464,8 +549,15 @@ def convert_full_copy(run_dir, repo_root, research_files=("train_gpt.py",), comm
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--by-reference"] and len(argv) > 1:
+        for run_dir in argv[1:]:
+            at_commit = record_by_reference(run_dir)
+            print(f"{run_dir}: sha256s recorded; {', '.join(at_commit) or 'no copy'} held by the commit, "
+                  f"{CODE_DIR}/{IGNORE_FILE} written")
+        return
     if len(argv) != 2 or argv[0].startswith("-"):
-        raise UserError("usage: python -m gptlab.train.code_backup RUN_DIR OUT_DIR (OUT_DIR must not exist)")
+        raise UserError("usage: python -m gptlab.train.code_backup RUN_DIR OUT_DIR (OUT_DIR must not exist), or "
+                        "--by-reference RUN_DIR...")
     run_dir, out_dir = argv
     if not os.path.isdir(os.path.join(run_dir, CODE_DIR)):
         raise UserError(f"{run_dir} has no {CODE_DIR}/ backup")

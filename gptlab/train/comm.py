@@ -1,7 +1,7 @@
 """Gradient communication across ranks, kept out of train_gpt.py's research surface.
 
-- MatrixShards: the matrices of a sharded optimizer (Muon) dealt out in same-shape chunks of world_size, one
-  matrix per rank (modded-nanogpt record #26): a reduce-scatter hands each rank the rank-summed gradients of the
+- MatrixOwners: the matrices of a distributed Muon dealt out in same-shape chunks of world_size, each matrix to
+  one owner rank (modded-nanogpt record #26): a reduce-scatter hands each rank the rank-summed gradients of the
   matrices it owns, the optimizer updates only those, and an all-gather hands every rank every updated matrix.
 - FlatShards: an elementwise optimizer's (Adam's) parameters flattened and cut into one slice per rank: a
   reduce-scatter hands each rank its slice's summed gradient, it updates that slice, an all-gather shares them.
@@ -34,7 +34,7 @@ def same_shape_params(param_groups):
     return by_shape
 
 
-class MatrixShards:
+class MatrixOwners:
     """Who owns which matrix of an optimizer's param_groups, and the collectives that move them.
 
     chunks: [(param, group index)] of one shape and group, at most world_size long; entry j belongs to rank j.
@@ -248,7 +248,7 @@ def row_split(rows, world_size):
 
 class WholeMatrices:
     """Muon under --shard_params: FSDP2 leaves each rank one row block of every matrix (Shard(0)), but Newton–Schulz
-    needs the whole matrix. Same-shape matrices are dealt out as MatrixShards deals them (chunks of world_size,
+    needs the whole matrix. Same-shape matrices are dealt out as MatrixOwners deals them (chunks of world_size,
     entry j of a chunk belongs to rank j); per shape, one all-to-all brings every owner the row blocks of its
     matrices, the owner computes on them whole, and a second all-to-all hands each rank its row blocks of every
     result (torchtitan's and Dion's distributed Muon move matrices the same way). Each matrix is computed exactly as
@@ -336,7 +336,7 @@ def check_held_once(model, held):
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
-    parameters of a sharded optimizer (one with a `shards` MatrixShards or a `flat_shards` FlatShards) are
+    parameters of a sharded optimizer (one with `owners`, a MatrixOwners, or `flat_shards`, a FlatShards) are
     reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large
     tensor alone, the small ones flattened into one preallocated buffer per dtype), each as soon as it is
     complete. Collectives must start in the same order on every rank, so they start in one fixed order (the
@@ -348,12 +348,12 @@ class GradientSync:
 
     def __init__(self, model, optimizers, world_size):
         self.world_size = world_size
-        sharded = [opt.shards for opt in optimizers if isinstance(getattr(opt, "shards", None), MatrixShards)]
+        owned = [opt.owners for opt in optimizers if isinstance(getattr(opt, "owners", None), MatrixOwners)]
         flats = [opt.flat_shards for opt in optimizers if isinstance(getattr(opt, "flat_shards", None), FlatShards)]
-        reduced = [p for opt in optimizers if not isinstance(getattr(opt, "shards", None), MatrixShards)
+        reduced = [p for opt in optimizers if not isinstance(getattr(opt, "owners", None), MatrixOwners)
                    and not isinstance(getattr(opt, "flat_shards", None), FlatShards)
                    for g in opt.param_groups for p in g["params"]]
-        check_held_once(model, reduced + [p for shards in sharded for p in shards.params()]
+        check_held_once(model, reduced + [p for owners in owned for p in owners.params()]
                         + [p for flat in flats for p in flat.all_params()])
         position = {p: i for i, p in enumerate(model.parameters())}
         small = {}  # dtype → its small tensors: one flat buffer each (a bf16 buffer would sum fp32 gradients in bf16)
@@ -362,16 +362,16 @@ class GradientSync:
                 small.setdefault(p.dtype, []).append(p)
         self.buckets = [[p] for p in reduced if p.numel() >= self.SMALL_NUMEL] + list(small.values())
         units = [(max(position[p] for p in bucket), "bucket", b, None) for b, bucket in enumerate(self.buckets)]
-        units += [(min(position[p] for p, _ in chunk), "chunk", c, shards)
-                  for shards in sharded for c, chunk in enumerate(shards.chunks)]
+        units += [(min(position[p] for p, _ in chunk), "chunk", c, owners)
+                  for owners in owned for c, chunk in enumerate(owners.chunks)]
         units += [(max(position[p] for p in params), "flat", k, flat)
                   for flat in flats for k, params in enumerate(flat.params)]
-        self.units = [(kind, item, shards) for _, kind, item, shards in sorted(units, key=lambda u: -u[0])]
+        self.units = [(kind, item, mover) for _, kind, item, mover in sorted(units, key=lambda u: -u[0])]
         self.unit_of = {}  # param → its unit
-        for u, (kind, item, shards) in enumerate(self.units):
-            for p in self._unit_params(kind, item, shards):
+        for u, (kind, item, mover) in enumerate(self.units):
+            for p in self._unit_params(kind, item, mover):
                 self.unit_of[p] = u
-        self.members = [len(self._unit_params(kind, item, shards)) for kind, item, shards in self.units]
+        self.members = [len(self._unit_params(kind, item, mover)) for kind, item, mover in self.units]
         self.flat = {}  # bucket index → its preallocated flat buffer (buckets of several tensors)
         self.armed = False  # True during the backward of the last micro-batch of a step
         self._reset()
@@ -379,10 +379,10 @@ class GradientSync:
             for p in self.unit_of:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
-    def _unit_params(self, kind, item, shards):
+    def _unit_params(self, kind, item, mover):
         if kind == "bucket":
             return self.buckets[item]
-        return [p for p, _ in shards.chunks[item]] if kind == "chunk" else shards.params[item]
+        return [p for p, _ in mover.chunks[item]] if kind == "chunk" else mover.params[item]
 
     def _reset(self):
         self.ready = [0] * len(self.units)
@@ -397,9 +397,9 @@ class GradientSync:
             self._start(self.next_unit)
 
     def _start(self, u):
-        kind, item, shards = self.units[u]
+        kind, item, mover = self.units[u]
         if kind in ("chunk", "flat"):  # the optimizer that owns them waits in its step
-            shards.start_reduce(item)
+            mover.start_reduce(item)
         else:
             bucket = self.buckets[item]
             for p in bucket:

@@ -12,21 +12,7 @@ import numpy
 
 from gptlab.core import gpus
 from gptlab.core.gpus import lookup_gpu
-
-
-def git_commit(repo_root):
-    """HEAD's commit (with '-dirty' when the tree has changes), or None outside a git checkout."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        # --no-optional-locks: read only, never refresh the index of the checkout being recorded
-        # experiments/ is left out: its reports (LEADERBOARD.md, plots) are regenerated, not code
-        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--",
-                                ".", ":(exclude)experiments"],
-                               cwd=repo_root, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (commit + ("-dirty" if dirty else "")) if commit else None
+from gptlab.core.paths import git_commit  # noqa: F401 (config.json's git_commit; the tokenizer records it too)
 
 
 def versions():

@@ -15,14 +15,8 @@ import contextlib
 import torch
 from torch import nn
 
+from gptlab.core.distributed import is_sharded, reshard  # (also the checkpoint stage's)
 from gptlab.train.comm import check_held_once
-
-
-def is_sharded(tensor):
-    """True for a DTensor (a parameter under --shard_params)."""
-    from torch.distributed.tensor import DTensor  # (torch.distributed is there on every build this runs on)
-
-    return isinstance(tensor, DTensor)
 
 
 def is_sharded_model(model):
@@ -60,17 +54,6 @@ def shard_model(model, ctx):
         if hasattr(unit, "set_force_sum_reduction_for_comms"):
             unit.set_force_sum_reduction_for_comms(True)
     return mesh
-
-
-def reshard(model):
-    """Every FSDP unit back to its shards (the root keeps its whole parameters after a forward outside training):
-    the optimizers hold the shards, so named_parameters() must give those before a checkpoint or a copy. A model
-    without FSDP units is left as it is."""
-    from torch.distributed.fsdp import FSDPModule
-
-    for module in model.modules():
-        if isinstance(module, FSDPModule):
-            module.reshard()
 
 
 class ShardedGradients:

@@ -3,12 +3,12 @@ model's configuration, the token shards, the loaders, and one collective that ma
 evaluations' files are train_gpt.py's: gptlab.evals comes after training in the pipeline)."""
 import dataclasses
 
+from gptlab.checkpoint import checkpointing
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_folder_creatable
-from gptlab.data.loader import BOSAlignedLoader, ValidationSet
-from gptlab.data.selection import select_run_shards
+from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet
+from gptlab.dataset.selection import select_run_shards
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing
 from gptlab.train.config import arch_fields, check_model_fits, check_ranks_agree, model_config_of
 
 
@@ -16,7 +16,7 @@ from gptlab.train.config import arch_fields, check_model_fits, check_ranks_agree
 class RunInputs:
     tok: object              # the tokenizer (gptlab.tokenizer.format)
     model_config: dict       # the architecture module's GPTConfig fields
-    shards: object           # the chosen token shards (gptlab.data.selection)
+    shards: object           # the chosen token shards (gptlab.dataset.selection)
     train_loader: BOSAlignedLoader
     val_set: ValidationSet
     warnings: list           # lines for the console now and the run's log later

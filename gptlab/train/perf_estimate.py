@@ -135,7 +135,7 @@ def memory_bound_bytes(model, tokens, micro_batches, activation_bytes, compiled,
 
 def _muon_groups(optimizers):
     """(Newton-Schulz optimizers' same-shape parameter lists with their ns_steps, every other parameter): the
-    matrices MatrixShards deals out together, found the way it finds them."""
+    matrices MatrixOwners deals out together, found the way it finds them."""
     shapes, others = [], []
     for opt in optimizers:
         for (_, g), params in same_shape_params(opt.param_groups).items():
@@ -147,7 +147,7 @@ def _muon_groups(optimizers):
 
 
 def optimizer_work(optimizers, world_size):
-    """(Newton-Schulz FLOPs, elementwise bytes) of one update on one rank. Muon (gptlab.train.comm.MatrixShards)
+    """(Newton-Schulz FLOPs, elementwise bytes) of one update on one rank. Muon (gptlab.train.comm.MatrixOwners)
     deals same-shape matrices out one per rank: a rank orthogonalises ceil(count / world_size) of each shape; Adam
     is sharded into equal slices over the ranks (ShardedAdam; one rank: all of it)."""
     shapes, others = _muon_groups(optimizers)

@@ -5,7 +5,8 @@
     training_log.txt   human-readable log
     results.json       written at the end: status "finished" ("failed" with an error, "interrupted"), final figures
     code/              train_gpt.py and model.py whole, the rest as git commit + uncommitted.patch (a full copy
-                       outside git), tokenizer_train_script.py (gptlab/train/code_backup.py)
+                       outside git), tokenizer_train_script.py; code/.gitignore keeps the copies the commit holds
+                       out of a committed run folder (gptlab/train/code_backup.py)
     checkpoints/       --save_model checkpoints (git-ignored)
     heartbeat.json     the training process (host, pid, its start time) and its last reported step, so a reader
                        on the same host knows at once whether a run without results.json is alive
@@ -21,6 +22,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
+from gptlab.checkpoint import CHECKPOINT_DIR  # (the checkpoint stage's name; callers read it here with the rest)
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write_text, read_json_file
 
@@ -31,7 +33,6 @@ LOG_FILE = "training_log.txt"
 RESULTS_FILE = "results.json"
 CODE_DIR = "code"
 HEARTBEAT_FILE = "heartbeat.json"
-CHECKPOINT_DIR = "checkpoints"
 METRICS_COLUMNS = ["step", "tokens", "train_loss", "val_loss", "val_bpb", "lr", "step_time_s", "elapsed_s",
                    "tokens_per_s", "hellaswag_acc", "hellaswag_acc_norm", "tflops_per_gpu", "mfu"]
 # train_gpt.py --evals adds its suite's columns after these (gptlab.evals.in_run.metrics_columns: evals_core,

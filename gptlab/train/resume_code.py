@@ -1,6 +1,6 @@
 """A --resume checkpoint continues the training code that made it: train_gpt.py (its optimizers, schedule and loop)
 and any other research file the run's code/ backup recorded, not only its model (which the checkpoint carries,
-gptlab.train.model_source). A checkpoint whose run trained other code than this checkout's is refused before any
+gptlab.checkpoint.model_source). A checkpoint whose run trained other code than this checkout's is refused before any
 run folder is made, with the command that resumes it with its own code; a checkpoint whose optimizer states are
 not of this code's optimizers (moved out of its run folder, so no backup tells) is refused as not fitting them
 (check_optimizer_states).
@@ -13,7 +13,8 @@ import os
 import tempfile
 
 from gptlab.core.errors import UserError
-from gptlab.train import code_backup, model_source
+from gptlab.checkpoint import model_source
+from gptlab.train import code_backup
 from gptlab.train.records import CHECKPOINT_DIR, CODE_DIR, CONFIG_FILE
 
 CARRIED_BY_CHECKPOINT = tuple(model_source.ARCHITECTURES.values())
@@ -39,14 +40,18 @@ def _sha256(path):
         return "missing"
 
 
-def _changed(old_path, new_path):
-    def lines(path):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                return f.readlines()
-        except OSError:
-            return []
-    diff = list(difflib.unified_diff(lines(old_path), lines(new_path), n=0))
+def _changed(old_path, code_dir, rel):
+    try:
+        with open(old_path, encoding="utf-8", errors="replace") as f:
+            old = f.readlines()
+    except OSError:
+        old = []
+    try:  # the run's copy, or (a copy its repository need not hold) its commit's file
+        new = code_backup.read_backup_file(code_dir, rel, code_backup.repo_candidates(os.path.dirname(code_dir)))
+        new = new.decode("utf-8", errors="replace").splitlines(keepends=True)
+    except code_backup.CannotRebuild:
+        new = []
+    diff = list(difflib.unified_diff(old, new, n=0))
     added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
     removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
     return f"+{added} −{removed}"
@@ -65,7 +70,7 @@ def check_training_code(resume_path, repo_root=code_backup.PROJECT_ROOT):
               and digest != "missing" and digest != _sha256(os.path.join(repo_root, rel))]
     if not differ:
         return
-    what = ", ".join(f"{rel} ({_changed(os.path.join(repo_root, rel), os.path.join(code_dir, rel))} from this "
+    what = ", ".join(f"{rel} ({_changed(os.path.join(repo_root, rel), code_dir, rel)} from this "
                      "checkout's)" for rel in differ)
     rebuilt = os.path.join(tempfile.gettempdir(), f"gptlab_code_{os.path.basename(run.rstrip(os.sep))}")
     raise UserError(f"--resume checkpoint was made by other training code: {run}/{CODE_DIR}/ records {what}; "

@@ -27,16 +27,16 @@ import unicodedata
 import torch
 from tqdm import tqdm
 
+from gptlab.checkpoint import checkpointing, sharded_checkpoint
+from gptlab.checkpoint.model_source import source_file
 from gptlab.core.cli import FlagValueError, float_in, non_negative_int, path
 from gptlab.core.config_file import expand_config
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import StopRequested, UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
-from gptlab.data.hellaswag import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
-from gptlab.data.evals_download import DATA_DIR as EVALS_DATA_DIR
-from gptlab.train.model_source import source_file
-from gptlab.train import (checkpointing, code_backup, cost, dashboards, environment, fsdp, records, resume_code,
-                          sharded_checkpoint, stop)
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
+from gptlab.dataset.evals_download import DATA_DIR as EVALS_DATA_DIR
+from gptlab.train import code_backup, cost, dashboards, environment, fsdp, records, resume_code, stop
 from gptlab.train.step_reports import StepFigures, StepReports, due
 
 
@@ -168,7 +168,7 @@ _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
 def restore_training_state(ckpt, model, optimizers, train_loader, ctx=None, allow_new_data=False):
     """Put a --resume checkpoint's weights, optimizer states, data position and random generators back; a
     checkpoint that lacks a part or does not fit the model is one UserError. A sharded checkpoint (a folder) or a
-    sharded model (--shard_params) goes through gptlab.train.sharded_checkpoint (collective then: pass ctx)."""
+    sharded model (--shard_params) goes through gptlab.checkpoint.sharded_checkpoint (collective then: pass ctx)."""
     try:
         resume_code.check_optimizer_states(ckpt["optimizers"], optimizers)  # other optimizer code: no KeyError later
         # how an optimizer runs (fused on a GPU, foreach on a CPU) belongs to this machine, not the checkpoint
@@ -618,7 +618,7 @@ class Run:
     def save_checkpoint(self, step, model, optimizers, train_loader):
         """checkpoints/step_NNNNNN.pt: weights, optimizer states, data position, random generators (rank 0 writes;
         optimizers that keep state on other ranks must have gathered it first). Under --shard_params the folder
-        checkpoints/step_NNNNNN/ instead, every rank writing its blocks (gptlab.train.sharded_checkpoint)."""
+        checkpoints/step_NNNNNN/ instead, every rank writing its blocks (gptlab.checkpoint.sharded_checkpoint)."""
         sharded = fsdp.is_sharded_model(model)
         if not self.ctx.is_main and not sharded:
             return

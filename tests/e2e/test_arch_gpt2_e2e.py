@@ -12,7 +12,8 @@ import torch
 from conftest import REPO, SHARED_DATA, free_port, run_script, run_scripts
 from helpers.eval_tasks import data_dir_with, loop_loglikelihood
 from helpers.tiny_runs import only_run_dir, run_json, run_main_expecting, run_metric, tiny_args
-from gptlab.train import checkpointing, records
+from gptlab.checkpoint import checkpointing
+from gptlab.train import records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -106,7 +107,7 @@ def test_sample_runs_on_a_gpt2_checkpoint(runs):
 
 def test_evaluate_scores_a_gpt2_checkpoint_as_a_plain_loop(runs, tmp_path):
     from gptlab.evals import suite, task_spec
-    from gptlab.train.model_source import load_model
+    from gptlab.checkpoint.model_source import load_model
 
     data = data_dir_with(tmp_path / "data", ["copa", "arc_easy"], limit=2)
     out = tmp_path / "out"
@@ -169,7 +170,7 @@ def test_a_modded_checkpoint_still_loads_as_model_py(tmp_path):
     from helpers.random_checkpoint import save_random_checkpoint
     from helpers.tiny_data import read_docs, save_tiny_tokenizer
     from conftest import FINEWEB_150
-    from gptlab.train import model_source
+    from gptlab.checkpoint import model_source
 
     tok = save_tiny_tokenizer(str(tmp_path / "tok.pkl"), read_docs(FINEWEB_150)[:10], 50)
     ckpt = str(tmp_path / "step_000001.pt")
@@ -186,7 +187,7 @@ def test_export_writes_a_gpt2_run_as_transformers_gpt2(runs, tmp_path):
     gives the checkpoint's logits on a row holding one document from <|endoftext|> (HF counts positions from the
     row's start, ours from each document's)."""
     transformers = pytest.importorskip("transformers")
-    from gptlab.train.model_source import load_model
+    from gptlab.checkpoint.model_source import load_model
 
     out = tmp_path / "hf"
     proc = run_script(["export_hf.py", runs["ckpt"], out], check=True)
@@ -225,7 +226,7 @@ def test_hellaswag_cuts_rows_longer_than_the_position_table(runs):
     scored through the checkpoint's scorer = a hand loop over each cut row alone."""
     from conftest import HELLASWAG_VAL
     from gptlab.evals.hellaswag import evaluate_hellaswag
-    from gptlab.train.model_source import load_model, logits_fn
+    from gptlab.checkpoint.model_source import load_model, logits_fn
 
     model, _, ck = load_model(runs["ckpt"])
     tok = checkpointing.checkpoint_tokenizer(ck, runs["ckpt"])
@@ -270,7 +271,7 @@ def test_an_edited_gpt2_exports_with_its_own_code(runs, tmp_path):
     """A researcher's gpt2.py with a new weight in every block is no GPT2LMHeadModel: export_hf.py says so in a note
     and writes the custom-code export (its tied head saved once and tied back on loading), whose logits equal the
     checkpoint's."""
-    from gptlab.train import model_source
+    from gptlab.checkpoint import model_source
 
     with open(os.path.join(REPO, "gpt2.py"), encoding="utf-8") as f:
         code = gated(f.read())

@@ -188,8 +188,8 @@ def test_bench_anchor_prepare_only_writes_both_shard_layouts_a_valid_tokenizer_a
 
     import numpy as np
 
-    from gptlab.data.selection import select_run_shards
-    from gptlab.data.shards import read_shard
+    from gptlab.dataset.selection import select_run_shards
+    from gptlab.dataset.shards import read_shard
     from gptlab.tokenizer.format import open_tokenizer
 
     anchor = ANCHOR
@@ -218,7 +218,7 @@ def test_bench_anchor_prepare_only_writes_both_shard_layouts_a_valid_tokenizer_a
     assert anchor_tokens["train"].size >= 2 * 49152 and anchor_tokens["val"].size > 65536
     assert not np.array_equal(anchor_tokens["train"][:1000], anchor_tokens["val"][:1000])
 
-    # ours: the same documents, readable by gptlab.data.shards and accepted by train_gpt.py's shard checks
+    # ours: the same documents, readable by gptlab.dataset.shards and accepted by train_gpt.py's shard checks
     ours_train, ours_val = out / "ours_data" / "train_000001.bin", out / "ours_data" / "val_000000.bin"
     assert np.array_equal(read_shard(str(ours_train)), anchor_tokens["train"])
     assert np.array_equal(read_shard(str(ours_val)), anchor_tokens["val"])
@@ -399,7 +399,7 @@ def test_bench_evals_times_ours_against_lm_eval_and_reads_its_per_example_log_li
 # ------------------------------------------------------------------------------------------------ bench_comm.py
 def test_bench_comm_trains_the_same_losses_through_ddp_zero_and_fsdp2_as_through_ours():
     """Two gloo ranks, a tiny model: torch's DDP + ZeroRedundancyOptimizer and FSDP2 run the same mathematics as
-    GradientSync + MatrixShards + ShardedAdam (sums of the same two gradients), so the losses agree to round-off."""
+    GradientSync + MatrixOwners + ShardedAdam (sums of the same two gradients), so the losses agree to round-off."""
     import re
 
     proc = run_script(["bench/bench_comm.py", "--model_dim", "64", "--num_layers", "2", "--num_heads", "2",

@@ -22,7 +22,9 @@ from conftest import free_port, run_script
 from helpers.tiny_runs import only_run_dir, tiny_args
 from test_faults import assert_one_clear_error
 from test_shard_params import FLAGS, torchrun
-from gptlab.train import checkpointing, records, sharded_checkpoint
+from gptlab.checkpoint import checkpointing, sharded_checkpoint
+from gptlab.checkpoint.format import payload_sha256
+from gptlab.train import records
 
 INDEX, META = ".metadata", "checkpoint.pt"  # DCP's index and the bookkeeping with the manifest (docs/faults.md)
 RUN_FLAGS = dict(FLAGS, train_steps=2, checkpoint_every=2, val_loss_every=0, hellaswag_limit=0, sample_tokens=0)
@@ -53,7 +55,7 @@ def _resign(folder):
     payload = torch.load(meta_path, weights_only=True)
     payload["sharded"]["files"] = {name: sharded_checkpoint._file_record(os.path.join(folder, name))
                                    for name in sorted(os.listdir(folder)) if name != META}
-    payload["sha256"] = checkpointing.payload_sha256(payload)
+    payload["sha256"] = payload_sha256(payload)
     os.remove(meta_path)
     torch.save(payload, meta_path)
 

@@ -1,5 +1,6 @@
 """gptlab.train.code_backup: the research files copied whole, the rest as git commit + uncommitted.patch (checked
 with plain git on a fresh clone), a full copy outside git; compare_experiments.py --diff over both layouts."""
+import hashlib
 import json
 import os
 import shutil
@@ -115,8 +116,8 @@ def test_git_checkout_research_files_whole_rest_as_commit_and_a_patch_git_applie
     code = os.path.join(run, "code")
 
     head = git(repo, "rev-parse", "HEAD").decode().strip()
-    assert sorted(os.listdir(code)) == ["git.json", "model.py", "tokenizer_train_script.py", "train_gpt.py",
-                                        "uncommitted.patch"]
+    assert sorted(os.listdir(code)) == [".gitignore", "git.json", "model.py", "tokenizer_train_script.py",
+                                        "train_gpt.py", "uncommitted.patch"]
     for rel in ("train_gpt.py", "model.py"):
         with open(os.path.join(repo, rel), "rb") as a, open(os.path.join(code, rel), "rb") as b:
             assert a.read() == b.read()
@@ -167,7 +168,8 @@ def test_a_clean_checkout_has_an_empty_patch_and_a_deleted_research_file_stays_d
     os.remove(os.path.join(repo, "model.py"))
     info = cb.backup_code(repo, str(tmp_path / "run"))
     code = tmp_path / "run" / "code"
-    assert sorted(os.listdir(code)) == ["git.json", "tokenizer_train_script.py", "train_gpt.py", "uncommitted.patch"]
+    assert sorted(os.listdir(code)) == [".gitignore", "git.json", "tokenizer_train_script.py", "train_gpt.py",
+                                        "uncommitted.patch"]
     assert (code / "uncommitted.patch").read_bytes() == b"" and info["patch_lines"] == 0
     assert (code / "tokenizer_train_script.py").read_text() == cb.NO_TOKENIZER_SCRIPT
     rebuilt = cb.rebuild_sources(str(tmp_path / "run"))
@@ -353,11 +355,77 @@ def test_the_committed_baselines_rebuild_from_their_commit(tmp_path):
                                capture_output=True).stdout.decode().split("\0")
     sources = sorted(p for p in at_commit if p and cb.is_project_source(p))
     for run in BASELINES:
+        # the repository holds their record, not copies of code its commit holds (code/.gitignore)
+        tracked = subprocess.run(["git", "ls-files", "code"], cwd=run, check=True, capture_output=True, text=True)
+        assert tracked.stdout.split() == ["code/.gitignore", "code/git.json", "code/uncommitted.patch"]
         rebuilt = cb.rebuild_sources(run)
-        assert sorted(rebuilt) == sorted(sources + ["tokenizer_train_script.py"])
+        assert sorted(rebuilt) == sorted(sources + (["tokenizer_train_script.py"] if os.path.exists(
+            os.path.join(run, "code", "tokenizer_train_script.py")) else []))
         for rel in ("train_gpt.py", "model.py"):  # trained from a clean clone: the commit's files exactly
             assert rebuilt[rel] == subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO, check=True,
                                                   capture_output=True).stdout
     names = [os.path.basename(run)[:15] for run in BASELINES]  # seeds 0, 1, 2 in time order
     out = diff(os.path.join(REPO, "experiments"), names[0], names[1])
-    assert f"identical ({len(sources) + 1} files)" in out and "~ seed: 0 -> 1" in out
+    assert f"identical ({len(sources)} files)" in out and "~ seed: 0 -> 1" in out  # (no tokenizer script in a clone)
+
+
+def committed_part(repo, run):
+    """The files of a run folder inside `repo` that `git add` takes (what a committed baseline holds)."""
+    git(repo, "add", os.path.relpath(run, repo))
+    listed = git(repo, "ls-files", "-z", "--", os.path.relpath(run, repo)).decode().split("\0")
+    return sorted(os.path.relpath(os.path.join(repo, p), run) for p in listed if p)
+
+
+def test_a_committed_run_holds_no_copy_of_code_its_commit_holds_and_reads_back_the_same(repo, tmp_path):
+    """A run from a clean checkout, committed as a baseline: git takes its record (git.json: commit and every
+    copy's sha256; the patch) and no copy of train_gpt.py, model.py or the tokenizer's script. Read back without
+    the copies (a fresh clone), the tools see the same code: rebuilt sources, the research files' identity (the
+    seed-group key), each file's bytes. A copy the commit does not hold (model.py edited) is committed."""
+    run = os.path.join(repo, "experiments", "20260103_000000_Base")
+    cb.backup_code(repo, run, "print('tokenizer trainer')\n")
+    code = os.path.join(run, "code")
+    before, identity = cb.rebuild_sources(run), cb.research_code(code)
+    assert committed_part(repo, run) == ["code/.gitignore", "code/git.json", "code/uncommitted.patch"]
+    with open(os.path.join(code, "git.json")) as f:
+        record = json.load(f)
+    assert record["at_commit"] == ["model.py", "train_gpt.py"]
+    assert record["sha256"]["tokenizer_train_script.py"] == hashlib.sha256(b"print('tokenizer trainer')\n").hexdigest()
+    for rel in ("train_gpt.py", "model.py", "tokenizer_train_script.py"):
+        os.remove(os.path.join(code, rel))  # as a clone of the repository has it
+    assert cb.rebuild_sources(run) == {rel: data for rel, data in before.items() if rel != "tokenizer_train_script.py"}
+    assert cb.research_code(code) == identity
+    assert cb.read_backup_file(code, "model.py") == COMMITTED["model.py"].encode()
+    # a commit whose file is not the recorded one (history rewritten) is refused, not read as the run's
+    record["sha256"]["model.py"] = "0" * 64
+    with open(os.path.join(code, "git.json"), "w") as f:
+        json.dump(record, f)
+    with pytest.raises(cb.CannotRebuild, match="sha256 differs"):
+        cb.read_backup_file(code, "model.py")
+
+    write(repo, "model.py", "class GPT:\n    width = 192\n")
+    edited = os.path.join(repo, "experiments", "20260103_000001_Wide")
+    cb.backup_code(repo, edited)
+    assert committed_part(repo, edited) == ["code/.gitignore", "code/git.json", "code/model.py",
+                                            "code/uncommitted.patch"]
+
+
+def test_an_older_backup_is_recorded_by_reference_before_it_is_committed(repo, tmp_path):
+    """--by-reference on a backup made before code/.gitignore: the sha256s and at_commit are recorded and the same
+    copies left out of the commit, the copies themselves untouched."""
+    run = os.path.join(repo, "experiments", "20260104_000000_Older")
+    cb.backup_code(repo, run, "print('tokenizer trainer')\n")
+    code = os.path.join(run, "code")
+    os.remove(os.path.join(code, ".gitignore"))
+    with open(os.path.join(code, "git.json")) as f:
+        record = json.load(f)
+    older = {k: v for k, v in record.items() if k not in ("sha256", "at_commit")}
+    with open(os.path.join(code, "git.json"), "w") as f:
+        json.dump(older, f)
+    copies = tree_of(code)
+    proc = run_script(["-m", "gptlab.train.code_backup", "--by-reference", run], check=True)
+    assert "model.py, train_gpt.py held by the commit" in proc.stdout
+    with open(os.path.join(code, "git.json")) as f:
+        assert json.load(f) == record
+    assert {rel: data for rel, data in tree_of(code).items() if rel not in (".gitignore", "git.json")} == \
+        {rel: data for rel, data in copies.items() if rel != "git.json"}
+    assert committed_part(repo, run) == ["code/.gitignore", "code/git.json", "code/uncommitted.patch"]

@@ -15,10 +15,10 @@ import pytest
 from conftest import REPO, run_script
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write
-from gptlab.data import fineweb
-from gptlab.data import loader as data_loader
-from gptlab.data import shards
-from gptlab.data.selection import select_run_shards
+from gptlab.dataset import fineweb
+from gptlab.dataset import loader as data_loader
+from gptlab.dataset import shards
+from gptlab.dataset.selection import select_run_shards
 from helpers.tiny_runs import only_run_dir, tiny_args
 
 sys.path.insert(0, REPO)
@@ -247,7 +247,7 @@ def test_train_gpt_refuses_a_folder_being_written(tiny, folders, tmp_path):
     assert not (tmp_path / "exps").exists() or not os.listdir(tmp_path / "exps")
     # the same from the command line: one error line, status 2
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from gptlab.data.fineweb import shard_folder_lock\n"
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from gptlab.dataset.fineweb import shard_folder_lock\n"
         "with shard_folder_lock(sys.argv[2], 1, 2):\n    print('locked', flush=True); time.sleep(600)"),
         REPO, folder], stdout=subprocess.PIPE, text=True)
     try:

@@ -15,9 +15,9 @@ from conftest import FINEWEB_150, REPO, free_port, run_script, unreadable_file
 from helpers import faults
 from helpers.tiny_data import save_tiny_tokenizer
 
-from gptlab.data import shards
+from gptlab.dataset import shards
 from gptlab.core.errors import UserError
-from gptlab.data.fineweb import buffered_shuffle, encode_document
+from gptlab.dataset.fineweb import buffered_shuffle, encode_document
 from gptlab.text.sources import iter_local_documents
 from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer, save_tokenizer
 

@@ -10,7 +10,7 @@ from conftest import HELLASWAG_VAL, REPO, run_script, unreadable_file
 from helpers.hellaswag_file import BUNDLED_GZ, PUBLISHED_BYTES, PUBLISHED_ROWS, PUBLISHED_SHA256, files_in
 from helpers.hellaswag_file import tampered  # noqa: F401 (a fixture)
 from gptlab.core.errors import UserError
-from gptlab.data.hellaswag import SAMPLE_GZ, fetch_hellaswag, sha256_file
+from gptlab.dataset.hellaswag_file import SAMPLE_GZ, fetch_hellaswag, sha256_file
 
 SCRIPT = os.path.join(REPO, "download_hellaswag.py")
 

@@ -1,5 +1,5 @@
 """download_fineweb.py --input, checked from outside the product: the shards are read by a reader written from
-docs/data.md's format text (not gptlab.data.shards), the tokens compared with tiktoken's own encode_ordinary of
+docs/data.md's format text (not gptlab.dataset.shards), the tokens compared with tiktoken's own encode_ordinary of
 the documents (the tokenizer pickle loaded as a tiktoken Encoding here), the documents taken from pyarrow's JSON
 reader or json.loads."""
 import glob

@@ -14,7 +14,7 @@ from conftest import FINEWEB_150, HELLASWAG_VAL, run_script
 from helpers.tiny_data import read_docs, save_tiny_tokenizer
 from hub_standin import hub_env, running_standin
 
-from gptlab.data import shards
+from gptlab.dataset import shards
 from gptlab.tokenizer.format import load_tokenizer
 
 # sha256 of the upstream github.com/rowanz/hellaswag data/hellaswag_val.jsonl (published with the dataset's users,

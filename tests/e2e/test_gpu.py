@@ -208,7 +208,8 @@ def test_fp8_head_on_cuda_is_the_cpu_reference_product():
 def test_train_gpt_gpu_run_with_fp8_head_and_bf16_embeddings_gives_a_checkpoint_that_loads_on_cpu(tmp_path):
     """The GPU recipe with --fp8_head where the GPU has FP8: it trains, its embeddings were bfloat16 (the
     checkpoint's float32 values are bfloat16 values) and the checkpoint samples on the CPU."""
-    from gptlab.train import model_source, records
+    from gptlab.checkpoint import model_source
+    from gptlab.train import records
     from helpers.tiny_runs import only_run_dir
 
     run_script(_gpu_run(tmp_path, sample_tokens=8, model_name="fp8", save_model=True, fp8_head=_fp8_capable()),

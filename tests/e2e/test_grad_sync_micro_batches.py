@@ -11,7 +11,7 @@ import train_gpt
 
 
 def reference_gradients(n_rows):
-    model = job.build_model()
+    model = job.random_model()
     data = torch.from_numpy(job.rows(n_rows))
     x, y = data[:, :-1], data[:, 1:]
     windows = train_gpt.window_blocks(0, job.TRAIN_STEPS, job.WINDOW)

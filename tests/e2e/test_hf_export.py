@@ -1,5 +1,5 @@
 """export_hf.py: a checkpoint as a Hugging Face folder. The references are independent of the export: the
-checkpoint's own model built by gptlab.train.model_source (logits; greedy tokens by full forward passes or by
+checkpoint's own model built by gptlab.checkpoint.model_source (logits; greedy tokens by full forward passes or by
 model.py's KVCache, as sample.py decodes), our tiktoken Encoding (tokens and text), GPT-2's byte map and a tiktoken
 merge order worked out by hand, and gptlab.evals.hellaswag's scorer against lm-eval's loglikelihood computation
 reproduced below (and, where lm-eval is installed, lm-eval itself)."""
@@ -15,7 +15,7 @@ import torch
 
 from conftest import FINEWEB_150, HELLASWAG_VAL, REPO, SHARED_DATA, TINY_SHAKESPEARE, run_script
 from gptlab.core.errors import UserError
-from gptlab.train.model_source import checkpoint_logits_fn, load_model
+from gptlab.checkpoint.model_source import checkpoint_logits_fn, load_model
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
@@ -47,7 +47,7 @@ def export(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ours(export):
-    """(logits_fn, tiktoken Encoding, checkpoint): the checkpoint's own model (gptlab.train.model_source)."""
+    """(logits_fn, tiktoken Encoding, checkpoint): the checkpoint's own model (gptlab.checkpoint.model_source)."""
     return checkpoint_logits_fn(export[1])
 
 
@@ -92,7 +92,7 @@ def greedy_kv_cache(model, module, tokens, n, eot, n_vocab):
 
 # ------------------------------------------------------------------------------------------------ tokenizer
 def test_bytes_to_unicode_is_gpt2s_map():
-    from gptlab.export.hf import bytes_to_unicode
+    from gptlab.export.hf_folder import bytes_to_unicode
 
     mapping = bytes_to_unicode()
     # printable Latin-1 stays; the 68 others get 256, 257, ... in byte order (GPT-2's encoder.py)
@@ -109,7 +109,7 @@ def test_merges_follow_tiktoken_where_the_trainers_merge_list_would_not():
     import tiktoken
     from tokenizers import Tokenizer
 
-    from gptlab.export.hf import tiktoken_merges, tokenizer_json
+    from gptlab.export.hf_folder import tiktoken_merges, tokenizer_json
 
     ranks = {bytes([i]): i for i in range(256)}
     ranks.update({b"bc": 256, b"ab": 257, b"abc": 258})
@@ -182,7 +182,7 @@ def test_the_cli_checks_its_export_and_refuses_to_overwrite(export):
     assert config["vocab_size"] == 2257 and config["padded_vocab_size"] == 2304  # 256 + 2000 + 1, padded to 128s
     assert (config["long_window_blocks"], config["short_window_blocks"]) == (2, 1)
     # the architecture is the checkpoint's, whole: its GPTConfig fields and its model source, verbatim
-    from gptlab.train.checkpointing import load_checkpoint
+    from gptlab.checkpoint.checkpointing import load_checkpoint
 
     ckpt = load_checkpoint(ckpt_path)
     assert config["model_config"] == ckpt["model_config"]

@@ -1,7 +1,7 @@
 """export_hf.py ships the checkpoint's own model source: a checkpoint trained by an edited model.py (a SwiGLU MLP,
 with a weight today's model.py does not have) exports, only with --trust_model_code since no run here trained it,
 and transformers runs that edited source. The reference is the checkpoint's own model, built from its source by
-gptlab.train.model_source."""
+gptlab.checkpoint.model_source."""
 import json
 import os
 import re
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import FINEWEB_150, SHARED_DATA, TINY_SHAKESPEARE, run_script
-from gptlab.train import model_source as ms
+from gptlab.checkpoint import model_source as ms
 
 pytest.importorskip("transformers")
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
@@ -92,7 +92,7 @@ def test_an_edited_architecture_exports_with_its_own_source(edited):
         assert got.shape == expected.shape == (1, len(row), enc.n_vocab)
         assert (got - expected).abs().max() <= 1e-5
         # today's model.py with the same weights (it has no gate: strict=False drops them) is another model
-        today = ms.build_model(ms.current_module(), ckpt["model_config"])
+        today = ms.model_from_config(ms.current_module(), ckpt["model_config"])
         missing, unexpected = today.load_state_dict(ckpt["model"], strict=False)
         assert not missing and unexpected and all(".c_gate." in name for name in unexpected)
         assert (today.predict(torch.tensor([row]), eot)[..., :enc.n_vocab] - got).abs().max() > 1e-2
@@ -107,7 +107,7 @@ def test_the_wrapper_imports_its_sibling_afresh_whenever_it_runs(tmp_path, monke
     import sys
     import types
 
-    from gptlab.export.hf import MODELING_FILE
+    from gptlab.export.hf_folder import MODELING_FILE
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     shutil.copyfile(MODELING_FILE, tmp_path / "modeling_gptlab.py")

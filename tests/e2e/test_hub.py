@@ -27,8 +27,8 @@ from helpers.hellaswag_file import PUBLISHED_BYTES, PUBLISHED_SHA256
 from hub_standin import (HELLASWAG_PATH, HELLASWAG_REPO, HELLASWAG_VALIDATION, HubStandin, hellaswag_repo, hub_env,
                          running_standin, split_evenly, standin_for_tests)
 
-from gptlab.data import shards
-from gptlab.data.hellaswag import HELLASWAG_SHA256, sha256_file
+from gptlab.dataset import shards
+from gptlab.dataset.hellaswag_file import HELLASWAG_SHA256, sha256_file
 from gptlab.tokenizer.format import load_tokenizer, read_tokenizer_file
 
 HUB_RUN = os.path.join(REPO, "tests", "helpers", "hub_run.py")

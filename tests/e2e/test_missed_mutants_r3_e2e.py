@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import FINEWEB_150, SHARED_DATA, run_script
-from gptlab.train.model_source import checkpoint_logits_fn
+from gptlab.checkpoint.model_source import checkpoint_logits_fn
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),

@@ -28,7 +28,7 @@ def exported(tmp_path_factory):
     transformers = pytest.importorskip("transformers")
     from helpers.random_checkpoint import save_random_checkpoint
     from helpers.tiny_data import read_docs, save_tiny_tokenizer
-    from gptlab.train.model_source import checkpoint_logits_fn
+    from gptlab.checkpoint.model_source import checkpoint_logits_fn
 
     folder = tmp_path_factory.mktemp("hf_r4")
     tok_path = save_tiny_tokenizer(str(folder / "tok_v556.pkl"), read_docs(FINEWEB_150)[:40], 300)

@@ -15,7 +15,8 @@ import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, run_script
 from helpers.model_edits import copy_repository, evaluate_and_export, sample_texts
-from gptlab.train import checkpointing, records
+from gptlab.checkpoint.format import payload_sha256
+from gptlab.train import records
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -181,7 +182,7 @@ def _as_format_2(path, out):
     adam["param_groups"] = [{k: g[k] for k in ("lr", "betas", "eps", "params", "name", "initial_lr")} | {"step": step}
                             for g in adam["param_groups"]]
     old["format_version"] = 2
-    old["sha256"] = checkpointing.payload_sha256(old)
+    old["sha256"] = payload_sha256(old)
     torch.save(old, out)
 
 
@@ -195,11 +196,11 @@ def test_a_format_2_checkpoint_is_refused_with_the_command_that_converts_it_and_
     for command in (["sample.py", old], ["train_gpt.py", "--resume", old], ["export_hf.py", old, str(tmp_path / "x")]):
         proc = run_script(command, cwd=repo)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, command
-        assert f"python -m gptlab.train.convert_checkpoint {old}" in proc.stderr
-    converted = run_script([sys.executable and "-m", "gptlab.train.convert_checkpoint", old], cwd=repo, check=True)
+        assert f"python -m gptlab.checkpoint.convert_checkpoint {old}" in proc.stderr
+    converted = run_script([sys.executable and "-m", "gptlab.checkpoint.convert_checkpoint", old], cwd=repo, check=True)
     new = str(tmp_path / "old" / "step_000003_v3.pt")
     assert new in converted.stdout
-    assert run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo).returncode == 2  # never overwritten
+    assert run_script(["-m", "gptlab.checkpoint.convert_checkpoint", old], cwd=repo).returncode == 2  # never overwritten
     run_script(["train_gpt.py", "--resume", new, "--experiments_dir", str(tmp_path / "resumed")], cwd=repo,
                check=True)
 
@@ -216,7 +217,7 @@ def test_a_format_2_checkpoint_whose_weights_do_not_fit_todays_model_is_not_conv
     ckpt = trained("new_weight_in_every_block")[2][0]
     old = str(tmp_path / "step_000005.pt")
     _as_format_2(ckpt, old)
-    proc = run_script(["-m", "gptlab.train.convert_checkpoint", old], cwd=repo)
+    proc = run_script(["-m", "gptlab.checkpoint.convert_checkpoint", old], cwd=repo)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "c_gate" in proc.stderr
     assert "--model_source" in proc.stderr and not os.path.exists(str(tmp_path / "step_000005_v3.pt"))
 

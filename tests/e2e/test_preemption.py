@@ -17,7 +17,8 @@ import pytest
 
 from conftest import REPO, SHARED_DATA, free_port, free_ports, run_script, run_scripts
 from helpers.tiny_runs import only_run_dir, tiny_args
-from gptlab.train import checkpointing, records
+from gptlab.checkpoint import checkpointing
+from gptlab.train import records
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals and process groups")]

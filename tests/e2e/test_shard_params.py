@@ -22,7 +22,8 @@ import torch
 from conftest import HELLASWAG_VAL, REPO, free_port, run_script
 from helpers.tiny_runs import only_run_dir, run_json, run_main_expecting, run_metric, tiny_args
 from gptlab.core.errors import UserError
-from gptlab.train import checkpointing, records
+from gptlab.checkpoint import checkpointing
+from gptlab.train import records
 
 # 3 layers: an odd number of matrices per shape (an idle owner rank on 2 ranks); 640-token validation = 5 rows,
 # which 2 and 3 ranks share unevenly (the FSDP forward must still run equally often on every rank)
@@ -122,10 +123,10 @@ def test_a_checkpoint_resumes_on_another_world_size_with_or_without_sharding(run
 def test_every_tool_reads_the_whole_model_from_a_sharded_checkpoint(runs, tiny):
     """The weights the tools load from the folder give back the validation loss the 2-rank run measured with its
     sharded model at step 8 (another code path: FSDP's forward, summed over ranks)."""
-    from gptlab.data.loader import ValidationSet
+    from gptlab.dataset.loader import ValidationSet
     from gptlab.evals.bpb import evaluate_val, token_byte_lengths
     from gptlab.tokenizer.format import open_tokenizer
-    from gptlab.train.model_source import load_model
+    from gptlab.checkpoint.model_source import load_model
 
     folder = os.path.join(runs["two"], records.CHECKPOINT_DIR, "step_000008")
     model, _, ckpt = load_model(folder)

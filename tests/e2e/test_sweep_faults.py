@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from gptlab.core.errors import UserError
-from gptlab.train import sweep as sw
+from gptlab.train import sweep_grid as sw
 
 # The stand-in for train_gpt.py, by the word in EXPERIMENTS_DIR/mode: sleep (write its pid, then sleep), ok (write a
 # finished run folder and say so), silent_ok (exit 0 without a run folder).
@@ -116,7 +116,7 @@ def test_a_malformed_record_is_one_error_naming_it_and_the_way_out(tmp_path, sta
 
 DRIVER = textwrap.dedent("""
     import sys
-    from gptlab.train import sweep as sw
+    from gptlab.train import sweep_grid as sw
     if sys.argv[3] == "watcher":
         sw._libc_prctl = lambda: None  # as off Linux
     sw.run_sweep(sw.plan_sweep("Sw", [("lr_scale", ["1", "2"])], [0], []), sys.argv[1], sys.argv[2])

@@ -15,12 +15,12 @@ import torch
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA, free_port, run_script, run_scripts, unreadable_file
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import records
-from gptlab.data.shards import read_shard, write_shard
+from gptlab.dataset.shards import read_shard, write_shard
 
 sys.path.insert(0, REPO)
-from gptlab.train import model_source  # noqa: E402
+from gptlab.checkpoint import model_source  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout")
 
@@ -132,7 +132,8 @@ def test_tiny_model_trains_and_writes_a_complete_run_folder(tiny, tmp_path):
     from gptlab.train.code_backup import rebuild_sources
 
     rebuilt = rebuild_sources(run_dir)  # research files whole; the rest from the commit + uncommitted.patch
-    for rel in ("train_gpt.py", "model.py", "gptlab/data/loader.py", "gptlab/train/records.py", "requirements.txt"):
+    for rel in ("train_gpt.py", "model.py", "gptlab/dataset/loader.py", "gptlab/train/records.py",
+                "requirements.txt"):
         with open(os.path.join(REPO, rel), "rb") as f:
             assert rebuilt[rel] == f.read(), rel
     assert os.path.isfile(os.path.join(code, "model.py")) and os.path.isfile(os.path.join(code, "train_gpt.py"))
@@ -370,7 +371,7 @@ def test_cli_bad_input_is_one_clean_line(tiny, tmp_path):
 
 def test_missing_hellaswag_file_warns_how_to_get_it_and_training_finishes(tiny, tmp_path):
     """The default file missing (a folder without data/hellaswag/) only warns; see the next test for a named one."""
-    from gptlab.data.hellaswag import DEFAULT_PATH as missing
+    from gptlab.dataset.hellaswag_file import DEFAULT_PATH as missing
 
     (tmp_path / "elsewhere").mkdir()
     proc = run_script([os.path.join(REPO, "train_gpt.py")] + tiny_args(

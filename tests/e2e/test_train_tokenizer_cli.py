@@ -10,7 +10,7 @@ import pytest
 from conftest import FINEWEB_150, REPO, TINY_SHAKESPEARE, free_port, run_script, unreadable_file
 from helpers import faults
 
-from gptlab.tokenizer.format import EOT, load_tokenizer, read_tokenizer_file
+from gptlab.tokenizer.format import EOT, load_tokenizer, read_tokenizer_file, training_script
 
 ROUND_TRIP_TEXTS = ["aaaa aaa !!!!! \n\n\n   x", "héllo wörld 日本語 🙂👨‍👩‍👧‍👦", "don't I'm 1234567 3.14",
                     "line\r\nline\r\n\r\n", "text " + EOT + " more", ""]
@@ -34,11 +34,12 @@ def test_trains_a_loadable_exact_tokenizer(tmp_path):
     assert meta["chars_used"] == 200_000 and meta["world_size"] == 1 and meta["pattern_name"] == "gpt4"
     assert meta["source"] == {"input": [FINEWEB_150]} and len(meta["merge_counts"]) == 344
     assert {"python", "regex", "numpy", "tiktoken"} <= set(meta["versions"])
-    assert "# ===== train_tokenizer.py =====" in data["script_content"]
-    assert "# ===== gptlab/tokenizer/merges.py =====" in data["script_content"]
-    assert "# ===== gptlab/tokenizer/job.py =====" in data["script_content"]
+    script = training_script(data)  # stored once beside the pickle, by its sha256
+    assert "# ===== train_tokenizer.py =====" in script and not data["script_content"]  # (not in the pickle)
+    assert "# ===== gptlab/tokenizer/merges.py =====" in script
+    assert "# ===== gptlab/tokenizer/job.py =====" in script
     with open(os.path.join(REPO, "gptlab", "tokenizer", "merge_loop.c")) as f:  # the default engine's C source
-        assert "# ===== gptlab/tokenizer/merge_loop.c =====\n" + f.read() in data["script_content"]
+        assert "# ===== gptlab/tokenizer/merge_loop.c =====\n" + f.read() in script
     assert (tmp_path / "t_v600_n200000.merges.txt").read_text().count("\n") == 345
     enc = load_tokenizer(str(path))
     with open(FINEWEB_150) as f:
@@ -130,7 +131,7 @@ def test_in_process_api_matches_the_cli(tmp_path):
     api_path = save(trained, str(tmp_path / "api.pkl"))
     api = read_tokenizer_file(api_path)
     assert api["mergeable_ranks"] == cli["mergeable_ranks"] and api["special_tokens"] == {EOT: 400}
-    assert api["script_content"].startswith("# ===== train_tokenizer.py =====")
+    assert training_script(api).startswith("# ===== train_tokenizer.py =====")
     with pytest.raises(UserError, match="already exists; pass --overwrite"):
         train_tokenizer(inputs=[FINEWEB_150], samples=60_000, vocabsize=400, out_path=api_path, progress=False)
     with pytest.raises(UserError, match="below 256"):

@@ -16,7 +16,7 @@ import torch
 from conftest import REPO, SHARED_DATA, _drop_root_file_access, run_script, run_scripts
 from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
-from gptlab.train import checkpointing
+from gptlab.checkpoint.format import payload_sha256
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.usefixtures("one_torch_thread")]
@@ -36,7 +36,7 @@ def craft(src, dst, change, resign=True):
     payload = torch.load(src, weights_only=True)
     change(payload)
     if resign:
-        payload["sha256"] = checkpointing.payload_sha256(payload)
+        payload["sha256"] = payload_sha256(payload)
     torch.save(payload, dst)
     return str(dst)
 

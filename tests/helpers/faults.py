@@ -45,7 +45,7 @@ class _DiskFullAfter:
 
 
 def full_disk_atomic_write(real_atomic_write, shard_name, room=1024):
-    """gptlab.data.shards.atomic_write where the disk fills while the shard called `shard_name` is written: its
+    """gptlab.dataset.shards.atomic_write where the disk fills while the shard called `shard_name` is written: its
     1024-byte header fits, its tokens do not (ENOSPC), inside the real atomic_write, which removes the temporary
     file and renames nothing. Other files are written normally."""
 
@@ -86,10 +86,10 @@ def die_rank(pretokenize_module, rank):
 
 # fault (the GPTLAB_FAULT_ variable's name, lower case) → (module it wraps, how to apply it given the variable)
 FAULTS = {
-    "full_disk": ("gptlab.data.shards",
+    "full_disk": ("gptlab.dataset.shards",
                   lambda module, value: setattr(module, "atomic_write",
                                                 full_disk_atomic_write(module.atomic_write, value))),
-    "die_after_shards": ("gptlab.data.fineweb", lambda module, value: die_after_shards(module, int(value))),
+    "die_after_shards": ("gptlab.dataset.fineweb", lambda module, value: die_after_shards(module, int(value))),
     "die_rank": ("gptlab.tokenizer.pretokenize", lambda module, value: die_rank(module, int(value))),
 }
 

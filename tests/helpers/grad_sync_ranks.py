@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node=2 tests/helpers/grad_sync_ranks.py OUT MICRO_BATCHES [shard]
 
-Every rank builds the same random model (build_model, also used by the test's single-process reference) and takes
+Every rank builds the same random model (random_model, also used by the test's single-process reference) and takes
 its MICRO_BATCHES micro-batches of rows(): rank r, micro-batch m gets row r * MICRO_BATCHES + m. Each rank writes
 OUT.rank{r} (torch.save): {"adam": {name: gradient at Adam's step}, "muon": {name: the rank-summed gradient Muon's
 owner received}}; Muon's matrices are split between the ranks, each recorded by its owner. With `shard` the model
@@ -17,7 +17,7 @@ sys.path.insert(0, REPO)
 SEQ_LEN, VOCAB, EOT, TRAIN_STEPS, WINDOW = 128, 300, 299, 10, 256
 
 
-def build_model():
+def random_model():
     import torch
 
     import model as arch
@@ -51,7 +51,7 @@ def main():
     out, micro_batches, shard = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["shard"]
     ctx = dist_utils.setup("cpu")
     try:
-        model = build_model()
+        model = random_model()
         if shard:
             fsdp.shard_model(model, ctx)
         names = {p: n for n, p in model.named_parameters()}
@@ -95,14 +95,14 @@ def main():
                 return adam_step()
             adam.step = recording_adam_step
         if not shard:
-            owned = muon.shards.owned
+            owned = muon.owners.owned
 
             def recording_owned():
                 for params, grads, group in owned():
                     for p, g in zip(params, grads):
                         recorded["muon"][names[p]] = g.clone()
                     yield params, grads, group
-            muon.shards.owned = recording_owned
+            muon.owners.owned = recording_owned
 
         cfg = SimpleNamespace(batch_size=ctx.world_size * micro_batches * SEQ_LEN, train_steps=TRAIN_STEPS,
                               window_size=WINDOW, cooldown_frac=0.5, lr_scale=1.0)

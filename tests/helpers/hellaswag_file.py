@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from conftest import HELLASWAG_VAL, REPO
-from gptlab.data.hellaswag import SAMPLE_GZ
+from gptlab.dataset.hellaswag_file import SAMPLE_GZ
 
 # Published facts about rowanz/hellaswag's data/hellaswag_val.jsonl (../shared/data/SOURCES.md: git blob
 # 0f5ee25d..., the id upstream's tree lists), written out here rather than read from the code under test.

@@ -19,9 +19,9 @@ def save_random_checkpoint(path, tokenizer_path, *, num_layers=6, num_heads=2, m
 
     import torch
 
-    from gptlab.train import checkpointing
+    from gptlab.checkpoint import checkpointing
     from gptlab.tokenizer.format import open_tokenizer
-    from gptlab.train import model_source as ms
+    from gptlab.checkpoint import model_source as ms
 
     tok = open_tokenizer(tokenizer_path)
     source = model_source or ms.current_source()

@@ -21,7 +21,8 @@ sys.path.insert(0, REPO)
 import model as arch  # noqa: E402
 import train_gpt  # noqa: E402
 from gptlab.core import distributed as dist_utils  # noqa: E402
-from gptlab.train import checkpointing, fsdp, sharded_checkpoint  # noqa: E402
+from gptlab.checkpoint import checkpointing, sharded_checkpoint  # noqa: E402
+from gptlab.train import fsdp  # noqa: E402
 from gptlab.train.run import restore_training_state  # noqa: E402
 
 

@@ -23,7 +23,7 @@ def main():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     import train_gpt
-    from gptlab.data import loader as data_loader
+    from gptlab.dataset import loader as data_loader
     from gptlab.train import run as run_module
     from gptlab.train import comm
 

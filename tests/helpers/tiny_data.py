@@ -75,7 +75,7 @@ def make_dataset(out_dir, n_merges=256, train_shards=2, write_manifest=True):
     Returns dict(tokenizer=path, train=glob, val=glob, dir=shard dir, eot=id, n_vocab=...)."""
     import numpy as np
 
-    from gptlab.data.shards import write_shard
+    from gptlab.dataset.shards import write_shard
     from gptlab.tokenizer.format import load_tokenizer, ranks_sha256, read_tokenizer_file
 
     os.makedirs(out_dir, exist_ok=True)
@@ -92,7 +92,7 @@ def make_dataset(out_dir, n_merges=256, train_shards=2, write_manifest=True):
     write_shard(os.path.join(shard_dir, "val_000000.bin"), encode_docs(enc, shakespeare[:1500]), overwrite=True)
     if write_manifest:
         # a real gptlab shard manifest (the format download_fineweb.py writes), so check_manifest accepts it
-        from gptlab.data import shards
+        from gptlab.dataset import shards
 
         listed = [{"name": name, "split": name.split("_")[0], "tokens": shards.read_header(os.path.join(shard_dir,
                    name))[1], "bytes": os.path.getsize(os.path.join(shard_dir, name))}

@@ -9,7 +9,8 @@ import torch
 
 from conftest import REPO
 from helpers.tiny_runs import only_run_dir, tiny_args
-from gptlab.train import checkpointing, model_source, records
+from gptlab.checkpoint import checkpointing, model_source
+from gptlab.train import records
 
 sys.path.insert(0, REPO)
 import model as arch  # noqa: E402

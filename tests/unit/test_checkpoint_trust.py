@@ -13,7 +13,7 @@ import torch
 
 from gptlab.core.errors import UserError
 from gptlab.core.unpickle import RefusedGlobal, load_allowed
-from gptlab.train import sharded_checkpoint as sc
+from gptlab.checkpoint import sharded_checkpoint as sc
 
 
 class _Calls:
@@ -114,7 +114,7 @@ def test_an_index_naming_code_is_refused_before_anything_runs_and_read_as_dcp_do
 def test_a_checkpoint_file_whose_pickle_names_code_is_refused_and_never_run(tmp_path):
     """One-file checkpoints (and a folder's checkpoint.pt) are read as weights only: code in them never runs, with
     or without the flag, and the refusal names what the pickle called."""
-    from gptlab.train import checkpointing
+    from gptlab.checkpoint import checkpointing
 
     marker, path = tmp_path / "ran", tmp_path / "step_000001.pt"
     torch.save({"format": "gptlab-checkpoint", "optimizers": [_Calls(exec, f"open({str(marker)!r}, 'w').close()")]},

@@ -4,7 +4,7 @@ recovered from its ranks are its vocab.bpe. compare_tokenizers.py's command line
 tests/e2e/test_compare_tokenizers_e2e.py."""
 from gptlab.compare import tokenizers as tr
 from helpers import gpt2_reference
-from gptlab.data.shards import write_shard
+from gptlab.dataset.shards import write_shard
 from helpers.report_tokenizers import MERGES_A, hand_tokenizer
 from helpers.report_tokenizers import gpt2, hand  # noqa: F401 (a fixture)
 

@@ -8,7 +8,7 @@ import pytest
 
 from gptlab import compare as cmp
 from gptlab.train import cost
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import records
 from gptlab.core.errors import UserError
 from helpers.run_folders import cells_by_run, finished_results, make_run, metrics_rows, variant

@@ -1,12 +1,12 @@
-"""gptlab/data/loader.py: BOS alignment, rank disjointness, world-size invariance, exact resume, bad data."""
+"""gptlab/dataset/loader.py: BOS alignment, rank disjointness, world-size invariance, exact resume, bad data."""
 import numpy as np
 import pytest
 
-from gptlab.data.loader import BOSAlignedLoader, ValidationSet
+from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet
 
-from gptlab.data.selection import expand_shard_files
+from gptlab.dataset.selection import expand_shard_files
 from gptlab.core.errors import UserError
-from gptlab.data.shards import write_shard
+from gptlab.dataset.shards import write_shard
 
 EOT = 1000
 
@@ -198,7 +198,7 @@ def test_every_document_start_is_in_some_row(tmp_path):
 
 
 def test_no_shard_folder_for_the_tokenizer_says_how_to_make_one(tmp_path):
-    from gptlab.data.selection import default_shard_folder
+    from gptlab.dataset.selection import default_shard_folder
 
     (tmp_path / "local_docs_other_v300").mkdir()  # another tokenizer's folder only
     with pytest.raises(UserError) as err:

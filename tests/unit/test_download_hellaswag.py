@@ -1,4 +1,4 @@
-"""gptlab.data.hellaswag's fetch in process: the published checksum, .gz and file:// sources, refusing a tampered or
+"""gptlab.dataset.hellaswag_file's fetch in process: the published checksum, .gz and file:// sources, refusing a tampered or
 truncated file, never destroying one. download_hellaswag.py's command line: tests/e2e/test_download_hellaswag_e2e.py."""
 import pathlib
 
@@ -8,7 +8,7 @@ from conftest import HELLASWAG_VAL
 from helpers.hellaswag_file import BUNDLED_GZ, PUBLISHED_ROWS, PUBLISHED_SHA256, files_in
 from helpers.hellaswag_file import tampered  # noqa: F401 (a fixture)
 from gptlab.core.errors import UserError
-from gptlab.data.hellaswag import HELLASWAG_ROWS, HELLASWAG_SHA256, fetch_hellaswag, sha256_file
+from gptlab.dataset.hellaswag_file import HELLASWAG_ROWS, HELLASWAG_SHA256, fetch_hellaswag, sha256_file
 
 
 def test_the_checksum_and_row_count_are_the_published_ones():

@@ -17,8 +17,8 @@ LIMIT = 3
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     """The tiny model (every layer's final window one 128-token block), its encoding, and the tasks' requests."""
-    from gptlab.train import checkpointing
-    from gptlab.train.model_source import load_model
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint.model_source import load_model
 
     folder = tmp_path_factory.mktemp("eval_score")
     ckpt, _ = tiny_checkpoint(str(folder), window_size=128)
@@ -33,7 +33,7 @@ def scored(tmp_path_factory):
 def run(scored, autocast_dtype=None, **kwargs):
     model, tok, tasks, data = scored
     block, window = score.model_geometry(model)
-    from gptlab.train.model_source import logits_fn
+    from gptlab.checkpoint.model_source import logits_fn
     kw = {"data_dir": data, "block": block, "window": window, "row_len": 256, **kwargs}
     fn = logits_fn(model, tok.eot, tok.encoding.n_vocab, autocast_dtype=autocast_dtype)
     return suite.score_tasks(fn, tok.encoding, tasks, **kw)
@@ -65,7 +65,7 @@ def test_sliding_windows_matter_here(scored):
     boundary and, with a one-block window, lose sight of its start; the scorer moves it to the boundary, so it
     scores as alone, and a packing that ignored the window would not."""
     model, tok = scored[:2]
-    from gptlab.train.model_source import logits_fn
+    from gptlab.checkpoint.model_source import logits_fn
     fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
     text = " ".join(["the model reads this sentence and scores every word of it"] * 30)
     tokens = [tok.eot] + tok.encoding.encode_ordinary(text)[:99]
@@ -179,7 +179,7 @@ def test_example_record_and_task_summary_by_hand():
 
 def test_logits_at_positions_equal_the_whole_logits_there(scored):
     """model.predict(positions=...) and ModelLogits.at give the whole forward's logits at those positions."""
-    from gptlab.train.model_source import logits_fn
+    from gptlab.checkpoint.model_source import logits_fn
     model, tok = scored[:2]
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, tok.encoding.n_vocab, (3, 200), generator=g)
@@ -196,7 +196,7 @@ def test_logits_at_positions_equal_the_whole_logits_there(scored):
 
 def test_a_model_source_without_positions_is_scored_from_its_whole_logits(scored):
     """An older model source (predict without positions) scores the same through the fallback."""
-    from gptlab.train.model_source import logits_fn
+    from gptlab.checkpoint.model_source import logits_fn
     model, tok, tasks, data = scored
 
     class Older(torch.nn.Module):
@@ -248,7 +248,7 @@ def test_scorers_on_cuda_leave_out_cudnn_attention_and_change_nothing_elsewhere(
     restricted; seen on the CPU through torch's own record of the allowed backends."""
     import contextlib
     from torch.nn.attention import SDPBackend
-    from gptlab.train.model_source import attention_kernels
+    from gptlab.checkpoint.model_source import attention_kernels
 
     assert isinstance(attention_kernels("cpu"), contextlib.nullcontext)
     before = torch.backends.cuda.cudnn_sdp_enabled()

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 import model as arch
 from gptlab.core.distributed import DistContext
-from gptlab.data.loader import BOSAlignedLoader, ValidationSet
-from gptlab.data.shards import write_shard
+from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet
+from gptlab.dataset.shards import write_shard
 from gptlab.evals import bpb as bpb_module
 from gptlab.evals.bpb import evaluate_val, token_byte_lengths
 from gptlab.evals.hellaswag import evaluate_hellaswag, score_examples, wilson_interval

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from conftest import REPO
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
+from gptlab.checkpoint.format import CHECKPOINT_FORMAT
 
 from gptlab.train import environment
 
@@ -128,8 +129,8 @@ def test_code_backup_keeps_every_project_source_and_the_tokenizer_script(tmp_pat
     repo = REPO
     code_backup.backup_code(repo, str(tmp_path), "print('tokenizer trainer')\n")
     rebuilt = code_backup.rebuild_sources(str(tmp_path))
-    for rel in ("train_gpt.py", "model.py", "gptlab/train/records.py", "gptlab/data/loader.py", "gptlab/tokenizer/merge_loop.c",
-                "requirements.txt"):
+    for rel in ("train_gpt.py", "model.py", "gptlab/train/records.py", "gptlab/dataset/loader.py",
+                "gptlab/tokenizer/merge_loop.c", "requirements.txt"):
         with open(os.path.join(repo, rel), "rb") as f:
             assert rebuilt[rel] == f.read(), rel
     assert not any("__pycache__" in rel or rel.startswith("tests") for rel in rebuilt)
@@ -210,7 +211,7 @@ class _RunsCodeWhenUnpickled:
 def test_load_checkpoint_refuses_a_file_that_carries_code_and_never_runs_it(tmp_path):
     marker = str(tmp_path / "code_ran")
     path = str(tmp_path / "step_000001.pt")
-    payload = {"format": checkpointing.CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
+    payload = {"format": CHECKPOINT_FORMAT, "format_version": 1, "step": 1, "model": {}, "model_config": {},
                "args": {"payload": _RunsCodeWhenUnpickled(marker)}}
     torch.save(payload, path)
     with pytest.raises(UserError, match="cannot be read"):

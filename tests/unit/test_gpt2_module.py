@@ -198,9 +198,10 @@ def test_impossible_configs_name_the_field(fields, words):
 
 def test_the_tools_build_and_check_it_as_they_do_model_py():
     from gptlab.core.errors import UserError
-    from gptlab.train import config, model_source
+    from gptlab.checkpoint import model_source
+    from gptlab.train import config
     cfg = dataclasses.asdict(tiny_config())
-    model = model_source.build_model(gpt2, cfg)
+    model = model_source.model_from_config(gpt2, cfg)
     model_source.check_weights_fit(gpt2, cfg, model.state_dict(), "a checkpoint")  # tied weights: both names
     assert tiny_config().head_dim == 8 and "head_dim" not in cfg  # derived, as config.py reads it
     assert "max_seq_len" not in [f.name for f in config.model_flags(gpt2.GPTConfig)]  # the tools set it

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import HELLASWAG_VAL, REPO
 from gptlab.core.errors import UserError
 from gptlab.evals.hellaswag import evaluate_hellaswag, score_examples, wilson_interval
-from gptlab.data.hellaswag import SAMPLE_GZ, load_hellaswag
+from gptlab.dataset.hellaswag_file import SAMPLE_GZ, load_hellaswag
 from helpers.hellaswag_tiny import TinyCausalLM, make_tokenizer
 
 N_EXAMPLES = 40

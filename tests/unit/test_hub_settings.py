@@ -11,7 +11,7 @@ from conftest import HELLASWAG_VAL
 from helpers.hellaswag_file import PUBLISHED_SHA256
 from hub_standin import hellaswag_parquet
 
-from gptlab.data import hellaswag
+from gptlab.dataset import hellaswag_file
 from gptlab.text.sources import proxy_hint, proxy_in_use, without_credentials
 
 PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
@@ -59,14 +59,14 @@ def test_the_hint_names_the_proxy_or_suggests_one(env):
 def test_the_validation_parquet_is_found_by_its_name():
     main = [".gitattributes", "README.md", "data/test-00000-of-00001.parquet", "data/train-00000-of-00001.parquet",
             "data/validation-00000-of-00001.parquet"]
-    assert hellaswag.hub_validation_files(main) == ["data/validation-00000-of-00001.parquet"]
+    assert hellaswag_file.hub_validation_files(main) == ["data/validation-00000-of-00001.parquet"]
     converted = ["default/train/0000.parquet", "default/validation/0000.parquet", "default/validation/0001.parquet"]
-    assert hellaswag.hub_validation_files(converted) == ["default/validation/0000.parquet",
+    assert hellaswag_file.hub_validation_files(converted) == ["default/validation/0000.parquet",
                                                          "default/validation/0001.parquet"]
     # one config only (its shards in order), and a name that merely contains "validation" is not the split
-    assert hellaswag.hub_validation_files(["b/validation/0000.parquet", "a/validation/0000.parquet"]) == \
+    assert hellaswag_file.hub_validation_files(["b/validation/0000.parquet", "a/validation/0000.parquet"]) == \
         ["a/validation/0000.parquet"]
-    assert hellaswag.hub_validation_files(["hellaswag.py", "data/train.parquet", "validation_notes.md",
+    assert hellaswag_file.hub_validation_files(["hellaswag.py", "data/train.parquet", "validation_notes.md",
                                            "data/cross_validation.parquet", "data/validation_old.parquet"]) == []
 
 
@@ -75,7 +75,7 @@ def test_hub_rows_give_back_the_upstream_lines(tmp_path):
     lines = pathlib.Path(HELLASWAG_VAL).read_bytes().splitlines(keepends=True)[3240:3250]
     path = tmp_path / "validation-00000-of-00001.parquet"
     path.write_bytes(hellaswag_parquet([json.loads(line) for line in lines]))
-    with hellaswag._upstream_lines([str(path)]) as stream:
+    with hellaswag_file._upstream_lines([str(path)]) as stream:
         rebuilt = b"".join(iter(stream.read, b""))
     assert rebuilt == b"".join(lines)
 
@@ -84,7 +84,7 @@ def test_without_pyarrow_the_github_file_is_used(env, tmp_path, capsys):
     from huggingface_hub import constants
 
     env.setattr(constants, "HF_HUB_OFFLINE", False)
-    env.setenv(hellaswag.URL_ENV, pathlib.Path(HELLASWAG_VAL).resolve().as_uri())  # GitHub's file, here
+    env.setenv(hellaswag_file.URL_ENV, pathlib.Path(HELLASWAG_VAL).resolve().as_uri())  # GitHub's file, here
     real_import = builtins.__import__
 
     def no_pyarrow(name, *args, **kwargs):
@@ -94,7 +94,7 @@ def test_without_pyarrow_the_github_file_is_used(env, tmp_path, capsys):
 
     env.setattr(builtins, "__import__", no_pyarrow)
     out = tmp_path / "hellaswag_val.jsonl"
-    path, status, source = hellaswag.fetch_hellaswag(out=str(out), progress=False, hub_repo="nobody/none")
+    path, status, source = hellaswag_file.fetch_hellaswag(out=str(out), progress=False, hub_repo="nobody/none")
     assert (status, source) == ("written", pathlib.Path(HELLASWAG_VAL).resolve().as_uri())
-    assert hellaswag.sha256_file(out) == PUBLISHED_SHA256
+    assert hellaswag_file.sha256_file(out) == PUBLISHED_SHA256
     assert "needs pyarrow" in capsys.readouterr().err  # said, and nothing asked of the Hub (no endpoint here)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO, SAMPLE_DATA
-from gptlab.data.hellaswag import DEFAULT_PATH
+from gptlab.dataset.hellaswag_file import DEFAULT_PATH
 from gptlab.evals.lm_eval_task import utils
 
 TASK_DIR = os.path.join(REPO, "gptlab", "evals", "lm_eval_task")

@@ -33,7 +33,7 @@ def test_probe_inputs_and_the_loaders_batches_share_one_compiled_graph():
     rows = np.random.default_rng(1).integers(1, 128, (2, 129)).astype(np.int64)
     rows[:, 0] = 0
     lx, ly = torch.from_numpy(np.ascontiguousarray(rows[:, :-1])), torch.from_numpy(np.ascontiguousarray(rows[:, 1:]))
-    fwd(lx, model.attention_masks(lx, 0, windows), ly).backward()  # the loader's layout (gptlab/data/loader.py)
+    fwd(lx, model.attention_masks(lx, 0, windows), ly).backward()  # the loader's layout (gptlab/dataset/loader.py)
     assert counter.frame_count == 1
     views = torch.from_numpy(rows)
     fwd(views[:, :-1], model.attention_masks(views[:, :-1], 0, windows), views[:, 1:]).backward()

@@ -17,8 +17,8 @@ import torch
 
 import train_gpt
 from gptlab.core.errors import UserError
-from gptlab.data import shards as shard_format
-from gptlab.data.fineweb import ShardWriter, encode_document
+from gptlab.dataset import shards as shard_format
+from gptlab.dataset.fineweb import ShardWriter, encode_document
 from gptlab.tokenizer.format import EOT, PATTERNS, load_tokenizer, read_tokenizer_file, safe_unpickle, save_tokenizer
 from gptlab.tokenizer.pretokenize import clean_document, count_documents, pretokenize
 
@@ -286,7 +286,7 @@ def test_verdict_at_p_equal_to_alpha_is_not_significant():
 
 
 def test_validation_rows_need_seq_len_plus_one_tokens_each(tmp_path):
-    from gptlab.data.loader import ValidationSet
+    from gptlab.dataset.loader import ValidationSet
 
     path = str(tmp_path / "val_000000.bin")
     shard_format.write_shard(path, np.arange(2 * 16, dtype=np.uint16))  # 32 tokens: one row of 16 + 1, not two
@@ -296,7 +296,7 @@ def test_validation_rows_need_seq_len_plus_one_tokens_each(tmp_path):
 
 
 def test_checkpoint_hash_tells_shapes_and_lists_from_tuples_apart():
-    from gptlab.train.checkpointing import payload_sha256
+    from gptlab.checkpoint.format import payload_sha256
 
     t = torch.arange(6, dtype=torch.float32)
     base = payload_sha256({"w": t.view(2, 3), "v": [1, 2]})
@@ -310,7 +310,7 @@ def test_resume_refuses_a_checkpoint_past_train_steps_and_takes_one_at_it():
     (docs/faults.md, 'Checkpoints and resume')."""
     from types import SimpleNamespace
 
-    from gptlab.train.checkpointing import check_resume_compatible
+    from gptlab.checkpoint.checkpointing import check_resume_compatible
 
     ckpt = {"model_config": {}, "tokenizer": {}, "step": 100}
     tok = SimpleNamespace(ranks_sha256="x", name="t")
@@ -339,7 +339,7 @@ def test_tolerant_metrics_read_infinite_and_nan_cells_as_none(tmp_path):
 
 
 def test_overlap_of_train_and_val_shards_is_found_through_a_symlink(tmp_path):
-    from gptlab.data.selection import select_run_shards
+    from gptlab.dataset.selection import select_run_shards
 
     train = tmp_path / "train" / "train_000001.bin"
     train.parent.mkdir()
@@ -352,7 +352,7 @@ def test_overlap_of_train_and_val_shards_is_found_through_a_symlink(tmp_path):
 
 
 def test_data_fingerprint_changes_with_a_shard_s_token_count(tmp_path):
-    from gptlab.data.selection import ShardPrint, fingerprint_of
+    from gptlab.dataset.selection import ShardPrint, fingerprint_of
 
     a = ShardPrint(path="d/train_000001.bin", real="x", size=10, tokens=100, sha256="s")
     b = ShardPrint(path="d/train_000001.bin", real="x", size=10, tokens=101, sha256="s")
@@ -362,7 +362,7 @@ def test_data_fingerprint_changes_with_a_shard_s_token_count(tmp_path):
 
 
 def test_loader_takes_a_shard_s_last_row_when_it_ends_exactly_at_the_shard_end(tmp_path):
-    from gptlab.data.loader import BOSAlignedLoader
+    from gptlab.dataset.loader import BOSAlignedLoader
 
     paths = []
     for i, first in enumerate((0, 100)):

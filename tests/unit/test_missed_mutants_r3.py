@@ -70,7 +70,7 @@ def test_adam_and_muon_settings_are_modded_nanogpts():
 def test_rank_digits_grow_only_past_1000_ranks():
     # ranks 0..999 fit 3 digits; a 1001st rank (number 1000) needs a 4th, and then every rank gets 4 so that names
     # sort by rank (shards.py's docstring)
-    from gptlab.data.shards import rank_digits, shard_filename
+    from gptlab.dataset.shards import rank_digits, shard_filename
 
     assert [rank_digits(w) for w in (1, 2, 999, 1000, 1001, 10000, 10001)] == [3, 3, 3, 3, 4, 4, 5]
     assert shard_filename("train", 7, 999, 1000) == "train_r999_000007.bin"
@@ -83,8 +83,8 @@ def test_a_writer_resumed_mid_document_records_positions_inside_that_document(tm
     # j = document 5's token 5, l = document 6's token 2, then document 7's start.
     import numpy as np
 
-    from gptlab.data import shards as shard_format
-    from gptlab.data.fineweb import ShardWriter
+    from gptlab.dataset import shards as shard_format
+    from gptlab.dataset.fineweb import ShardWriter
 
     eot = 256
     docs = ["fghij", "kl"]
@@ -106,8 +106,8 @@ def test_each_ranks_validation_rows_are_the_tokens_at_its_listed_locations(tmp_p
     # rows batches() yields must be the shard's tokens there (read back here with numpy), in that order.
     import numpy as np
 
-    from gptlab.data.loader import ValidationSet
-    from gptlab.data.shards import write_shard
+    from gptlab.dataset.loader import ValidationSet
+    from gptlab.dataset.shards import write_shard
 
     paths = []
     for k in range(2):
@@ -152,11 +152,11 @@ def test_logits_read_the_rms_normalised_output_of_the_last_block():
 
 # ---------------------------------------------------------------------------------------------- checkpoint hash
 def test_payload_hash_covers_every_key_and_nested_sha256_but_not_dict_order():
-    # checkpointing.payload_sha256: every value under its key, in a fixed order, only the top-level "sha256" (the
+    # format.payload_sha256: every value under its key, in a fixed order, only the top-level "sha256" (the
     # checksum itself) left out; a model_source's own "sha256" is content like any other
     import torch
 
-    from gptlab.train.checkpointing import payload_sha256
+    from gptlab.checkpoint.format import payload_sha256
 
     payload = {"step": 3, "model": {"w": torch.arange(4.0)}, "model_source": {"file": "model.py", "sha256": "aa"}}
     reordered = {"model_source": {"sha256": "aa", "file": "model.py"}, "model": {"w": torch.arange(4.0)}, "step": 3}
@@ -274,7 +274,7 @@ def test_tiktoken_merges_are_ranked_by_the_merged_tokens_id_whatever_the_dicts_o
     # lists both, lower (left id, right id) first. The vocabulary here is given in reverse id order (a file's dict
     # need not be sorted). By hand: 256 = a+b, 257 = c+d, 258 = ab+c (a+bc is no pair: bc is no token),
     # 259 = ab+cd or abc+d: (256, 257) before (258, 100)
-    from gptlab.export.hf import tiktoken_merges
+    from gptlab.export.hf_folder import tiktoken_merges
 
     ranks = {bytes([i]): i for i in range(256)}
     ranks.update({b"ab": 256, b"cd": 257, b"abc": 258, b"abcd": 259})

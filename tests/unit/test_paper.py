@@ -187,7 +187,7 @@ def test_the_appendix_changes_when_the_model_source_changes(tmp_path):
 
 def test_a_run_without_a_code_backup_shows_its_checkpoints_model_source(tmp_path):
     """No code/ folder: the appendix is the model source the run's checkpoint carries (not today's model.py)."""
-    from gptlab.train.model_source import current_source, sha256_text
+    from gptlab.checkpoint.model_source import current_source, sha256_text
     from helpers.random_checkpoint import save_random_checkpoint
     from helpers.tiny_data import save_tiny_tokenizer
 

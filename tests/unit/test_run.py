@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import REPO
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import records
-from gptlab.data.selection import RunShards
+from gptlab.dataset.selection import RunShards
 from gptlab.core.distributed import DistContext
 from gptlab.core.errors import UserError
 from gptlab.train.run import Run, add_run_flags, parse_flags

@@ -15,7 +15,7 @@ from gptlab.export.generate import (TextStream, cached_next_logits, generate, ne
 
 sys.path.insert(0, REPO)
 import model as arch  # noqa: E402
-from gptlab.train import model_source  # noqa: E402
+from gptlab.checkpoint import model_source  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="needs ../shared/data beside the checkout"),
               pytest.mark.usefixtures("one_torch_thread")]

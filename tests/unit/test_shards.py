@@ -7,7 +7,7 @@ import pytest
 
 from helpers.faults import full_disk_atomic_write
 
-from gptlab.data import shards
+from gptlab.dataset import shards
 from gptlab.core.errors import UserError
 
 

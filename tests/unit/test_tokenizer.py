@@ -225,3 +225,33 @@ def test_loader_accepts_the_four_plain_containers(tmp_path, protocol):
                                    "metadata": Counter("aab")}, protocol=protocol))
     with pytest.raises(UserError, match="refusing to load global collections.Counter"):
         read_tokenizer_file(str(path))
+
+
+def test_the_trainers_source_is_stored_once_beside_its_tokenizers_and_recorded_by_hash(tmp_path, trained):
+    """Two tokenizers trained by the same code: neither pickle holds the code, one file beside them does (named by
+    its sha256, computed here with hashlib), and each loads it back as its training script; the pickle records
+    the hash and the commit. Without the stored file the script is one line naming both; an older pickle that
+    carries its script whole still gives it."""
+    import hashlib
+
+    from gptlab.tokenizer.format import open_tokenizer
+
+    _, result, _ = trained
+    script = "# ===== train_tokenizer.py =====\n" + "x = 1\n" * 2000
+    digest = hashlib.sha256(script.encode()).hexdigest()
+    for name in ("a_v756_n1.pkl", "b_v756_n1.pkl"):
+        save_tokenizer(str(tmp_path / name), pat_str=PATTERNS["gpt4"], pattern_name="gpt4", merges=result.merges,
+                       mergeable_ranks=result.mergeable_ranks, special_tokens={EOT: 756}, metadata={},
+                       script_content=script, script_commit="0123abcd")
+        raw = (tmp_path / name).read_bytes()
+        assert b"x = 1\nx = 1" not in raw and len(raw) < len(script)
+        data = read_tokenizer_file(str(tmp_path / name))
+        assert (data["script_sha256"], data["script_commit"]) == (digest, "0123abcd")
+        assert open_tokenizer(str(tmp_path / name)).train_script == script
+    assert os.listdir(tmp_path / ".code") == [f"{digest}.txt"]
+    os.remove(tmp_path / ".code" / f"{digest}.txt")
+    missing = open_tokenizer(str(tmp_path / "a_v756_n1.pkl")).train_script
+    assert missing.startswith("#") and missing.count("\n") == 1 and digest in missing and "0123abcd" in missing
+    old = {"pat_str": PATTERNS["gpt4"], "mergeable_ranks": result.mergeable_ranks, "script_content": "# old"}
+    (tmp_path / "old.pkl").write_bytes(pickle.dumps(old))
+    assert open_tokenizer(str(tmp_path / "old.pkl")).train_script == "# old"

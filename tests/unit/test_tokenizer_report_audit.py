@@ -9,7 +9,7 @@ import pytest
 
 from gptlab.compare import tokenizers as tr
 from gptlab.core.errors import UserError
-from gptlab.data import shards
+from gptlab.dataset import shards
 from helpers.report_tokenizers import MERGES_A, MERGES_B, hand_tokenizer
 from helpers.report_tokenizers import hand  # noqa: F401 (a fixture)
 

@@ -9,7 +9,8 @@ import torch
 from conftest import REPO
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError
-from gptlab.train import checkpointing, config
+from gptlab.checkpoint import checkpointing
+from gptlab.train import config
 from gptlab.train.batching import micro_batch_candidates
 from gptlab.train.config import check_model_fits, resolve_config
 from gptlab.train.run import parse_flags

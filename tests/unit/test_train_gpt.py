@@ -15,12 +15,12 @@ import torch.nn.functional as F
 
 from conftest import HELLASWAG_VAL, REPO, SHARED_DATA
 from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
-from gptlab.train import checkpointing
+from gptlab.checkpoint import checkpointing
 from gptlab.train import environment
 from gptlab.train import records
-from gptlab.data.selection import check_shards_match_tokenizer, default_shard_folder
+from gptlab.dataset.selection import check_shards_match_tokenizer, default_shard_folder
 from gptlab.core.errors import UserError
-from gptlab.data.shards import write_shard
+from gptlab.dataset.shards import write_shard
 from gptlab.train.config import resolve_config
 
 sys.path.insert(0, REPO)
@@ -284,8 +284,8 @@ def test_bits_per_byte_counts_special_tokens_as_zero_bytes(tiny):
 def test_validation_builds_no_autograd_graph_and_counts_every_target_byte(tiny):
     """gptlab.evals.bpb.evaluate_val runs under no_grad (a graph kept alive by the all-reduced totals wasted memory
     and, on gloo, was freed by a worker thread at interpreter exit: a rare abort) and sums loss, tokens and bytes."""
-    from gptlab.data.loader import ValidationSet
-    from gptlab.data.selection import expand_shard_files
+    from gptlab.dataset.loader import ValidationSet
+    from gptlab.dataset.selection import expand_shard_files
     from gptlab.core.distributed import DistContext
     from gptlab.evals.bpb import evaluate_val, token_byte_lengths
     from gptlab.tokenizer.format import load_tokenizer
@@ -324,7 +324,7 @@ def test_missing_and_broken_shards_are_named(tiny, tmp_path):
 
 
 def test_default_shard_folder_is_found_by_the_manifest_not_just_the_name(tmp_path, monkeypatch):
-    from gptlab.data import shards
+    from gptlab.dataset import shards
 
     monkeypatch.chdir(tmp_path)
     for folder, tok in [("local_docs_qs_v300", "qs_v300"), ("local_docs_a_qs_v300", "a_qs_v300")]:
@@ -374,8 +374,8 @@ def test_shards_from_a_different_tokenizer_are_refused(tiny, tmp_path):
 
 def test_manifests_of_split_jobs_are_checked_with_the_package_reader(tiny, tmp_path):
     """Folders written by split download jobs hold only manifest.rank{r}.json parts: accepted when they record our
-    tokenizer (an unfinished part is reported), refused when they record another, via gptlab.data.shards.check_manifest."""
-    from gptlab.data import shards
+    tokenizer (an unfinished part is reported), refused when they record another, via gptlab.dataset.shards.check_manifest."""
+    from gptlab.dataset import shards
     from gptlab.tokenizer.format import ranks_sha256, read_tokenizer_file
 
     tok_hash = ranks_sha256(read_tokenizer_file(tiny["tokenizer"])["mergeable_ranks"])
@@ -431,7 +431,7 @@ def test_more_ranks_than_data(tiny):
     args = train_gpt.build_parser().parse_args(tiny_args(tiny, "/tmp/unused", batch_size=128, device_batch_size=128))
     with pytest.raises(UserError, match="fewer than one row of 128 per rank for 2 ranks"):
         resolve_config(args, world_size=2, device=torch.device("cpu"), model_module=arch)
-    from gptlab.data.loader import ValidationSet
+    from gptlab.dataset.loader import ValidationSet
     with pytest.raises(UserError, match="every rank needs at least one"):
         ValidationSet(glob.glob(tiny["val"]), 128, n_rows=2, rank=0, world_size=4)
 

@@ -154,7 +154,7 @@ def test_the_loader_recut_into_more_micro_batches_reads_the_same_rows(tiny):
 
     import numpy as np
 
-    from gptlab.data.loader import BOSAlignedLoader
+    from gptlab.dataset.loader import BOSAlignedLoader
 
     paths = sorted(glob.glob(tiny["train"]))
     direct = BOSAlignedLoader(paths, 128, 1024, tiny["eot"], grad_acc_steps=4)

@@ -11,7 +11,8 @@ import torch
 from helpers.sample_checkpoint import checkpoint  # noqa: F401 (a fixture)
 
 from gptlab.core.errors import UserError
-from gptlab.train import checkpointing, convert_checkpoint, model_source
+from gptlab.checkpoint import checkpointing, convert_checkpoint, model_source
+from gptlab.checkpoint.format import CHECKPOINT_VERSION, payload_sha256
 
 
 def craft(src, dst, change, resign=True):
@@ -21,7 +22,7 @@ def craft(src, dst, change, resign=True):
     replaced = change(payload)
     payload = payload if replaced is None else replaced
     if resign and isinstance(payload, dict):
-        payload["sha256"] = checkpointing.payload_sha256(payload)
+        payload["sha256"] = payload_sha256(payload)
     torch.save(payload, dst)
     return str(dst)
 
@@ -68,7 +69,7 @@ def test_a_checkpoint_without_a_checksum_is_old_and_refused_by_every_reader(chec
         del payload["sha256"]
 
     path = craft(ckpt, tmp_path / "c.pt", change, resign=False)
-    refused(lambda: checkpointing.load_checkpoint(path), "python -m gptlab.train.convert_checkpoint", path)
+    refused(lambda: checkpointing.load_checkpoint(path), "python -m gptlab.checkpoint.convert_checkpoint", path)
     refused(lambda: convert_checkpoint.main([path]), "--unverified")
     assert not os.path.exists(tmp_path / "c_v3.pt")
     for version in (2, 3):  # formats 2 and 3 always carry one
@@ -143,7 +144,7 @@ def test_a_crafted_configuration_is_refused_before_anything_is_allocated(checkpo
 def test_the_untouched_checkpoint_still_loads(checkpoint):
     ckpt, _ = checkpoint
     model, _, payload = model_source.load_model(ckpt)
-    assert payload["format_version"] == checkpointing.CHECKPOINT_VERSION
+    assert payload["format_version"] == CHECKPOINT_VERSION
 
 
 # ---- item 14: number flags of sample.py and download_hellaswag.py
@@ -243,7 +244,7 @@ def test_a_long_context_is_cut_from_the_left_and_memory_stays_bounded(checkpoint
     (_row(endings=("x" * 5000, "a", "b", "c")), "line 2: an ending is 5,000 bytes"),
 ])
 def test_a_row_beyond_any_hellaswag_row_is_refused_at_load_naming_it(tmp_path, row, phrase):
-    from gptlab.data.hellaswag import load_hellaswag
+    from gptlab.dataset.hellaswag_file import load_hellaswag
     from gptlab.evals.hellaswag import check_hellaswag_file
 
     path = _write_rows(tmp_path / "h.jsonl", [_row(), row])
@@ -252,7 +253,7 @@ def test_a_row_beyond_any_hellaswag_row_is_refused_at_load_naming_it(tmp_path, r
 
 
 def test_a_hellaswag_path_that_is_no_file_says_what_it_is(tmp_path):
-    from gptlab.data.hellaswag import load_hellaswag
+    from gptlab.dataset.hellaswag_file import load_hellaswag
     from gptlab.evals.hellaswag import check_hellaswag_file
 
     folder = tmp_path / "folder"

@@ -1,6 +1,6 @@
 """FineWeb (or local text) → token shards: the pipeline behind download_fineweb.py.
 
-Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.data.shards format;
+Layout: <out>/<dataset>_<tokenizer stem>/ with val_000000.bin, train_000001.bin, ... (gptlab.dataset.shards format;
 split jobs: train_r000_000001.bin, ..., see "Names and reading order") and a manifest. <dataset> is fineweb10B /
 fineweb10Bedu / fineweb100B... for the Hub, `local_<stem of the first input>` for --input files.
 
@@ -55,7 +55,7 @@ import numpy as np
 from gptlab.core.errors import UserError
 from gptlab.core.files import check_folder_creatable, describe_holder, exclusive_lock
 from gptlab.core.progress import progress_bar
-from gptlab.data import shards as shard_format
+from gptlab.dataset import shards as shard_format
 from gptlab.text.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
 from gptlab.tokenizer.format import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file

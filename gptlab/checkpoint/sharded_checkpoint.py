@@ -36,10 +36,11 @@ import warnings
 import torch
 
 from gptlab.core import distributed as dist_utils
+from gptlab.core.distributed import is_sharded, reshard
 from gptlab.core.errors import UserError
 from gptlab.core.unpickle import RefusedGlobal, load_allowed
-from gptlab.train import checkpointing
-from gptlab.train.fsdp import is_sharded, reshard
+from gptlab.checkpoint.format import (checkpoint_payload, code_in_pickle, read_file, refused_global, write_failure,
+                                      write_payload)
 
 META_FILE = "checkpoint.pt"
 DCP_INDEX = ".metadata"
@@ -50,7 +51,7 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 
 
 def save(path, ctx, model, optimizers, **bookkeeping):
-    """Collective: write the sharded checkpoint folder `path`. bookkeeping: checkpointing.checkpoint_payload's
+    """Collective: write the sharded checkpoint folder `path`. bookkeeping: checkpoint_payload's
     arguments other than the model state and optimizer states (dataloader_state, rng_states, args, ...). A write
     that fails on any rank (a full disk) fails on every rank, with no temporary folder left (_agree_on_failure)."""
     import torch.distributed.checkpoint as dcp
@@ -77,12 +78,12 @@ def save(path, ctx, model, optimizers, **bookkeeping):
     rng_per_rank = dist_utils.all_gather_objects(ctx, bookkeeping.get("rng_states") or {})
     if ctx.is_main:
         groups = [{"param_groups": _param_groups(opt)} for opt in optimizers]  # settings; the state is in DCP
-        payload = checkpointing.checkpoint_payload(
+        payload = checkpoint_payload(
             model_state={}, optimizer_states=groups,
             sharded={"files": manifest, "world_size": ctx.world_size, "rng_per_rank": rng_per_rank},
             **bookkeeping)
         try:
-            checkpointing.write_payload(os.path.join(partial, META_FILE), payload)
+            write_payload(os.path.join(partial, META_FILE), payload)
             os.rename(partial, path)
         except Exception as err:  # noqa: BLE001 (every rank learns of it below)
             failure = err
@@ -155,13 +156,13 @@ def _disk_message(err, path):
             continue
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
-            return checkpointing.write_failure(path, e.strerror or str(e))
+            return write_failure(path, e.strerror or str(e))
         todo += [e.__cause__, e.__context__]
         failures = getattr(e, "failures", None)
         if isinstance(failures, dict):
             todo += [pair[0] if isinstance(pair, tuple) else pair for pair in failures.values()]
     if isinstance(err, UserError) and str(err).startswith("could not write checkpoint"):  # torch's words only
-        return checkpointing.write_failure(path, str(err).split(": ", 1)[1].split(". Nothing half-written")[0])
+        return write_failure(path, str(err).split(": ", 1)[1].split(". Nothing half-written")[0])
     return None
 
 
@@ -208,7 +209,7 @@ def load(path, load_weights=True, trust_code=False):
     if not os.path.isfile(meta_path):
         raise UserError(f"{path} is a folder but not a complete sharded checkpoint (no {META_FILE} in it); pass a "
                         "run's checkpoints/step_N.pt file or step_N folder")
-    payload = checkpointing.load_checkpoint(meta_path)  # weights_only: plain values
+    payload = read_file(meta_path)  # weights_only: plain values
     sharded = payload.get("sharded")
     if not isinstance(sharded, dict) or not isinstance(sharded.get("files"), dict) or not sharded["files"]:
         raise UserError(f"{meta_path} has no manifest of the files beside it; it is damaged or not a sharded "
@@ -377,9 +378,9 @@ def _dcp_load(state, path, metadata, trust_code, no_dist):
         refusal = next((e for e in inner if isinstance(e, UserError)), None)
         if refusal is not None:
             raise UserError(str(refusal)) from None
-        named = next((checkpointing.refused_global(e) for e in inner if checkpointing.refused_global(e)), None)
+        named = next((refused_global(e) for e in inner if refused_global(e)), None)
         if named:  # a tensor block that is a pickle of code: torch.load(weights_only=True) refused it
-            raise UserError(checkpointing.code_in_pickle(f"sharded checkpoint {path}", named)) from None
+            raise UserError(code_in_pickle(f"sharded checkpoint {path}", named)) from None
         reason = str(inner[0] if inner else err).strip().splitlines()
         raise UserError(f"sharded checkpoint {path} cannot be read ({type(inner[0] if inner else err).__name__}: "
                         f"{(reason[-1] if reason else '')[:200]}); it is damaged or not a gptlab checkpoint") from None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gptlab.core.errors import UserError
-from gptlab.data.shards import (HEADER_BYTES, MANIFEST_GLOB, VERSION_DTYPES, check_manifest, check_no_writer,
+from gptlab.dataset.shards import (HEADER_BYTES, MANIFEST_GLOB, VERSION_DTYPES, check_manifest, check_no_writer,
                                  read_header, read_manifest_parts, read_shard, tokens_of_shard_bytes)
 
 
@@ -197,7 +197,7 @@ def check_shards_match_tokenizer(paths, tokenizer_sha256, n_vocab, flag):
     says the writer has not finished (still running, or killed) so the caller can warn.
 
     A folder written by download_fineweb.py has a manifest (manifest.json, or manifest.rank{r}.json parts from split
-    jobs): gptlab.data.shards.check_manifest compares its tokenizer ranks_sha256 with ours and checks every listed shard's
+    jobs): gptlab.dataset.shards.check_manifest compares its tokenizer ranks_sha256 with ours and checks every listed shard's
     header. Hand-made shards without a manifest are still checked for token ids beyond the vocabulary."""
     unfinished = []
     for folder in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):

@@ -1,8 +1,8 @@
 """Convert a checkpoint from before checkpoints carried their model's source (format 2) to today's format, or show
 the model code a checkpoint carries.
 
-    python -m gptlab.train.convert_checkpoint experiments/RUN/checkpoints/step_000120.pt      # → step_000120_v3.pt
-    python -m gptlab.train.convert_checkpoint --show CHECKPOINT                               # print its model.py
+    python -m gptlab.checkpoint.convert_checkpoint experiments/RUN/checkpoints/step_000120.pt      # → step_000120_v3.pt
+    python -m gptlab.checkpoint.convert_checkpoint --show CHECKPOINT                               # print its model.py
 
 A format-2 checkpoint holds no model code. Its weights were made by the GPT that train_gpt.py defined then; the
 converter attaches a model source (today's model.py, or --model_source FILE) only after checking that the weights
@@ -19,7 +19,8 @@ import torch
 from gptlab.core.cli import ArgumentParser, HelpFormatter, path
 from gptlab.core.errors import UserError, one_line, run_cli
 from gptlab.core.files import check_writable
-from gptlab.train import checkpointing, model_source as ms
+from gptlab.checkpoint import checkpointing, model_source as ms
+from gptlab.checkpoint.format import CHECKPOINT_VERSION
 
 
 def build_parser():
@@ -49,7 +50,7 @@ def convert_payload(old, source, module):
         raise UserError(f"the model source has no field(s) {', '.join(unknown)} of this checkpoint's configuration; "
                         "attach the model.py that trained it with --model_source FILE")
     config = dataclasses.asdict(module.GPTConfig(**config))
-    model = ms.build_model(module, config)
+    model = ms.model_from_config(module, config)
     try:
         model.load_state_dict(old["model"], strict=True)
     except RuntimeError as err:
@@ -59,7 +60,7 @@ def convert_payload(old, source, module):
     new["model_config"] = config
     new["model_source"] = source
     new["optimizers"] = [_torch_adam_state(state) for state in old.get("optimizers", [])]
-    new["format_version"] = checkpointing.CHECKPOINT_VERSION
+    new["format_version"] = CHECKPOINT_VERSION
     return new
 
 
@@ -91,7 +92,7 @@ def main(argv=None):
         print(f"# {source['file']} carried by {args.checkpoint} (sha256 {source['sha256']})")
         print(source["code"], end="")
         return 0
-    if payload.get("format_version", 0) >= checkpointing.CHECKPOINT_VERSION:
+    if payload.get("format_version", 0) >= CHECKPOINT_VERSION:
         raise UserError(f"{args.checkpoint} is already format {payload['format_version']}; nothing to convert")
     if "sha256" not in payload and not args.unverified:  # only format 1 was written without one
         raise UserError(f"{args.checkpoint} is format {payload['format_version']} and carries no checksum, so its "
@@ -115,7 +116,7 @@ def main(argv=None):
                                   rng_states=new["rng"], extra=new["extra"], data=new.get("data"),
                                   overwrite=args.overwrite)
     ms.record_trained_source(source)  # a run here made these weights with this code
-    print(f"wrote {out}: format {checkpointing.CHECKPOINT_VERSION}, model source {source['file']} (sha256 "
+    print(f"wrote {out}: format {CHECKPOINT_VERSION}, model source {source['file']} (sha256 "
           f"{source['sha256'][:12]}), weights checked against it")
     return 0
 

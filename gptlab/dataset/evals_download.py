@@ -19,7 +19,7 @@ import sys
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal
-from gptlab.data.hellaswag import sha256_file
+from gptlab.dataset.hellaswag_file import sha256_file
 from gptlab.text.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
 
 DATA_DIR = os.path.join("data", "evals")  # where each task's rows go: data/evals/<task>.jsonl

@@ -22,9 +22,9 @@ import torch
 
 from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write_text
-from gptlab.train import checkpointing
+from gptlab.core.paths import REPO_ROOT
+from gptlab.checkpoint import checkpointing
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # train_gpt.py's --arch choices: the module file of each (the first is the default). The one place that names them:
 # everything else reads the chosen module's interface
 ARCHITECTURES = {"modded": "model.py", "gpt2": "gpt2.py"}
@@ -101,7 +101,7 @@ def module_for(source, origin, trust_code=False):
     """The module of a recorded model source (a checkpoint's "model_source" entry); origin names where it came
     from (a checkpoint path) in the refusal."""
     if not source or "code" not in source:
-        raise UserError(f"{origin} carries no model source; convert it with python -m gptlab.train.convert_checkpoint "
+        raise UserError(f"{origin} carries no model source; convert it with python -m gptlab.checkpoint.convert_checkpoint "
                         f"{origin}")
     code, sha = source["code"], source.get("sha256")
     if sha != sha256_text(code):
@@ -116,7 +116,7 @@ def module_for(source, origin, trust_code=False):
         return import_file(stored, f"gptlab_model_{sha[:16]}")
     if not trust_code:
         raise UserError(f"{origin} carries model code (sha256 {sha[:12]}) that differs from {file} and that no "
-                        f"run on this machine trained; read it (python -m gptlab.train.convert_checkpoint --show "
+                        f"run on this machine trained; read it (python -m gptlab.checkpoint.convert_checkpoint --show "
                         f"{origin}) and pass {TRUST_FLAG} to run it")
     folder = tempfile.mkdtemp(prefix="gptlab-model-")
     path = os.path.join(folder, f"{sha}.py")
@@ -145,7 +145,7 @@ def import_file(path, name):
     return module
 
 
-def build_model(module, model_config, origin=None):
+def model_from_config(module, model_config, origin=None):
     """module.GPT(module.GPTConfig(**model_config)); a config the source does not accept is one UserError."""
     try:
         return module.GPT(module.GPTConfig(**model_config))
@@ -241,7 +241,7 @@ def load_model(path, device="cpu", trust_code=False):
                         "of parameter names to tensors); it is damaged or not a gptlab checkpoint")
     module = module_for(ckpt.get("model_source"), path, trust_code)
     check_weights_fit(module, ckpt["model_config"], ckpt["model"], path)
-    model = build_model(module, ckpt["model_config"], path)
+    model = model_from_config(module, ckpt["model_config"], path)
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as err:

@@ -2,7 +2,7 @@
 fixed validation set split over ranks.
 
 Data cannot change under a run: both read shards through the ShardPrints taken when the run started
-(gptlab.data.selection): a training shard is read whole into memory when the loader reaches it and checked against
+(gptlab.dataset.selection): a training shard is read whole into memory when the loader reaches it and checked against
 its print as it is read (size, the manifest's sha256), and the validation rows are read once, at start, and kept
 in memory, so a folder rebuilt (or a symlink flipped) mid-run is an error naming the shard, never other data.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from gptlab.core.errors import UserError
-from gptlab.data.selection import shard_prints
+from gptlab.dataset.selection import shard_prints
 
 
 def to_device(array, device):

@@ -1,3 +1,0 @@
-"""Data: shards.py (the token-shard format and manifest),
-fineweb.py (stream → shards, resumable, split over ranks), selection.py (a run's shards, checked), loader.py
-(BOS-aligned training batches, the validation set), hellaswag.py (download, verify and read the HellaSwag file)."""
