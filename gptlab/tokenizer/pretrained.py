@@ -169,8 +169,8 @@ def _gpt2_paths(path):
     paths = [os.path.join(folder, name) for name in GPT2_FILES]
     for p in paths:
         if not os.path.isfile(p):
-            raise UserError(f"GPT-2's tokenizer needs vocab.bpe and encoder.json side by side; {p} is missing (put "
-                            "both released files in one folder)")
+            raise UserError(f"{path}: GPT-2's tokenizer needs vocab.bpe and encoder.json side by side, and {p} is "
+                            "missing; put both released files in one folder")
     return paths
 
 
