@@ -93,7 +93,8 @@ def pretrained_source(name_or_path):
 
 def _is_tokenizer_json(path):
     try:
-        return isinstance(_json(path), dict) and "model" in _json(path)
+        spec = _json(path)
+        return isinstance(spec, dict) and "model" in spec
     except UserError:
         return True  # its own reader words the problem
 
@@ -194,7 +195,8 @@ def _from_gpt2_files(path):
         merges.append(parts)
     encoder = _json(encoder_json)
     if not isinstance(encoder, dict) or not all(isinstance(i, int) for i in encoder.values()):
-        raise UserError(f"{encoder_json} is not GPT-2's encoder.json (a JSON object of token → id); download it again")
+        raise UserError(f"{encoder_json} is not GPT-2's encoder.json (a JSON object of token → id); download it "
+                        "again")
     special = {t: i for t, i in encoder.items() if t.startswith("<|") and t.endswith("|>")}
     ranks = _byte_level_ranks(encoder, merges, special, encoder_json, vocab_bpe)
     return _dict(GPT2_PATTERN, "gpt2", ranks, special, f"{vocab_bpe} + {encoder_json}")
