@@ -207,7 +207,7 @@ def _from_tokenizer_json(path):
     model = spec.get("model") if isinstance(spec, dict) else None
     if not isinstance(model, dict):
         raise UserError(f"{path} is not a Hugging Face tokenizer.json (it has no \"model\"); give the tokenizer.json "
-                        "of a byte-level BPE")
+                        "of a byte-level BPE, or GPT-2's encoder.json with its vocab.bpe beside it")
     kind = model.get("type", "BPE" if "merges" in model else None)
     if kind != "BPE":
         raise UserError(f"{path} is a {kind or 'untyped'} model, not a byte-level BPE: only byte-level BPE "
@@ -343,7 +343,7 @@ def _from_tiktoken_file(path):
 def _hub_tokenizer_json(spec):
     """hf:ORG/NAME[@REVISION] → the local path of its tokenizer.json (downloaded into the Hub cache)."""
     repo_id, _, revision = spec.partition("@")
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+    if repo_id.count("/") > 1 or not all(repo_id.split("/")):  # "gpt2" alone is a legacy id the Hub still serves
         raise UserError(f"--tokenizer hf:{spec} must name a Hub repository as hf:ORG/NAME[@REVISION], e.g. "
                         "hf:openai-community/gpt2")
     from huggingface_hub import hf_hub_download
