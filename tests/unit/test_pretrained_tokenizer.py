@@ -148,6 +148,27 @@ def test_tokenizer_json_with_a_split_regex_uses_that_regex(tmp_path, gpt2, gpt2_
     assert enc.encode_ordinary("1234567") == ref.encode_ordinary("123") + ref.encode_ordinary("456") + [22]
 
 
+def test_llama3_style_tokenizer_json_with_every_pair_as_a_merge(tmp_path, gpt2_reference_encoding, texts):
+    """As Llama 3's tokenizer.json is made from its tiktoken file: every split of every token into two tokens is a
+    merge (several per token), ranked by the id they make, ignore_merges on, Llama 3's special tokens added."""
+    from tokenizers import Tokenizer
+
+    from gptlab.export.hf import tokenizer_json
+
+    # GPT-2's first 5,000 ids: a whole BPE vocabulary (every token's parts have lower ids), small enough to be quick
+    ranks = {t: i for t, i in gpt2_reference_encoding._mergeable_ranks.items() if i < 5000}
+    spec = tokenizer_json(LLAMA3_PAT, ranks, llama3_specials(5000))
+    assert len(spec["model"]["merges"]) > len(ranks)  # the shape of Llama 3's: more merges than tokens
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    hf = Tokenizer.from_file(str(path))
+    tok = open_tokenizer(str(path))
+    assert (tok.eot, tok.encoding._pat_str) == (5000, LLAMA3_PAT)  # <|begin_of_text|> starts documents
+    assert tok.encoding._mergeable_ranks == ranks
+    for text in texts[:4] + with_specials(texts, "<|eot_id|>"):
+        assert tok.encoding.encode(text, allowed_special="all") == hf.encode(text).ids
+
+
 # ------------------------------------------------------------------------------------------------ tiktoken
 
 
