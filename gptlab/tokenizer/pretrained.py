@@ -346,17 +346,34 @@ def _hub_tokenizer_json(spec):
     if repo_id.count("/") > 1 or not all(repo_id.split("/")):  # "gpt2" alone is a legacy id the Hub still serves
         raise UserError(f"--tokenizer hf:{spec} must name a Hub repository as hf:ORG/NAME[@REVISION], e.g. "
                         "hf:openai-community/gpt2")
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub import constants, hf_hub_download  # only for the Hub (it reads HF_* variables)
+    from huggingface_hub.errors import (EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
 
-    try:
-        return hf_hub_download(repo_id, "tokenizer.json", revision=revision or None)
+    from gptlab.text.sources import describe_error, hub_unreachable, proxy_hint
+
+    revision = revision or None
+    cached = f"is not in the HF cache ({constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE:
+        try:
+            return hf_hub_download(repo_id, "tokenizer.json", revision=revision)
+        except LocalEntryNotFoundError:
+            raise UserError(f"tokenizer.json of {repo_id} {cached} and HF_HUB_OFFLINE is set; run once online, "
+                            "unset HF_HUB_OFFLINE, or pass the path of a downloaded tokenizer.json") from None
+    problem = hub_unreachable(repo_id, repo_type=None, revision=revision or "main")
+    try:  # unreachable: the cached copy, if any, without minutes of retries
+        return hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=bool(problem))
+    except LocalEntryNotFoundError:
+        why = problem or f"the Hub at {constants.ENDPOINT} did not serve it"
+        raise UserError(f"tokenizer.json of {repo_id} {cached}: {why}; {proxy_hint([constants.ENDPOINT])}; "
+                        "or pass the path of a downloaded tokenizer.json") from None
     except EntryNotFoundError:
         raise UserError(f"the Hub repository {repo_id} has no tokenizer.json; give its vocab.bpe/encoder.json or "
                         "tiktoken file as a path instead") from None
     except (RepositoryNotFoundError, RevisionNotFoundError) as err:
         raise UserError(f"the Hub has no {repo_id}{'@' + revision if revision else ''} ({type(err).__name__}); "
                         "check the name (and HF_TOKEN for a gated or private repository)") from None
-    except Exception as err:  # offline, a proxy, a timeout
-        raise UserError(f"could not fetch tokenizer.json of {repo_id} from the Hub ({escape_controls(err)[:200]}); "
-                        "check the connection (HF_ENDPOINT, HTTPS_PROXY) or download it and pass its path") from None
+    except Exception as err:  # a proxy, a timeout, an error page
+        raise UserError(f"could not fetch tokenizer.json of {repo_id} from {constants.ENDPOINT} "
+                        f"({describe_error(err)}); {proxy_hint([constants.ENDPOINT])}, or pass the path of a "
+                        "downloaded tokenizer.json") from None

@@ -1,5 +1,6 @@
 """download_fineweb.py --tokenizer hf:ORG/NAME: the Hub repository's tokenizer.json (from the stand-in Hub, through
-HF_ENDPOINT) converted with its ids unchanged, and shards whose ids are tiktoken's own for GPT-2's released files."""
+HF_ENDPOINT) converted with its ids unchanged, and shards whose ids are tiktoken's own for GPT-2's released files;
+then the cached copy with the Hub gone, and one error line for a missing repository or an uncached one offline."""
 import glob
 import json
 import os
@@ -37,6 +38,12 @@ def test_download_fineweb_with_a_hub_tokenizer(tmp_path):
         missing = run_script(args + ["hf:openai-community/no-such-model"], env_extra=env, timeout=300)
     finally:
         hub.stop()
+    # the Hub gone: the cached tokenizer.json serves (no retries); offline without a cached copy: one line
+    cached = run_script(args + ["hf:openai-community/gpt2"], env_extra=env, timeout=300)
+    offline = run_script(args + ["hf:openai-community/gpt2@v2"], env_extra=dict(env, HF_HUB_OFFLINE="1"), timeout=300)
+    assert cached.returncode == 0 and "nothing to do" in cached.stderr, cached.stderr
+    assert offline.returncode == 2 and offline.stderr.count("\n") == 1, offline.stderr
+    assert "not in the HF cache" in offline.stderr and "HF_HUB_OFFLINE is set" in offline.stderr
     assert ok.returncode == 0, ok.stderr
     out_dir = tmp_path / "local_five_gpt2"  # named after the repository
     manifest = json.load(open(out_dir / "manifest.json"))
