@@ -87,8 +87,10 @@ def pretrained_source(name_or_path):
     first_line = text.split(b"\n", 1)[0].split()
     if len(first_line) == 2 and first_line[1].isdigit():
         return "tiktoken", name_or_path
+    # a protobuf starting with field 1 (a SentencePiece model, as Llama 1/2's tokenizer.model and Mistral's)
+    looks = " (it looks like a SentencePiece model, which is not byte-level BPE)" if head[:1] == b"\n" else ""
     raise UserError(f"{name_or_path} is not a tokenizer: not a pickle file at all, nor any tokenizer format known "
-                    f"here; pass {FORMATS_HINT}")
+                    f"here{looks}; pass {FORMATS_HINT}")
 
 
 def _is_tokenizer_json(path):

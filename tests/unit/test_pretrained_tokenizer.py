@@ -284,6 +284,10 @@ def test_a_file_of_no_known_format(tmp_path):
     binary = tmp_path / "random.bin"
     binary.write_bytes(bytes(range(1, 256)) * 4)
     refused(binary, "not a tokenizer")
+    # a SentencePiece ModelProto (Llama 2's tokenizer.model): field 1 `pieces`, each {1: piece, 2: score, 3: type}
+    sentencepiece = tmp_path / "tokenizer.model"
+    sentencepiece.write_bytes(b"\n\x0e\n\x05<unk>\x15\x00\x00\x00\x00\x18\x02" * 3)
+    refused(sentencepiece, "SentencePiece", "not byte-level BPE")
 
 
 def test_a_unigram_tokenizer_json(tmp_path):
