@@ -290,7 +290,7 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
         if candidate == name_or_path or os.path.exists(candidate):
             converted = convert(candidate)
             if converted is not None:
-                check_tokenizer_dict(converted, candidate)
+                check_tokenizer_dict(converted, candidate, fix="download it again")
                 return converted
     path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
     try:
@@ -327,10 +327,11 @@ def _is_id(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VOCAB
 
 
-def check_tokenizer_dict(data, source):
-    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source`), never a panic."""
+def check_tokenizer_dict(data, source, fix="retrain it with train_tokenizer.py"):
+    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source` and `fix`), never a
+    panic."""
     def damaged(problem):
-        return UserError(f"{source} is damaged: {problem}; retrain it with train_tokenizer.py")
+        return UserError(f"{source} is damaged: {problem}; {fix}")
 
     pat_str = data["pat_str"]
     if not isinstance(pat_str, str):

@@ -315,6 +315,14 @@ def test_truncated_files(tmp_path, gpt2_hf, gpt2_reference_encoding):
     refused(model, "lacks 156 of the 256 byte tokens", "truncated")
 
 
+def test_ids_given_twice_in_a_tokenizer_json(tmp_path, gpt2_hf):
+    spec = json.loads(gpt2_hf.backend_tokenizer.to_str())
+    spec["added_tokens"][0]["id"] = 50255  # <|endoftext|> onto the id of a vocabulary token
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    refused(path, "<|endoftext|> collides with another token's id", "download it again")
+
+
 def test_merges_that_do_not_match_the_vocabulary(tmp_path, gpt2):
     vocab_bpe, encoder_json = gpt2
     lines = open(vocab_bpe, encoding="utf-8").read().split("\n")
