@@ -111,6 +111,14 @@ def test_gpt2_files_encode_as_tiktoken_and_transformers(which, gpt2_folder, text
         assert ids == gpt2_reference_encoding.encode(text, allowed_special="all") == gpt2_hf(text)["input_ids"]
 
 
+def test_gpt2_files_encode_as_gpt2s_published_encoder(gpt2_folder, texts):
+    """The issue's promise: the same ids as GPT-2's own encoder.py (merge-pair ranks, its original regex)."""
+    published = gpt2_reference.PublishedEncoder()
+    enc = open_tokenizer(str(gpt2_folder)).encoding
+    for text in [texts[0][:50_000]] + texts[1:]:
+        assert enc.encode_ordinary(text) == published.encode(text)
+
+
 def test_hub_tokenizer_json_of_gpt2(tmp_path, gpt2_hf, texts, gpt2_reference_encoding):
     # transformers' own tokenizer.json of GPT-2 (a lone ByteLevel pre-tokenizer: GPT-2's regex)
     path = tmp_path / "gpt2" / "tokenizer.json"
