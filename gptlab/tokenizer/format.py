@@ -361,7 +361,7 @@ def check_tokenizer_dict(data, source, fix="retrain it with train_tokenizer.py")
     if clashes:
         raise damaged(f"the id of special token {', '.join(clashes)} collides with another token's id")
     document = data.get("document_token", EOT)
-    if document != EOT and document not in special:
+    if not isinstance(document, str) or (document != EOT and document not in special):
         raise damaged(f"its document token {str(document)[:40]!r} is not one of its special tokens")
 
 

@@ -331,6 +331,16 @@ def test_ids_given_twice_in_a_tokenizer_json(tmp_path, gpt2_hf):
     refused(path, "<|endoftext|> collides with another token's id", "download it again")
 
 
+@pytest.mark.parametrize("document", [["<|endoftext|>"], "<|missing|>"])
+def test_a_pickle_whose_document_token_is_not_a_special_token(tmp_path, document):
+    import pickle
+
+    path = tmp_path / "crafted.pkl"
+    path.write_bytes(pickle.dumps({"pat_str": r"\w+|\W", "mergeable_ranks": {bytes([i]): i for i in range(256)},
+                                   "special_tokens": {"<|endoftext|>": 256}, "document_token": document}, protocol=4))
+    refused(path, "is damaged: its document token", "retrain it")
+
+
 def test_merges_that_do_not_match_the_vocabulary(tmp_path, gpt2):
     vocab_bpe, encoder_json = gpt2
     lines = open(vocab_bpe, encoding="utf-8").read().split("\n")
