@@ -15,9 +15,9 @@ documented URL override). It serves a mirror of the real repositories' layout:
 - `rowanz/hellaswag/master/data/hellaswag_val.jsonl` (the path of the raw GitHub URL).
 
 Endpoints (what huggingface_hub 2.x / datasets 5.x ask for, found by logging unknown requests):
-`HEAD`/`GET /datasets/{org}/{name}/resolve/{rev}/{path}` (X-Repo-Commit, ETag, Range → 206, missing → 404 with
-X-Error-Code: EntryNotFound), the same for a model repository's file (`/{org}/{name}/resolve/{rev}/{path}`),
-`GET /api/datasets/{org}/{name}[/revision/{rev}]` (JSON with sha and siblings),
+`HEAD`/`GET /datasets/{org}/{name}/resolve/{rev}/{path}` (and a model repository's `/{org}/{name}/resolve/...`, which
+hf_hub_download asks for; models and datasets share the `repos` names) (X-Repo-Commit, ETag, Range → 206, missing → 404 with
+X-Error-Code: EntryNotFound), `GET /api/datasets/{org}/{name}[/revision/{rev}]` (JSON with sha and siblings),
 `GET /api/datasets/{org}/{name}/tree/{rev}[/{path}]` (list of {type, oid, size, path}, `recursive=true`),
 `POST /api/datasets/{org}/{name}/paths-info/{rev}`, and the dataset viewer's `GET /info?dataset=` (datasets asks
 `datasets-server.{endpoint host}` for it and ignores failures; only a proxy reaches it here). Requests in proxy form
@@ -268,7 +268,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _dispatch(self):
         path, query = self._target()
-        m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        m = re.fullmatch(r"/(?:datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)  # a dataset's or a model's
         if m:
             return self._resolve(m.group(1), m.group(2), m.group(3))
         m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
@@ -280,9 +280,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/paths-info/([^/]+)", path)
         if m and self.command == "POST":
             return self._paths_info(m.group(1), m.group(2))
-        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)  # a model repo's file (hf_hub_download)
-        if m:
-            return self._resolve(m.group(1), m.group(2), m.group(3))
         if path == "/info" and "dataset" in query:  # datasets-server.{endpoint host}: only reachable via a proxy
             return self._viewer_info(query["dataset"][0])
         if path in self.hub.raw_files:
