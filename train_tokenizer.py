@@ -85,8 +85,7 @@ def convert_pretrained(args):
     out_path = os.path.join(args.out, f"{name}.pkl")
     save_tokenizer(out_path, pat_str=data["pat_str"], pattern_name=data["pattern_name"], merges=[],
                    mergeable_ranks=data["mergeable_ranks"], special_tokens=data["special_tokens"],
-                   metadata=data["metadata"], script_content=data["script_content"], overwrite=args.overwrite,
-                   document_token=data["document_token"])
+                   metadata=data["metadata"], script_content=data["script_content"], overwrite=args.overwrite)
     print(f"wrote {out_path} ({len(data['mergeable_ranks']):,} tokens + {len(data['special_tokens'])} special, "
           f"ids unchanged, from {args.from_pretrained})", flush=True)
     return out_path

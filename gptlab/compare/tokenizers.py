@@ -23,7 +23,7 @@ from gptlab.core.progress import progress_bar
 from gptlab.data.selection import default_shard_folder
 from gptlab.data.shards import MANIFEST_GLOB, check_manifest, read_shard
 from gptlab.text.sources import iter_local_documents
-from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file, tokenizer_name
+from gptlab.tokenizer.format import EOT, encoding_from_dict, ranks_sha256, read_tokenizer_file
 
 BUNDLED_SAMPLE = repo_path("data", "sample", "fineweb_edu_150docs.jsonl")
 OVERLAP_AT = (10, 100, 1000, 10000)  # "first k merges": the k compared (and the whole of the smaller list)
@@ -64,7 +64,7 @@ class ReportTokenizer:
 
 def load_report_tokenizer(path):
     data = read_tokenizer_file(path)
-    name = tokenizer_name(data)
+    name = data["name"]
     merges = None
     if data.get("merges"):
         merges = merge_pairs_of_file(data)

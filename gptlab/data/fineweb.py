@@ -58,7 +58,7 @@ from gptlab.core.progress import progress_bar
 from gptlab.data import shards as shard_format
 from gptlab.text.sources import (HUB_DATASETS, ReadStats, expand_inputs, iter_hub_documents, iter_local_documents,
                                  take_every)
-from gptlab.tokenizer.format import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file, tokenizer_name
+from gptlab.tokenizer.format import encoding_from_dict, eot_id, ranks_sha256, read_tokenizer_file
 
 VERSIONS = {  # --version → (Hub repo, config)
     "10B": (HUB_DATASETS["fineweb"], "sample-10BT"),
@@ -349,7 +349,7 @@ def make_shards(args):
         dataset = hub_dataset_name(args.version)
         repo_id, config = VERSIONS[args.version]
         source = {"kind": "hub", "repo_id": repo_id, "config": config}
-    tokenizer_stem = tokenizer_name(tokenizer)
+    tokenizer_stem = tokenizer["name"]  # the file's stem; a converted tokenizer's source name
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
     check_folder_creatable(out_dir)
     # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one

@@ -4,15 +4,17 @@ A tokenizer is a pickle of plain Python values (str, bytes, int, float, bool, No
 
     format="gptlab-tokenizer", format_version=1,
     pat_str, pattern_name, mergeable_ranks {bytes: id}, special_tokens {str: id}, merges [[left_id, right_id], ...],
-    vocabsize (merges + 256, excluding special tokens), metadata {...}, script_content (the trainer's source),
-    document_token (the special token before every document: <|endoftext|>, absent in older files)
+    vocabsize (merges + 256, excluding special tokens), metadata {...}, script_content (the trainer's source)
 
-gpt-lab's older pickles ({pat_str, mergeable_ranks, script_content}, `<|endoftext|>` = len(mergeable_ranks)) load too,
-and so do pretrained tokenizers (GPT-2's files, a byte-level tokenizer.json, a tiktoken file: pretrained.py),
-converted on load with their ids unchanged; those have no merge list (their byte tokens are not ids 0-255).
+gpt-lab's older pickles ({pat_str, mergeable_ranks, script_content}, `<|endoftext|>` = len(mergeable_ranks)) load too.
 
 Loading never executes code: the unpickler refuses every global, so a pickle that carries anything but plain
 values (a class, a function, `os.system`, ...) is rejected.
+
+Pretrained tokenizers (GPT-2's files, a byte-level tokenizer.json, a tiktoken file: pretrained.py) load too,
+converted with their ids unchanged; they have no merge list (their byte tokens are not ids 0-255), and
+metadata["document_token"] names the special token before every document (default <|endoftext|>; Llama 3's
+<|begin_of_text|>), which is what eot_id and every Encoding's eot_token give.
 
 `regex` and `tiktoken` (~25 ms together) are imported by the functions that compile or encode: commands that only
 read, name or hash tokenizer files import this module without them (train_tokenizer.py --help, compare_experiments.py).
@@ -119,7 +121,7 @@ def ranks_sha256(mergeable_ranks):
 
 
 def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, special_tokens, metadata,
-                   script_content, overwrite=False, document_token=EOT):
+                   script_content, overwrite=False):
     """Write the tokenizer pickle and a readable `<stem>.merges.txt` next to it, both atomically: the text is
     written first and renamed last, so a failed write (a full disk) leaves neither new file."""
     payload = {
@@ -133,7 +135,6 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "vocabsize": len(mergeable_ranks),  # 256 + len(merges) when there is a merge list
         "metadata": dict(metadata),
         "script_content": script_content,
-        "document_token": document_token,
     }
     check_tokenizer_size(payload)
     merges_path = merges_txt_path(path)
@@ -317,9 +318,9 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     out.setdefault("vocabsize", len(ranks))
     out.setdefault("metadata", {})
     out.setdefault("script_content", "")
-    out.setdefault("document_token", EOT)
     check_tokenizer_dict(out, path)
     out["path"] = path
+    out["name"] = os.path.splitext(os.path.basename(path))[0]
     return out
 
 
@@ -360,7 +361,7 @@ def check_tokenizer_dict(data, source, fix="retrain it with train_tokenizer.py")
     clashes = sorted(tok for tok, v in special.items() if v in rank_ids or special_counts[v] > 1)
     if clashes:
         raise damaged(f"the id of special token {', '.join(clashes)} collides with another token's id")
-    document = data.get("document_token", EOT)
+    document = document_token(data)
     if not isinstance(document, str) or (document != EOT and document not in special):
         raise damaged(f"its document token {str(document)[:40]!r} is not one of its special tokens")
 
@@ -383,7 +384,7 @@ def encoding_from_dict(data, name=None):
                         "train_tokenizer.py") from None
     if hasattr(encoding, "_core_bpe"):
         encoding._core_bpe = _GuardedCore(encoding._core_bpe, source)
-    document = data.get("document_token", EOT)
+    document = document_token(data)
     if document != EOT:  # Llama 3's <|begin_of_text|>: what every tool's encoding.eot_token means is that token
         encoding.__class__ = type("DocumentTokenEncoding", (type(encoding),),
                                   {"eot_token": property(lambda self, i=data["special_tokens"][document]: i)})
@@ -434,15 +435,16 @@ def load_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 
 def eot_id(data):
     """The id of a tokenizer dict's document token (`<|endoftext|>`; Llama 3's `<|begin_of_text|>`)."""
-    document = data.get("document_token", EOT)
+    document = document_token(data)
     if document not in data["special_tokens"]:
         raise UserError(f"{data.get('path', 'tokenizer')} has no {document} special token, which documents need")
     return data["special_tokens"][document]
 
 
-def tokenizer_name(data):
-    """A tokenizer dict's name (shard folders, run records): its file's stem, or what a conversion named it."""
-    return data.get("name") or os.path.splitext(os.path.basename(data["path"]))[0]
+def document_token(data):
+    """The special token before every document: metadata["document_token"], else <|endoftext|>."""
+    metadata = data.get("metadata")
+    return metadata.get("document_token", EOT) if isinstance(metadata, dict) else EOT
 
 
 @dataclass(frozen=True)
@@ -473,5 +475,5 @@ def open_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     """A name (in tokenizers/) or path → LoadedTokenizer; every problem with the file is one UserError."""
     data = read_tokenizer_file(name_or_path, tokenizer_dir)
     return LoadedTokenizer(encoding=encoding_from_dict(data), eot=eot_id(data),
-                           name=tokenizer_name(data), path=data["path"],
+                           name=data["name"], path=data["path"],
                            ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=data["script_content"])

@@ -155,15 +155,15 @@ def convert(name_or_path):
         data = _from_tiktoken_file(path)
     data["name"] = source_name(*found)
     data["path"] = name_or_path
-    data["metadata"] = {"source": {"kind": found[0], "path": found[1] if found[0] == "hub"
-                                   else os.path.abspath(found[1])}}
+    where = found[1] if found[0] == "hub" else os.path.abspath(found[1])
+    data["metadata"]["source"] = {"kind": found[0], "path": where}
     return data
 
 
 def _dict(pat_str, pattern_name, ranks, special_tokens, source, document_token=EOT):
     return {"format": "gptlab-tokenizer", "format_version": 1, "pat_str": pat_str, "pattern_name": pattern_name,
             "mergeable_ranks": ranks, "special_tokens": special_tokens, "merges": [], "vocabsize": len(ranks),
-            "document_token": document_token, "metadata": {},
+            "metadata": {"document_token": document_token},
             "script_content": f"# converted from {source} by gptlab/tokenizer/pretrained.py\n"}
 
 

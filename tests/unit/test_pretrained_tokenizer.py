@@ -205,6 +205,12 @@ def test_tiktoken_file_is_read_as_llama3(tmp_path, gpt2_reference_encoding, text
         assert tok.encoding.encode_ordinary(text) == ref.encode_ordinary(text)
     for text in with_specials(texts, "<|begin_of_text|>") + with_specials(texts, "<|eot_id|>"):
         assert tok.encoding.encode(text, allowed_special="all") == ref.encode(text, allowed_special="all")
+    # converted once: the .pkl keeps the ids, the specials and the document token
+    import train_tokenizer
+
+    saved = open_tokenizer(train_tokenizer.main(["--from_pretrained", str(path), "--out", str(tmp_path / "out")]))
+    assert (saved.name, saved.eot, saved.encoding.eot_token) == (tmp_path.name, 50256, 50256)
+    assert saved.encoding._special_tokens == specials and saved.ranks_sha256 == tok.ranks_sha256
 
 
 def test_hand_worked_vocab_with_permuted_byte_ids(tmp_path):
@@ -258,18 +264,15 @@ def test_download_fineweb_shards_a_llama_sized_vocab_as_uint32(tmp_path, gpt2_re
     docs = [json.loads(line)["text"] for line in open(FINEWEB_150, encoding="utf-8")][:6] + ["日本語 👩‍👩‍👧"]
     inp = tmp_path / "docs.jsonl"
     inp.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    out_dir = download_fineweb.main(["--quiet", "--input", str(inp), "--tokenizer", str(path), "--out",
-                                     str(tmp_path), "--val_tokens", "0", "--shard_size", "100000"])
+    out_dir = download_fineweb.main(["--quiet", "--input", str(inp), "--tokenizer", str(path), "--out", str(tmp_path),
+                                     "--val_tokens", "0", "--shard_size", "100000", "--shuffle_buffer", "0"])
     manifest = json.load(open(os.path.join(out_dir, "manifest.json")))
     assert manifest["dtype"] == "uint32" and manifest["tokenizer"]["eot_id"] == 128000
     assert os.path.basename(out_dir) == f"local_docs_{tmp_path.name}"  # the tokenizer named by its folder
     tokens = shards.read_shard(os.path.join(out_dir, "train_000001.bin")).astype(np.int64)
     ref = tiktoken.Encoding("ref", pat_str=LLAMA3_PAT, mergeable_ranks=load_tiktoken_bpe(str(path)),
                             special_tokens=llama3_specials(128_000))
-    expected = sorted((ref.encode_ordinary(d) for d in docs), key=len)
-    starts = list(np.flatnonzero(tokens == 128000)) + [tokens.size]
-    got = sorted((tokens[s + 1:e].tolist() for s, e in zip(starts, starts[1:])), key=len)
-    assert got == expected  # shuffled by the default buffer: compared as a set of documents
+    assert tokens.tolist() == [t for d in docs for t in [128000] + ref.encode_ordinary(d)]
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -337,7 +340,8 @@ def test_a_pickle_whose_document_token_is_not_a_special_token(tmp_path, document
 
     path = tmp_path / "crafted.pkl"
     path.write_bytes(pickle.dumps({"pat_str": r"\w+|\W", "mergeable_ranks": {bytes([i]): i for i in range(256)},
-                                   "special_tokens": {"<|endoftext|>": 256}, "document_token": document}, protocol=4))
+                                   "special_tokens": {"<|endoftext|>": 256}, "metadata": {"document_token": document}},
+                                  protocol=4))
     refused(path, "is damaged: its document token", "retrain it")
 
 
