@@ -23,7 +23,9 @@ DEFAULT_VERSION = "10Bedu"
 
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--tokenizer", type=path, required=True, help="tokenizer file in tokenizers/ or a path to one")
+    p.add_argument("--tokenizer", type=path, required=True,
+                   help="tokenizer file in tokenizers/ or a path to one; also GPT-2's vocab.bpe/encoder.json, a "
+                        "tokenizer.json, a tiktoken file or hf:ORG/NAME (docs/tokenizer.md)")
     # default None: only an explicitly given --version can conflict with --input
     p.add_argument("--version", default=None,
                    help=f"FineWeb sample: {', '.join(VERSIONS)} (default: {DEFAULT_VERSION}; not with --input)")

@@ -104,7 +104,9 @@ def build_parser():
                    help="training shards: paths or quoted globs (default: data/*_<tokenizer stem>/train_*.bin)")
     g.add_argument("--val_files", type=path, nargs="+", default=None,
                    help="validation shards: paths or quoted globs (default: data/*_<tokenizer stem>/val_*.bin)")
-    g.add_argument("--tokenizer", type=path, default=None, help="tokenizer .pkl (a path or a name inside tokenizers/)")
+    g.add_argument("--tokenizer", type=path, default=None,
+                   help="tokenizer .pkl (a path or a name inside tokenizers/), or GPT-2's / Llama 3's files as "
+                        "released, or hf:ORG/NAME (docs/tokenizer.md)")
     g.add_argument("--train_seq_len", type=positive_int, default=1024,
                    help="tokens per training row (multiple of 128)")
     g.add_argument("--val_seq_len", type=positive_int, default=None,

@@ -3,6 +3,7 @@
     python   train_tokenizer.py --samples 100000 --vocabsize 1000 --name readmetokenizer --demo
     python   train_tokenizer.py --input data/sample/fineweb_edu_150docs.jsonl --samples 500000 --vocabsize 2048
     torchrun --nproc_per_node=G train_tokenizer.py --samples 1000000000 --vocabsize 65534 --name gpt4regex
+    python   train_tokenizer.py --from_pretrained gpt2/ --name gpt2          # GPT-2's, Llama 3's: ids unchanged
 
 --samples counts characters of text: with --input, the first --samples characters of the files, whatever the
 world size; streamed from the Hub, --samples / world_size per rank. --vocabsize counts the 256 bytes plus the
@@ -10,6 +11,9 @@ merges (the one special token, <|endoftext|>, gets id vocabsize). Every rank pre
 documents with --workers processes, the deduplicated (pre-token → count) tables are combined exactly, and the
 merge loop (gptlab/tokenizer/merges.py) gives the same merges on CPU, GPU and any number of ranks.
 The work is gptlab/tokenizer/job.py's train_tokenizer(); this file only reads the flags and reports.
+--from_pretrained converts a released tokenizer instead (GPT-2's vocab.bpe + encoder.json, a byte-level BPE
+tokenizer.json, a tiktoken file such as Llama 3's tokenizer.model, or hf:ORG/NAME) into tokenizers/{name}.pkl with
+every id unchanged (gptlab/tokenizer/pretrained.py); --tokenizer of the other commands also takes those directly.
 """
 import os
 import signal
@@ -57,7 +61,34 @@ def parse_args(argv=None):
     ap.add_argument("--out", type=path, default="tokenizers", help="output folder")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file")
     ap.add_argument("--demo", action="store_true", help="print a sample coloured by token during training")
-    return ap.parse_args(argv)
+    ap.add_argument("--from_pretrained", type=path, metavar="SOURCE",
+                    help="convert a released tokenizer instead of training one: GPT-2's vocab.bpe/encoder.json (or "
+                         "their folder), a tokenizer.json, a tiktoken file (Llama 3's tokenizer.model) or "
+                         "hf:ORG/NAME; writes OUT/NAME.pkl (--name, default the source's name)")
+    args = ap.parse_args(argv)
+    if args.from_pretrained:
+        trained_only = [f"--{k}" for k in ("samples", "vocabsize", "input", "dataset", "seed", "pattern", "device",
+                                           "engine", "pretokenizer", "workers", "demo")
+                        if getattr(args, k) != ap.get_default(k)]
+        if trained_only:
+            ap.error(f"{', '.join(trained_only)} only apply to training; --from_pretrained converts a tokenizer "
+                     "as released, so drop them (with it only --name, --out and --overwrite apply)")
+    return args
+
+
+def convert_pretrained(args):
+    """--from_pretrained: the released tokenizer as OUT/NAME.pkl (+ .merges.txt, its tokens by id)."""
+    from gptlab.tokenizer.format import read_tokenizer_file, save_tokenizer
+
+    data = read_tokenizer_file(args.from_pretrained)
+    name = args.name if args.name != "tokenizer" else data["name"]
+    out_path = os.path.join(args.out, f"{name}.pkl")
+    save_tokenizer(out_path, pat_str=data["pat_str"], pattern_name=data["pattern_name"], merges=[],
+                   mergeable_ranks=data["mergeable_ranks"], special_tokens=data["special_tokens"],
+                   metadata=data["metadata"], script_content=data["script_content"], overwrite=args.overwrite)
+    print(f"wrote {out_path} ({len(data['mergeable_ranks']):,} tokens + {len(data['special_tokens'])} special, "
+          f"ids unchanged, from {args.from_pretrained})", flush=True)
+    return out_path
 
 
 def stop_on_sigterm(signum, frame):
@@ -73,6 +104,8 @@ def main(argv=None):
     if "WORLD_SIZE" not in os.environ:  # not a torchrun rank: see stop_on_sigterm
         signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
+    if args.from_pretrained:
+        return convert_pretrained(args)
     out_path = os.path.join(args.out, tokenizer_filename(args.name, args.vocabsize, args.samples))
     trained = train_tokenizer(inputs=args.input, dataset=args.dataset, seed=args.seed, samples=args.samples,
                               vocabsize=args.vocabsize, pattern=args.pattern, device=args.device, engine=args.engine,

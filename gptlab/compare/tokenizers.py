@@ -64,7 +64,7 @@ class ReportTokenizer:
 
 def load_report_tokenizer(path):
     data = read_tokenizer_file(path)
-    name = os.path.splitext(os.path.basename(data["path"]))[0]
+    name = data["name"]
     merges = None
     if data.get("merges"):
         merges = merge_pairs_of_file(data)

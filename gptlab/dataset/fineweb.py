@@ -349,7 +349,7 @@ def make_shards(args):
         dataset = hub_dataset_name(args.version)
         repo_id, config = VERSIONS[args.version]
         source = {"kind": "hub", "repo_id": repo_id, "config": config}
-    tokenizer_stem = os.path.splitext(os.path.basename(tokenizer["path"]))[0]
+    tokenizer_stem = tokenizer["name"]  # the file's stem; a converted tokenizer's source name
     out_dir = os.path.join(args.out, f"{dataset}_{tokenizer_stem}")
     check_folder_creatable(out_dir)
     # one writer per rank of a folder: a second one (another seed, say) would mix its shards with ours under one

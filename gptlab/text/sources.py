@@ -343,7 +343,8 @@ def hub_unreachable(repo_id, timeout_s=5.0, repo_type="datasets", revision="main
     from huggingface_hub.utils import build_hf_headers, get_session  # heavy (~75 ms): only for the Hub
 
     endpoint = constants.ENDPOINT.rstrip("/")
-    url = f"{endpoint}/{repo_type}/{repo_id}/resolve/{urllib.parse.quote(revision, safe='')}/README.md"
+    kind = f"/{repo_type}" if repo_type else ""  # None: a model repository (no prefix)
+    url = f"{endpoint}{kind}/{repo_id}/resolve/{urllib.parse.quote(revision, safe='')}/README.md"
     try:
         get_session().head(url, headers=build_hf_headers(), timeout=timeout_s)
     except Exception as err:  # the HTTP client's connection, proxy and timeout errors (requests or httpx)

@@ -10,8 +10,14 @@ A tokenizer is a pickle of plain Python values (str, bytes, int, float, bool, No
     (script_store_path), not in every pickle. A pickle from before carries it whole as script_content.
 
 gpt-lab's older pickles ({pat_str, mergeable_ranks, script_content}, `<|endoftext|>` = len(mergeable_ranks)) load too.
+
 Loading never executes code: the unpickler refuses every global, so a pickle that carries anything but plain
 values (a class, a function, `os.system`, ...) is rejected.
+
+Pretrained tokenizers (GPT-2's files, a byte-level tokenizer.json, a tiktoken file: pretrained.py) load too,
+converted with their ids unchanged; they have no merge list (their byte tokens are not ids 0-255), and
+metadata["document_token"] names the special token before every document (default <|endoftext|>; Llama 3's
+<|begin_of_text|>), which is what eot_id and every Encoding's eot_token give.
 
 `regex` and `tiktoken` (~25 ms together) are imported by the functions that compile or encode: commands that only
 read, name or hash tokenizer files import this module without them (train_tokenizer.py --help, compare_experiments.py).
@@ -137,7 +143,7 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
         "mergeable_ranks": dict(mergeable_ranks),
         "special_tokens": dict(special_tokens),
         "merges": [[int(a), int(b)] for a, b in merges],
-        "vocabsize": 256 + len(merges),
+        "vocabsize": len(mergeable_ranks),  # 256 + len(merges) when there is a merge list
         "metadata": dict(metadata),
         "script_sha256": script_sha256,
         "script_commit": script_commit,
@@ -201,7 +207,11 @@ def merges_txt_path(pkl_path):
 
 
 def format_merges(merges, mergeable_ranks, counts=None):
-    """One line per merge: rank, left part, right part, new token, count (bytes shown as Python literals)."""
+    """One line per merge: rank, left part, right part, new token, count (bytes shown as Python literals). Without
+    a merge list (a converted tokenizer), one line per token: id, token."""
+    if not merges:
+        by_id = sorted((rank, token) for token, rank in mergeable_ranks.items())
+        return "\n".join(["# id\ttoken"] + [f"{rank}\t{token!r}" for rank, token in by_id]) + "\n"
     id_to_bytes = token_bytes_by_id(merges)
     lines = ["# rank\tleft\tright\tnew_token\tcount"]
     for k, (a, b) in enumerate(merges):
@@ -279,7 +289,8 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
             return path
     if os.path.isdir(name_or_path):
         raise UserError(f"tokenizer {name_or_path!r} is a folder, not a tokenizer file; give the path of a .pkl "
-                        "file (e.g. tokenizers/NAME_vVOCAB_nSAMPLES.pkl) or its name inside tokenizers/")
+                        "file (e.g. tokenizers/NAME_vVOCAB_nSAMPLES.pkl) or its name inside tokenizers/, or a folder "
+                        "holding GPT-2's vocab.bpe + encoder.json, a tokenizer.json or a tokenizer.model")
     have = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tokenizer_dir, "*.pkl")))
     where = os.path.abspath(tokenizer_dir)  # relative to the current folder: say which one was searched
     hint = f"available in {where}/: {', '.join(have)}" if have else f"{where}/ has no tokenizers yet"
@@ -287,7 +298,16 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 
 
 def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
-    """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults)."""
+    """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults; a
+    pretrained tokenizer's files are converted: gptlab.tokenizer.pretrained)."""
+    from gptlab.tokenizer.pretrained import convert  # it imports this module
+
+    for candidate in (name_or_path, os.path.join(tokenizer_dir, name_or_path)):
+        if candidate == name_or_path or os.path.exists(candidate):
+            converted = convert(candidate)
+            if converted is not None:
+                check_tokenizer_dict(converted, candidate, fix="download it again")
+                return converted
     path = resolve_tokenizer_path(name_or_path, tokenizer_dir)
     try:
         with open(path, "rb") as f:
@@ -315,6 +335,7 @@ def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     out.setdefault("script_content", "")
     check_tokenizer_dict(out, path)
     out["path"] = path
+    out["name"] = os.path.splitext(os.path.basename(path))[0]
     return out
 
 
@@ -322,10 +343,11 @@ def _is_id(value):
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_VOCAB
 
 
-def check_tokenizer_dict(data, source):
-    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source`), never a panic."""
+def check_tokenizer_dict(data, source, fix="retrain it with train_tokenizer.py"):
+    """What tiktoken needs, checked up front so a damaged file is one UserError (naming `source` and `fix`), never a
+    panic."""
     def damaged(problem):
-        return UserError(f"{source} is damaged: {problem}; retrain it with train_tokenizer.py")
+        return UserError(f"{source} is damaged: {problem}; {fix}")
 
     pat_str = data["pat_str"]
     if not isinstance(pat_str, str):
@@ -354,6 +376,9 @@ def check_tokenizer_dict(data, source):
     clashes = sorted(tok for tok, v in special.items() if v in rank_ids or special_counts[v] > 1)
     if clashes:
         raise damaged(f"the id of special token {', '.join(clashes)} collides with another token's id")
+    document = document_token(data)
+    if not isinstance(document, str) or (document != EOT and document not in special):
+        raise damaged(f"its document token {str(document)[:40]!r} is not one of its special tokens")
 
 
 def encoding_from_dict(data, name=None):
@@ -374,6 +399,10 @@ def encoding_from_dict(data, name=None):
                         "train_tokenizer.py") from None
     if hasattr(encoding, "_core_bpe"):
         encoding._core_bpe = _GuardedCore(encoding._core_bpe, source)
+    document = document_token(data)
+    if document != EOT:  # Llama 3's <|begin_of_text|>: what every tool's encoding.eot_token means is that token
+        encoding.__class__ = type("DocumentTokenEncoding", (type(encoding),),
+                                  {"eot_token": property(lambda self, i=data["special_tokens"][document]: i)})
     return encoding
 
 
@@ -420,10 +449,17 @@ def load_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 
 
 def eot_id(data):
-    """The `<|endoftext|>` id of a tokenizer dict."""
-    if EOT not in data["special_tokens"]:
-        raise UserError(f"{data.get('path', 'tokenizer')} has no {EOT} special token, which documents need")
-    return data["special_tokens"][EOT]
+    """The id of a tokenizer dict's document token (`<|endoftext|>`; Llama 3's `<|begin_of_text|>`)."""
+    document = document_token(data)
+    if document not in data["special_tokens"]:
+        raise UserError(f"{data.get('path', 'tokenizer')} has no {document} special token, which documents need")
+    return data["special_tokens"][document]
+
+
+def document_token(data):
+    """The special token before every document: metadata["document_token"], else <|endoftext|>."""
+    metadata = data.get("metadata")
+    return metadata.get("document_token", EOT) if isinstance(metadata, dict) else EOT
 
 
 @dataclass(frozen=True)
@@ -479,5 +515,5 @@ def open_tokenizer(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     """A name (in tokenizers/) or path → LoadedTokenizer; every problem with the file is one UserError."""
     data = read_tokenizer_file(name_or_path, tokenizer_dir)
     return LoadedTokenizer(encoding=encoding_from_dict(data), eot=eot_id(data),
-                           name=os.path.splitext(os.path.basename(data["path"]))[0], path=data["path"],
+                           name=data["name"], path=data["path"],
                            ranks_sha256=ranks_sha256(data["mergeable_ranks"]), train_script=training_script(data))

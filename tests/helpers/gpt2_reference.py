@@ -46,6 +46,56 @@ def released_merges():
     return [tuple(bytes(to_byte[c] for c in part) for part in line.split()) for line in lines]
 
 
+class PublishedEncoder:
+    """GPT-2's own encoder (openai/gpt-2 src/encoder.py), written out plainly: its regex, its byte-to-unicode
+    alphabet, and BPE by the rank of each merge pair in vocab.bpe (not by the id of the token made)."""
+
+    PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+    def __init__(self):
+        import json
+
+        vocab_bpe, encoder_json = gpt2_files()
+        with open(encoder_json, encoding="utf-8") as f:
+            self.encoder = json.load(f)
+        with open(vocab_bpe, encoding="utf-8") as f:
+            merges = [tuple(line.split()) for line in f.read().split("\n")[1:-1]]
+        self.bpe_ranks = {pair: i for i, pair in enumerate(merges)}
+        printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+        others = [b for b in range(256) if b not in printable]
+        self.byte_encoder = {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(others)}}
+        self.cache = {}
+
+    def bpe(self, token):
+        if token in self.cache:
+            return self.cache[token]
+        word = list(token)
+        while len(word) > 1:
+            pairs = {(word[i], word[i + 1]) for i in range(len(word) - 1)}
+            first, second = min(pairs, key=lambda pair: self.bpe_ranks.get(pair, float("inf")))
+            if (first, second) not in self.bpe_ranks:
+                break
+            merged, i = [], 0
+            while i < len(word):
+                if i < len(word) - 1 and word[i] == first and word[i + 1] == second:
+                    merged.append(first + second)
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = merged
+        self.cache[token] = word
+        return word
+
+    def encode(self, text):
+        import regex
+
+        ids = []
+        for piece in regex.findall(self.PATTERN, text):
+            ids += [self.encoder[t] for t in self.bpe("".join(self.byte_encoder[b] for b in piece.encode("utf-8")))]
+        return ids
+
+
 def save_gpt2_tokenizer(path):
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
