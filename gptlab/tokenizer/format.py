@@ -32,11 +32,12 @@ from dataclasses import dataclass
 
 from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write
+from gptlab.tokenizer.constants import EOT, MAX_TOKENIZER_BYTES  # noqa: F401 (re-exported)
+from gptlab.tokenizer.pretrained import convert
 
 TOKENIZER_DIR = "tokenizers"
 FORMAT_NAME = "gptlab-tokenizer"
 FORMAT_VERSION = 1
-EOT = "<|endoftext|>"
 
 # GPT-4 (cl100k) split pattern, as used by minbpe / nanochat / gpt-lab, and the GPT-2 pattern.
 PATTERNS = {
@@ -45,7 +46,6 @@ PATTERNS = {
 }
 
 MAX_VOCAB = 2**31 - 2  # ids are stored as int32 in the trainer and at least uint16/uint32 in shards
-MAX_TOKENIZER_BYTES = 256 * 2**20  # a vocabulary of 2**20 tokens takes ~40 MB; larger files are refused unread
 # the least one merge adds to the pickle (protocol 4): its token in mergeable_ranks (SHORT_BINBYTES 1 + length 1 +
 # 2 bytes, MEMOIZE 1, its id as BININT1 2 at least), its pair in merges (EMPTY_LIST, MEMOIZE, MARK, two BININT1 2
 # each, APPENDS: 8) and its count in metadata["merge_counts"] (BININT1 2)
@@ -300,8 +300,6 @@ def resolve_tokenizer_path(name_or_path, tokenizer_dir=TOKENIZER_DIR):
 def read_tokenizer_file(name_or_path, tokenizer_dir=TOKENIZER_DIR):
     """The tokenizer's dict, checked and normalised to the current format (old gpt-lab pickles get defaults; a
     pretrained tokenizer's files are converted: gptlab.tokenizer.pretrained)."""
-    from gptlab.tokenizer.pretrained import convert  # it imports this module
-
     for candidate in (name_or_path, os.path.join(tokenizer_dir, name_or_path)):
         if candidate == name_or_path or os.path.exists(candidate):
             converted = convert(candidate)

@@ -24,7 +24,7 @@ import json
 import os
 
 from gptlab.core.errors import UserError, escape_controls
-from gptlab.tokenizer.format import EOT, MAX_TOKENIZER_BYTES
+from gptlab.tokenizer.constants import EOT, MAX_TOKENIZER_BYTES
 
 # tiktoken's r50k_base pattern: GPT-2's `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 # with possessive repetitions (same splits, no deep backtracking)

@@ -12,7 +12,7 @@ from conftest import FINEWEB_150, REPO, run_script
 from helpers import gpt2_reference
 from hub_standin import HubStandin, hub_env
 
-from gptlab.data import shards
+from gptlab.dataset import shards
 
 
 def test_download_fineweb_with_a_hub_tokenizer(tmp_path):

@@ -17,7 +17,7 @@ from conftest import FINEWEB_150, TINY_SHAKESPEARE
 from helpers import gpt2_reference
 
 from gptlab.core.errors import UserError
-from gptlab.data import shards
+from gptlab.dataset import shards
 from gptlab.tokenizer.format import open_tokenizer, read_tokenizer_file
 
 # tiktoken_ext/openai_public.py r50k_pat_str (GPT-2's own regex, possessive)
@@ -161,7 +161,7 @@ def test_llama3_style_tokenizer_json_with_every_pair_as_a_merge(tmp_path, gpt2_r
     merge (several per token), ranked by the id they make, ignore_merges on, Llama 3's special tokens added."""
     from tokenizers import Tokenizer
 
-    from gptlab.export.hf import tokenizer_json
+    from gptlab.export.hf_folder import tokenizer_json
 
     # GPT-2's first 5,000 ids: a whole BPE vocabulary (every token's parts have lower ids), small enough to be quick
     ranks = {t: i for t, i in gpt2_reference_encoding._mergeable_ranks.items() if i < 5000}
