@@ -15,7 +15,8 @@ documented URL override). It serves a mirror of the real repositories' layout:
 - `rowanz/hellaswag/master/data/hellaswag_val.jsonl` (the path of the raw GitHub URL).
 
 Endpoints (what huggingface_hub 2.x / datasets 5.x ask for, found by logging unknown requests):
-`HEAD`/`GET /datasets/{org}/{name}/resolve/{rev}/{path}` (X-Repo-Commit, ETag, Range → 206, missing → 404 with
+`HEAD`/`GET /datasets/{org}/{name}/resolve/{rev}/{path}` (and a model repository's `/{org}/{name}/resolve/...`, which
+hf_hub_download asks for; models and datasets share the `repos` names) (X-Repo-Commit, ETag, Range → 206, missing → 404 with
 X-Error-Code: EntryNotFound), `GET /api/datasets/{org}/{name}[/revision/{rev}]` (JSON with sha and siblings),
 `GET /api/datasets/{org}/{name}/tree/{rev}[/{path}]` (list of {type, oid, size, path}, `recursive=true`),
 `POST /api/datasets/{org}/{name}/paths-info/{rev}`, and the dataset viewer's `GET /info?dataset=` (datasets asks
@@ -267,7 +268,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _dispatch(self):
         path, query = self._target()
-        m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        m = re.fullmatch(r"/(?:datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)  # a dataset's or a model's
         if m:
             return self._resolve(m.group(1), m.group(2), m.group(3))
         m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
