@@ -150,6 +150,17 @@ def test_small_config_parameter_count_by_hand():
     assert not any(n.endswith("bias") for n, _ in model.named_parameters())
 
 
+def test_init_is_hfs():
+    """LlamaForCausalLM's _init_weights: normal(0, initializer_range 0.02) for every linear and embedding weight,
+    RMSNorm weights 1."""
+    model = llama.GPT(llama.GPTConfig(vocab_size=1000, num_layers=2, num_heads=8, num_kv_heads=2, model_dim=256))
+    for name, p in model.named_parameters():
+        if p.ndim == 2:
+            assert p.std().item() == pytest.approx(0.02, rel=0.05) and abs(p.mean().item()) < 2e-3, name
+        else:
+            assert p.eq(1).all(), name
+
+
 def test_kv_cache_one_token_at_a_time_equals_the_full_forward():
     model = tiny_model()
     x = tokens(3, 2, 26)
