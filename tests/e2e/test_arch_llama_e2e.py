@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from conftest import REPO, SHARED_DATA, run_script
+from conftest import REPO, SHARED_DATA, free_port, run_script, run_scripts
 from helpers.eval_tasks import data_dir_with, loop_loglikelihood
 from helpers.tiny_runs import only_run_dir, run_json, run_main_expecting, run_metric, tiny_args
 from gptlab.train import checkpointing, records
@@ -22,11 +22,17 @@ LLAMA = dict(arch="llama", window_size=None, num_kv_heads=1, multiple_of=32, lr=
 
 @pytest.fixture(scope="module")
 def run(tiny, tmp_path_factory):
-    """The run folder of 6 steps of a tiny Llama, with its final checkpoint."""
+    """6 steps of a tiny Llama: its run folder and final checkpoint, the same on 2 gloo ranks ("two"), and resumed
+    from its step 3 ("resumed")."""
     tmp = tmp_path_factory.mktemp("llama_run")
-    run_script(["train_gpt.py"] + tiny_args(tiny, tmp, save_model=True, sample_tokens=8, **LLAMA), check=True)
-    run_dir = only_run_dir(tmp)
-    return {"dir": run_dir, "ckpt": os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000006.pt")}
+    run_scripts([["train_gpt.py"] + tiny_args(tiny, tmp / "straight", checkpoint_every=3, sample_tokens=8, **LLAMA),
+                 ["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "train_gpt.py"]
+                 + tiny_args(tiny, tmp / "two", **LLAMA)], check=True)
+    run_dir = only_run_dir(tmp / "straight")
+    run_script(["train_gpt.py", "--resume", os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000003.pt"),
+                "--experiments_dir", tmp / "resumed"], check=True)
+    return {"dir": run_dir, "ckpt": os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000006.pt"),
+            "two": only_run_dir(tmp / "two"), "resumed": only_run_dir(tmp / "resumed")}
 
 
 def test_llama_trains_with_its_recipe_and_the_run_records_it(run):
@@ -43,6 +49,15 @@ def test_llama_trains_with_its_recipe_and_the_run_records_it(run):
     assert "llama.py" in code and "model.py" not in code
     with open(os.path.join(run["dir"], records.LOG_FILE)) as f:
         assert "sample: " in f.read()
+
+
+def test_llama_resumes_exactly_and_two_ranks_give_the_same_curve(run):
+    one, two, resumed = (run_metric(run[k], "train_loss") for k in ("dir", "two", "resumed"))
+    assert sorted(resumed) == [4, 5, 6] and sorted(two) == sorted(one)
+    assert all(abs(one[s] - resumed[s]) <= 1e-6 * one[s] for s in resumed)
+    assert all(abs(one[s] - two[s]) <= 1e-4 * one[s] for s in one)
+    assert run_json(run["two"], records.CONFIG_FILE)["world_size"] == 2
+    assert run_json(run["resumed"], records.CONFIG_FILE)["arch"] == "llama"
 
 
 def test_sample_and_evaluate_a_llama_checkpoint(run, tmp_path):
