@@ -44,3 +44,57 @@ def evaluate_and_export(repo, ckpt, out, hf_dir):
         figures = json.load(f)
     figures.pop("checkpoint")
     return figures, export
+
+
+def gate_every_block(code, returned):
+    """An architecture module's code with a new weight in every block (a gate on the MLP's output): a researcher's
+    edit. `returned`: the block's last line, `return x + self.mlp(...)`."""
+    for old, new in (("        self.mlp = MLP(c)\n",
+                      "        self.mlp = MLP(c)\n        self.gate = nn.Parameter(torch.ones(c.model_dim))\n"),
+                     (returned, returned.replace("x + self.mlp", "x + self.gate * self.mlp"))):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    return code
+
+
+def edit_flows_through_every_tool(tmp_path, file, edit, train_args):
+    """test_model_edits.py's experiment on an architecture module `file` in a copy of the repository: edit(code)
+    trains (train_args(experiments folder): train_gpt.py's flags, with --save_model and HellaSwag), samples,
+    evaluates and exports (with its own code: no longer the standard transformers model); with the file put back,
+    the checkpoint gives the same texts and figures."""
+    import glob
+
+    import pytest
+
+    from conftest import run_script
+    from gptlab.train import checkpointing, records
+    from helpers.tiny_runs import only_run_dir, run_json
+
+    repo = copy_repository(str(tmp_path / "repo"))
+    path = os.path.join(repo, file)
+    with open(path, encoding="utf-8") as f:
+        original = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(edit(original))
+    run_script(["train_gpt.py"] + train_args(tmp_path / "exps"), cwd=repo, check=True)
+    run_dir = only_run_dir(tmp_path / "exps")
+    ckpt = sorted(glob.glob(os.path.join(run_dir, records.CHECKPOINT_DIR, "step_*.pt")))[-1]
+    saved = checkpointing.load_checkpoint(ckpt)
+    assert saved["model_source"]["code"] == edit(original) and "blocks.0.gate" in saved["model"]
+    with open(os.path.join(run_dir, records.CODE_DIR, file), encoding="utf-8") as f:
+        assert f.read() == edit(original)
+    results = run_json(run_dir, records.RESULTS_FILE)
+    figures = []
+    for when in ("before", "after"):
+        if when == "after":
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original)  # the researcher goes back
+        texts = sample_texts(repo, ckpt)
+        assert isinstance(texts, tuple), texts.stderr
+        evaluated, export = evaluate_and_export(repo, ckpt, tmp_path / f"eval_{when}.json", tmp_path / f"hf_{when}")
+        assert export.returncode == 0 and "tokenizer identical" in export.stdout, export.stderr[-3000:]
+        assert "note: not exported as a standard transformers model" in export.stderr
+        figures.append((texts, evaluated))
+    assert figures[0] == figures[1]
+    assert figures[0][1]["val_bpb"] == pytest.approx(results["final_val_bpb"], rel=1e-9)
+    assert figures[0][1]["hellaswag"]["acc_norm"] == results["hellaswag"]["acc_norm"]
