@@ -226,3 +226,25 @@ def test_the_tools_build_and_check_it_as_they_do_model_py():
     assert not config.positions_are_weights(llama.GPTConfig)  # RoPE: no table to keep on resume
     with pytest.raises(UserError, match="no FP8 head"):
         config.resolve_fp8_head(True, torch.device("cuda", 0), llama, 768, capability=(9, 0))
+
+
+def test_an_edited_llama_is_no_longer_exported_as_llama_for_causal_lm(tmp_path):
+    """A researcher's llama.py with a new weight in every block: transformers_export still maps it, and export_hf.py's
+    check (native_model) refuses it, so the export falls back to the checkpoint's own code (export_hf.py's note)."""
+    pytest.importorskip("transformers")
+    from gptlab.export.hf import NotNative, native_model
+    from gptlab.train import model_source
+
+    with open(llama.__file__, encoding="utf-8") as f:
+        code = f.read()
+    for old, new in (("        self.mlp = MLP(c)\n",
+                      "        self.mlp = MLP(c)\n        self.gate = nn.Parameter(torch.ones(c.model_dim))\n"),
+                     ("        return x + self.mlp(self.mlp_norm(x))\n",
+                      "        return x + self.gate * self.mlp(self.mlp_norm(x))\n")):
+        assert code.count(old) == 1
+        code = code.replace(old, new)
+    (tmp_path / "gated_llama.py").write_text(code, encoding="utf-8")
+    edited = model_source.import_file(str(tmp_path / "gated_llama.py"), "gated_llama_for_export")
+    native_model(llama.transformers_export(tiny_model(), VOCAB, EOT))  # today's llama.py: a LlamaForCausalLM
+    with pytest.raises(NotNative):
+        native_model(edited.transformers_export(edited.GPT(edited.GPTConfig(**SHAPE)), VOCAB, EOT))
