@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from conftest import REPO
+from helpers.arch_checks import (check_a_packed_document_scores_as_it_does_alone,
+                                  check_kv_cache_equals_the_full_forward, random_tokens)
 
 sys.path.insert(0, REPO)
 import llama  # noqa: E402
@@ -30,8 +32,7 @@ def tiny_model(seed=0, **overrides):
 
 
 def tokens(seed, B, T):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, EOT, (B, T), generator=g)  # no <|endoftext|> unless a test puts one
+    return random_tokens(seed, B, T, EOT)
 
 
 def hf_llama(rope_theta=500000.0, num_kv_heads=2, seed=0):
@@ -162,25 +163,12 @@ def test_init_is_hfs():
 
 
 def test_kv_cache_one_token_at_a_time_equals_the_full_forward():
-    model = tiny_model()
-    x = tokens(3, 2, 26)
-    x[0, 0] = x[0, 9] = x[1, 15] = EOT  # documents starting mid-stream, at other places in the two rows
-    with torch.no_grad():
-        full = model(x, model.attention_masks(x, EOT, None))
-        cache = llama.KVCache(model, EOT)
-        pieces = [cache.forward(x[:, :5])]  # a prompt, then one token at a time
-        pieces += [cache.forward(x[:, t:t + 1]) for t in range(5, 26)]
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
-    assert cache.first == 9  # both rows are past their first document's keys: dropped
+    check_kv_cache_equals_the_full_forward(llama, tiny_model(), EOT)
 
 
 def test_a_packed_document_scores_as_it_does_alone():
     model = tiny_model()
-    first, second = tokens(4, 1, 9), tokens(5, 1, 12)
-    first[0, 0] = second[0, 0] = EOT
-    alone = model.predict(second, EOT)
-    packed = model.predict(torch.cat([first, second], dim=1), EOT)
-    torch.testing.assert_close(packed[:, 9:], alone, rtol=0, atol=1e-5)
+    check_a_packed_document_scores_as_it_does_alone(model, EOT)
     assert model.attention_masks(torch.tensor([[3, EOT, 5, 6]]), EOT)["positions"].tolist() == [[0, 0, 1, 2]]
 
 
