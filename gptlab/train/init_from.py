@@ -127,9 +127,16 @@ def _fetch(spec, filename, missing_ok=False):
                         "save_pretrained (config.json and model.safetensors) or a Hub id")
     if os.path.exists(spec) or not _REPO_ID.fullmatch(spec):
         raise UserError(f"--init_from {spec} is neither a folder nor a Hub repository id (org/name)")
-    from huggingface_hub import hf_hub_download  # only for the Hub (it reads HF_* variables when imported)
+    from huggingface_hub import constants, hf_hub_download  # only for the Hub (it reads HF_* when imported)
     from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError
 
+    from gptlab.text.sources import hub_unreachable, proxy_hint
+
+    if not constants.HF_HUB_OFFLINE:  # one quick request first: the client retries a dead endpoint for ~30 s
+        problem = hub_unreachable(spec)
+        if problem:
+            raise UserError(f"--init_from {spec}: {problem}; {proxy_hint([constants.ENDPOINT])}, or set "
+                            "HF_HUB_OFFLINE=1 to read the HF_HOME cache")
     try:
         return hf_hub_download(spec, filename)
     except LocalEntryNotFoundError as err:  # offline (HF_HUB_OFFLINE) and not in the cache, or unreachable

@@ -89,3 +89,23 @@ def test_a_folder_without_the_files_is_one_user_error(tmp_path):
     module = modules()["gpt2"]
     with pytest.raises(UserError, match="has no model.safetensors.index.json"):
         init_from.load_weights(init, module, module.GPT(module.GPTConfig(**init.fields)))
+
+
+def test_a_hub_that_cannot_be_reached_is_one_user_error_at_once(tmp_path, monkeypatch):
+    """No endpoint answers: one line naming it, from one quick request (huggingface_hub would retry for ~30 s);
+    offline (HF_HUB_OFFLINE) with nothing in the cache: one line naming the setting."""
+    import time
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # (nothing listens on the discard port)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    start = time.monotonic()
+    with pytest.raises(UserError, match=r"--init_from org/model: cannot reach the HuggingFace Hub at "
+                                        r"http://127\.0\.0\.1:9 \(.*\); .*HF_HUB_OFFLINE=1"):
+        init_from.open_checkpoint("org/model", modules())
+    assert time.monotonic() - start < 20
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(UserError, match="cannot fetch config.json from the Hub .*HF_HUB_OFFLINE=1 reads only"):
+        init_from.open_checkpoint("org/model", modules())
