@@ -12,9 +12,9 @@ asks whether to trust the folder's code (answer N, or pass trust_remote_code=Tru
 not ask). Then, unless --no-check, it loads the folder back with transformers and compares its tokens and float32
 logits with the checkpoint's own on a short text holding two documents.
 
-A model whose module exports itself as a standard transformers model (gpt2.py's transformers_export: GPT-2 runs of
-train_gpt.py --arch gpt2) is written natively instead: config.json + model.safetensors of GPT2LMHeadModel and the
-tokenizer, no code, loadable with trust_remote_code=False (vLLM, llama.cpp's converters, lm-eval without custom
+A model whose module exports itself as a standard transformers model (transformers_export: gpt2.py's for runs of
+train_gpt.py --arch gpt2, llama.py's for --arch llama) is written natively instead: config.json + model.safetensors
+of GPT2LMHeadModel or LlamaForCausalLM and the tokenizer, no code, loadable with trust_remote_code=False (vLLM, llama.cpp's converters, lm-eval without custom
 code); the check then compares a single document (transformers counts positions from the row's start). An edit
 of the module that the standard model cannot hold (a new weight) is written with its code instead, with a note.
 """

@@ -50,6 +50,7 @@ VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficien
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
 OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (nanoGPT, llm.c); model.py's is Muon
+TRANSFORMERS_MODEL_TYPE = "gpt2"  # config.json's model_type of the checkpoints transformers_import reads
 
 
 @dataclass
@@ -384,3 +385,38 @@ def transformers_export(model, n_vocab, eot):
             tensor = tensor[:n_vocab]
         state[hf] = tensor.detach().float().contiguous().clone()
     return config, state
+
+
+def transformers_config(hf):
+    """GPTConfig's fields (and max_seq_len: the position table) of a GPT2LMHeadModel config.json (a dict), or
+    ValueError naming what this module cannot hold."""
+    dim = hf["n_embd"]
+    problems = [what for what, bad in (
+        (f"activation {hf.get('activation_function')!r}", hf.get("activation_function", "gelu_new") != "gelu_new"),
+        (f"layer_norm_epsilon {hf.get('layer_norm_epsilon')}", hf.get("layer_norm_epsilon", 1e-5) != LAYER_NORM_EPS),
+        ("unscaled attention", not hf.get("scale_attn_weights", True)),
+        ("attention scaled by layer", hf.get("scale_attn_by_inverse_layer_idx")),
+        ("an untied head", hf.get("tie_word_embeddings", True) is False)) if bad]
+    if problems:
+        raise ValueError(f"this GPT-2 has {', '.join(problems)}, which gpt2.py does not have")
+    return dict(vocab_size=hf["vocab_size"], num_layers=hf["n_layer"], num_heads=hf["n_head"], model_dim=dim,
+                mlp_ratio=(hf.get("n_inner") or 4 * dim) / dim, bias=True, max_seq_len=hf["n_positions"])
+
+
+def transformers_import(hf_config, hf_state, model):
+    """This module's state dict for `model` (built from transformers_config's fields) from GPT2LMHeadModel's
+    weights: Conv1D weights transposed, the token embedding padded with zero rows to padded_vocab, the head tied
+    to it (HF's files leave the tied lm_head out). KeyError / ValueError for a missing weight or a wrong shape."""
+    state = {}
+    for name, want in model.state_dict().items():
+        hf = ("transformer.wte.weight" if name == "lm_head.weight" else
+              next(new + name[len(old):] for old, new in _HF_PREFIXES if name.startswith(old)))
+        tensor = hf_state[hf] if hf in hf_state else hf_state[hf[len("transformer."):]]  # (older files: no prefix)
+        if name.endswith(_CONV1D):
+            tensor = tensor.t()
+        if name in ("embed.weight", "lm_head.weight"):
+            tensor = torch.cat([tensor, tensor.new_zeros(want.size(0) - tensor.size(0), tensor.size(1))])
+        if tuple(tensor.shape) != tuple(want.shape):
+            raise ValueError(f"{hf} has shape {tuple(tensor.shape)}, the model's {name} {tuple(want.shape)}")
+        state[name] = tensor.to(want.dtype).contiguous()
+    return state

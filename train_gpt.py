@@ -1,6 +1,7 @@
 """Train a GPT on token shards: the research surface (flags, optimizers, schedules, the loop); the architecture is
-the --arch module's: model.py (modded, the default: a modded-nanogpt-style GPT trained with Muon) or gpt2.py (GPT-2
-trained with AdamW and warm-up + cosine, nanoGPT / llm.c's recipe). Each module names its recipe (OPTIMIZER).
+the --arch module's: model.py (modded, the default: a modded-nanogpt-style GPT trained with Muon), gpt2.py (GPT-2
+trained with AdamW and warm-up + cosine, nanoGPT / llm.c's recipe) or llama.py (Llama 3, the same AdamW recipe).
+Each module names its recipe (OPTIMIZER). --init_from starts from a transformers GPT-2 or Llama checkpoint.
 
     python   train_gpt.py --model_name ReadmeGPT --tokenizer readmetokenizer_v1000_n100000.pkl --vocab_size 1001 \
                           --model_dim 128 --num_heads 4 --num_layers 6
@@ -43,10 +44,10 @@ from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_fi
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, perf_estimate, stop
+from gptlab.train import environment, fsdp, init_from, perf_estimate, stop
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
 from gptlab.train.comm import GradientSync, MatrixOwners, ShardedAdam, WholeMatrices
-from gptlab.train.config import add_model_flags, apply_model_flags, resolve_config
+from gptlab.train.config import add_model_flags, apply_model_flags, model_flags, resolve_config
 from gptlab.train.inputs import open_run_inputs
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
 from gptlab.train.step_reports import due
@@ -82,6 +83,12 @@ PRESETS = {
                            val_seq_len=1024, batch_size=524288, train_steps=19073, lr=6e-4, warmup_steps=700,
                            final_lr_frac=0.0, weight_decay=0.1, grad_clip=1.0, val_loss_every=250, val_steps=20,
                            hellaswag_every=4000),
+    # the quickstart's budget for Llama 3 (llama.py): 6 x 128, 4 query heads sharing 2 key/value heads, SwiGLU 384
+    # wide; AdamW 3e-3 (a model this small takes a larger step than 124M's 6e-4) with 12 warm-up steps, cosine to 0.1x
+    "llama-quickstart": dict(arch="llama", model_dim=128, num_heads=4, num_kv_heads=2, num_layers=6, multiple_of=128,
+                             train_seq_len=256, val_seq_len=256, batch_size=4096, device_batch_size=4096,
+                             train_steps=120, lr=3e-3, warmup_steps=12, final_lr_frac=0.1, val_loss_every=20,
+                             val_steps=4, val_batch_size=4096, hellaswag_limit=1000),
     # modded-nanogpt record #26's recipe on this code: 12 x 768, 6 heads of 128, 3 value embeddings, 48K-token
     # rows, 393,216 tokens per step, 1,750 steps, cooldown 0.45, windows up to 1,792 (its learning rates are the
     # defaults); validation on ~10.6M tokens in rows of the training length (it uses 256K-token rows); its FP8 head
@@ -113,9 +120,14 @@ def build_parser():
                    help="tokens per validation row (a multiple of the model's SEQ_MULTIPLE; default: 1024, or "
                         "--train_seq_len where the model learns a position table)")
     g = p.add_argument_group("architecture")
-    g.add_argument("--arch", choices=list(model_source.ARCHITECTURES), default=next(iter(model_source.ARCHITECTURES)),
+    g.add_argument("--arch", choices=list(model_source.ARCHITECTURES), default=None,
                    help="the model: " + ", ".join(f"{name} ({file})" for name, file in model_source.ARCHITECTURES.items())
-                   + "; a --resume run keeps its checkpoint's")
+                   + f" (default: {model_source.DEFAULT_ARCH}; a --resume run keeps its checkpoint's, an --init_from "
+                   "run takes its checkpoint's)")
+    g.add_argument("--init_from", default=None, metavar="HUB_ID_OR_FOLDER",
+                   help="start from a transformers checkpoint's weights (a folder with config.json and "
+                   "model.safetensors, or a Hub id through HF_ENDPOINT / HF_HUB_OFFLINE / HF_HOME): its model "
+                   "type sets --arch and its config the model's shape (gptlab/train/init_from.py)")
     # --vocab_size, --num_layers, ...: one per field of the architectures' GPTConfig (each --arch takes its own)
     add_model_flags(p, *architecture_configs(), names=list(model_source.ARCHITECTURES))
     g = p.add_argument_group("optimization")
@@ -202,7 +214,12 @@ RECIPES = {
 
 def architecture_configs():
     """The GPTConfig classes of today's architecture modules, the default's first (their fields are the flags)."""
-    return [model_source.current_module(file).GPTConfig for file in model_source.ARCHITECTURES.values()]
+    return [module.GPTConfig for module in architecture_modules().values()]
+
+
+def architecture_modules():
+    """{--arch name: today's module}, the default's first."""
+    return {arch: model_source.current_module(file) for arch, file in model_source.ARCHITECTURES.items()}
 
 
 def recipe_of(module):
@@ -240,21 +257,26 @@ def apply_recipe(args, module, preset=None):
 def choose_module(args, ckpt=None):
     """(module, model source) the run trains: --arch's module file as it is today, or for --resume the source its
     checkpoint carries (whatever the files say today); args then hold that architecture's fields and recipe."""
+    preset = PRESETS.get(getattr(args, "preset", None)) or {}  # (a preset's settings of the other kind: dropped)
     if ckpt is None:
+        if getattr(args, "init_from", None):  # the checkpoint's architecture and shape
+            init = init_from.open_checkpoint(args.init_from, architecture_modules())
+            init_from.apply_flags(args, init, [f.name for f in model_flags(architecture_modules()[init.arch].GPTConfig)],
+                                  preset)
+        args.arch = args.arch or model_source.DEFAULT_ARCH
         source = model_source.current_source(model_source.arch_file(args.arch))
         module = model_source.current_module(source["file"])
     else:
         source = ckpt["model_source"]
         module = model_source.module_for(source, args.resume, args.trust_model_code)
         was = model_source.arch_of(source)
-        if was is not None and was != args.arch:
+        if was is not None and args.arch is not None and was != args.arch:
             raise UserError(f"--arch {args.arch} differs from the --resume checkpoint's {was}: a resumed run trains "
                             "its checkpoint's model; drop --arch")
-        args.arch = was or args.arch
+        args.arch = was or args.arch or model_source.DEFAULT_ARCH
         for key, value in ckpt["model_config"].items():
             if args.__dict__.get(key) is None:
                 args.__dict__[key] = value  # a field today's module no longer has
-    preset = PRESETS.get(getattr(args, "preset", None)) or {}  # (a preset's settings of the other kind: dropped)
     apply_model_flags(args, module.GPTConfig, architecture_configs(), args.arch, preset)
     apply_recipe(args, module, preset)
     return module, source
@@ -620,6 +642,8 @@ def train(args, ctx, ckpt=None):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = build_model(module, model_config, cfg, device)
+    if data.init is not None:  # --init_from: a transformers checkpoint's weights
+        init_from.load_weights(data.init, module, model)
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
         fsdp.shard_model(model, ctx)

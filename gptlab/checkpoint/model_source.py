@@ -1,4 +1,4 @@
-"""The model a checkpoint carries: the source of its architecture's module (model.py, gpt2.py: ARCHITECTURES) as
+"""The model a checkpoint carries: the source of its architecture's module (model.py, gpt2.py, llama.py: ARCHITECTURES) as
 the run trained it (with its file name and sha256), and the module built from that source, so every tool that reads a checkpoint (sample.py, export_hf.py, evaluations, --resume)
 runs the checkpoint's own architecture, whatever model.py says today.
 
@@ -27,8 +27,9 @@ from gptlab.checkpoint import checkpointing
 
 # train_gpt.py's --arch choices: the module file of each (the first is the default). The one place that names them:
 # everything else reads the chosen module's interface
-ARCHITECTURES = {"modded": "model.py", "gpt2": "gpt2.py"}
-DEFAULT_FILE = ARCHITECTURES["modded"]
+ARCHITECTURES = {"modded": "model.py", "gpt2": "gpt2.py", "llama": "llama.py"}
+DEFAULT_ARCH = next(iter(ARCHITECTURES))  # --arch when none is given
+DEFAULT_FILE = ARCHITECTURES[DEFAULT_ARCH]
 MODEL_FILE = os.path.join(REPO_ROOT, DEFAULT_FILE)
 MODULE_NAME = "model"  # today's model.py, as train_gpt.py imports it
 TRUST_FLAG = "--trust_model_code"

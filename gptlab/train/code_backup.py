@@ -294,7 +294,8 @@ MAX_RESEARCH_FILE_BYTES = 16 << 20  # a research file beyond this (or not a regu
 
 def research_code(code_dir):
     """{research file: sha256 of its bytes} of a backup: the files git.json names as research files (a full copy or
-    an unreadable git.json: RESEARCH_FILES), a missing one as "missing"; None without a code/ folder. What a seed
+    an unreadable git.json: train_gpt.py and the run's architecture module, _copied_research_files), a missing one
+    as "missing"; None without a code/ folder. What a seed
     group is keyed by besides the configuration: the same code and settings give the same numbers."""
     import stat
 
@@ -306,7 +307,7 @@ def research_code(code_dir):
         record = {}
     names = record.get("research_files")
     if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-        names = RESEARCH_FILES
+        names = _copied_research_files(code_dir)
     digests = {}
     for rel in names:
         path = os.path.join(code_dir, rel)
@@ -325,6 +326,28 @@ def research_code(code_dir):
 
 
 # ------------------------------------------------------------------------------------------------ rebuild
+def _copied_research_files(code_dir):
+    """The research files of a full copy (no git.json says): train_gpt.py and the architecture module the run
+    trained (model.py, gpt2.py, llama.py...): the copied top-level file whose sha256 is the model source's that the
+    run's config.json records. RESEARCH_FILES when none is (a run from before the record)."""
+    import hashlib
+
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(code_dir)), CONFIG_FILE), encoding="utf-8") as f:
+            sha = json.load(f).get("model_source_sha256")
+        names = sorted(os.listdir(code_dir))
+    except (OSError, ValueError, AttributeError):
+        return RESEARCH_FILES
+    for name in names if isinstance(sha, str) else ():
+        path = os.path.join(code_dir, name)
+        if (name.endswith(".py") and name != TRAINING_FILE and os.path.isfile(path) and not os.path.islink(path)
+                and os.path.getsize(path) <= MAX_RESEARCH_FILE_BYTES):
+            with open(path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() == sha:
+                    return (TRAINING_FILE, name)
+    return RESEARCH_FILES
+
+
 def read_record(code_dir):
     """code/git.json as a dict; None for a full-copy backup (no git.json). A damaged one is CannotRebuild."""
     path = os.path.join(code_dir, GIT_FILE)

@@ -252,15 +252,22 @@ _PER_RANK_FLAGS = ("train_files", "val_files", "tokenizer", "resume", "hellaswag
 def rank_settings(cfg, device, tokenizer, shards, checkpoint=None, model_source=None):
     """What every rank must share, as {name shown in an error: short text of the value}: each resolved flag but the
     per-rank ones, and in place of the paths what they name (the data's fingerprint: shard names, sizes and manifest
-    checksums; the tokenizer's hash; the --resume checkpoint's step and checksum; model.py's hash)."""
+    checksums; the tokenizer's hash; the --resume checkpoint's step and checksum; the architecture file's hash)."""
     settings = {f"--{key}": value for key, value in sorted(vars(cfg).items()) if key not in _PER_RANK_FLAGS}
     settings.update({"--device (type)": device.type, "--tokenizer (its merges)": tokenizer.ranks_sha256,
                      "--train_files (the shards' names, sizes and checksums)": getattr(shards, "train_sha256", None),
                      "--val_files (the shards' names, sizes and checksums)": getattr(shards, "val_sha256", None),
-                     "model.py": (model_source or {}).get("sha256")})
+                     _source_name(model_source): (model_source or {}).get("sha256")})
     if checkpoint is not None:
         settings["--resume (the checkpoint's step and checksum)"] = (checkpoint.get("step"), checkpoint.get("sha256"))
     return {name: _short(value) for name, value in settings.items()}
+
+
+def _source_name(model_source):
+    """The run's architecture file (model.py, gpt2.py, ...): what the settings check names."""
+    from gptlab.checkpoint.model_source import DEFAULT_FILE, source_file  # (it imports the checkpoint code: only here)
+
+    return source_file(model_source) or DEFAULT_FILE  # (a source recorded without its name: model.py's)
 
 
 def _short(value, limit=80):

@@ -9,7 +9,9 @@ from gptlab.core.files import check_folder_creatable
 from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet
 from gptlab.dataset.selection import select_run_shards
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train.config import arch_fields, check_model_fits, check_ranks_agree, model_config_of
+from gptlab.train import init_from
+from gptlab.train.config import (arch_fields, check_model_fits, check_ranks_agree, model_config_of,
+                                 positions_are_weights)
 
 
 @dataclasses.dataclass
@@ -20,6 +22,7 @@ class RunInputs:
     train_loader: BOSAlignedLoader
     val_set: ValidationSet
     warnings: list           # lines for the console now and the run's log later
+    init: object = None      # --init_from: the transformers checkpoint whose weights start the run (init_from.py)
 
 
 def open_run_inputs(cfg, ctx, module, source, ckpt=None):
@@ -29,8 +32,14 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None):
         raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     check_folder_creatable(cfg.experiments_dir)  # writes a probe file: catches /sys, a full disk, read-only folders
     tok = open_tokenizer(cfg.tokenizer)
+    init = None
+    if ckpt is None and cfg.init_from:  # (choose_module took its shape; its weights replace the initialisation)
+        init = init_from.open_checkpoint(cfg.init_from, {cfg.arch: module})
+        init_from.check_vocabulary(init, tok.encoding.n_vocab, tok.name)
     cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
     model_config = model_config_of(cfg, module.GPTConfig)
+    if init is not None:
+        model_config = init_from.model_config(init, model_config, positions_are_weights(module.GPTConfig))
     check_model_fits(module, model_config, ctx.device)
     shards = select_run_shards(cfg.train_files, cfg.val_files, tok.name, tok.ranks_sha256, tok.encoding.n_vocab)
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
@@ -43,4 +52,4 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None):
     if ckpt is not None:
         checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig),
                                               shards, cfg.allow_new_data)
-    return RunInputs(tok, model_config, shards, train_loader, val_set, list(shards.warnings))
+    return RunInputs(tok, model_config, shards, train_loader, val_set, list(shards.warnings), init)

@@ -211,7 +211,7 @@ def test_a_full_disk_for_the_code_backup_is_one_error_and_a_failed_run(tiny, tmp
                 "runpy.run_path(sys.argv[0], run_name='__main__')")
     # model.py recorded in GPTLAB_HOME beforehand (an earlier run on this machine does it), so the first write
     # that fails is the run folder's, whatever tests ran before this one
-    from gptlab.train import model_source
+    from gptlab.checkpoint import model_source
     model_source.record_trained_source(model_source.current_source(model_source.arch_file("modded")))
     proc = run_script(["-c", launcher, "train_gpt.py"] + tiny_args(tiny, tmp_path, train_steps=4, val_loss_every=0))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import REPO
+from helpers.arch_checks import (check_a_packed_document_scores_as_it_does_alone,
+                                  check_kv_cache_equals_the_full_forward)
 
 sys.path.insert(0, REPO)
 import gpt2  # noqa: E402
@@ -119,26 +121,12 @@ def test_predict_at_positions_equals_the_full_logits_there():
 
 
 def test_kv_cache_one_token_at_a_time_equals_the_full_forward():
-    model = tiny_model()
-    x = tokens(3, 2, 26)
-    x[0, 0] = x[0, 9] = x[1, 15] = EOT  # documents starting mid-stream, at other places in the two rows
-    with torch.no_grad():
-        full = model(x, model.attention_masks(x, EOT, None))
-        cache = gpt2.KVCache(model, EOT)
-        pieces = [cache.forward(x[:, :5])]  # a prompt, then one token at a time
-        pieces += [cache.forward(x[:, t:t + 1]) for t in range(5, 26)]
-    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
-    assert cache.first == 9  # both rows are past their first document's keys: dropped
+    check_kv_cache_equals_the_full_forward(gpt2, tiny_model(), EOT)
 
 
 def test_a_packed_document_scores_as_it_does_alone():
     model = tiny_model()
-    first, second = tokens(4, 1, 9), tokens(5, 1, 12)
-    first[0, 0] = second[0, 0] = EOT
-    alone = model.predict(second, EOT)
-    packed = model.predict(torch.cat([first, second], dim=1), EOT)
-    torch.testing.assert_close(packed[:, 9:], alone, rtol=0, atol=1e-5)
-    torch.testing.assert_close(packed[:, :9], model.predict(first, EOT), rtol=0, atol=1e-5)
+    check_a_packed_document_scores_as_it_does_alone(model, EOT)
 
 
 def test_forward_with_targets_is_the_summed_cross_entropy():

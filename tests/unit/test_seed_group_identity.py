@@ -89,3 +89,39 @@ def test_one_tokenizer_at_two_paths_is_one_setting_by_its_hash(tmp_path):
     no_hash = [_run(root, f"2026010{2 + i}_000000_U", 1.3, seed=i, tokenizer=t, tokenizer_ranks_sha256=None)
                for i, t in enumerate(("a.pkl", "b.pkl"))]
     assert _groups(no_hash)[0] == []
+
+
+def test_a_full_copy_keys_its_group_by_the_architecture_module_the_run_trained(tmp_path):
+    """A full-copy backup (no git.json) of a gpt2.py or llama.py run: its research code is train_gpt.py and the module
+    whose sha256 the run's config records (model_source_sha256), not model.py, which the copy also holds."""
+    import hashlib
+
+    root = str(tmp_path / "experiments")
+    for arch_file in ("gpt2.py", "llama.py"):
+        module, edited = f"class GPT:  # {arch_file}\n    pass\n", f"class GPT:  # {arch_file}, edited\n    pass\n"
+
+        def run(folder, seed, code, model=MODEL):
+            sha = hashlib.sha256(code.encode()).hexdigest()
+            return _run(root, folder, 1.3 + seed / 100, {"train_gpt.py": TRAIN, "model.py": model, arch_file: code},
+                        seed=seed, model_source_sha256=sha, arch=arch_file[:-3])
+
+        stem = arch_file[:-3]
+        paths = [run(f"20260101_00000{i}_{stem}", i, module, model=MODEL + f"# {i}\n") for i in range(2)]  # model.py
+        paths.append(run(f"20260101_000002_{stem}", 2, edited))  # differs only where the run does not train it
+        assert _groups(paths)[0] == [[os.path.basename(p) for p in paths[:2]]]
+        assert set(cmp.load_run(paths[0]).research_code) == {"train_gpt.py", arch_file}
+
+
+def test_the_ranks_settings_check_names_the_runs_architecture_file():
+    import argparse
+
+    import torch
+
+    from gptlab.train.config import rank_settings
+
+    tok = argparse.Namespace(ranks_sha256="abc")
+    for source, name in (({"file": "gpt2.py", "sha256": "1" * 64}, "gpt2.py"),
+                         ({"file": "llama.py", "sha256": "2" * 64}, "llama.py"),
+                         ({"sha256": "3" * 64}, "model.py")):  # recorded before the name was
+        settings = rank_settings(argparse.Namespace(lr=1.0), torch.device("cpu"), tok, None, model_source=source)
+        assert settings[name] == repr(source["sha256"]) and sum(k.endswith(".py") for k in settings) == 1
