@@ -28,6 +28,7 @@ The interface the tools use (model.py's; see its docstring):
     model.predict(tokens, eot, windows=None, positions=None)
     KVCache(model, eot), cache.forward(tokens) generation
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
+    MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
     transformers_export / transformers_import  LlamaForCausalLM's config and weights (export_hf.py, --init_from)
 No sliding windows: windows are accepted and ignored; attention is dense, with a boolean document-causal mask,
@@ -296,6 +297,49 @@ def training_flops(model, tokens, pairs):
         pairs = pairs["long"]
     c = model.config
     return 6 * tokens * n_matmul, 12 * c.head_dim * c.num_heads * c.num_layers * pairs
+
+
+# ---- the analytical step estimate's architecture-dependent parts (gptlab/train/perf_estimate.py, batching.py):
+# memory-bound traffic of one forward, in passes over tensors of memory_widths' widths (one read or one write per
+# token). Our estimates of the kernels' traffic (not measured), as model.py's.
+MEMORY_PASSES = {
+    "compiled": dict(
+        residual=10,         # per layer, model_dim wide: two RMSNorms (read, write) and two residual adds (read 2,
+        #                      write 1)
+        attention_inputs=2,  # per layer, the q + k + v width: read the projections, write q and k rotated, v
+        attention_output=2,  # per layer: the (B, H, T, D) -> (B, T, H x D) copy
+        mlp_hidden=3,        # per layer, the SwiGLU hidden width: silu(gate) x up reads two and writes one
+        embeddings=2,        # per token: the look-up reads a row and writes it
+        logits=2,            # per token, the padded vocabulary: the fused cross-entropy reads the logits twice
+    ),
+    "eager": dict(
+        residual=18,         # two RMSNorms in float32 (cast, square, mean, rsqrt, scale, weight: ~6 passes each)
+        #                      and two residual adds (3 each)
+        attention_inputs=10,  # rotate-half RoPE on q and k (cat, negate, two products, a sum), repeat_kv, layouts
+        attention_output=2,  # as compiled
+        mlp_hidden=5,        # silu (read, write), then the product with up (read 2, write 1)
+        embeddings=2,        # as compiled
+        logits=10,           # float32 (4 bytes): the upcast and cross-entropy's log-softmax forward and backward
+    ),
+}
+
+
+def memory_widths(config):
+    """Per layer, the widths MEMORY_PASSES counts passes over (grouped-query attention: k and v have the kv heads')."""
+    return dict(residual=config.model_dim,
+                attention_inputs=(config.num_heads + 2 * config.num_kv_heads) * config.head_dim,
+                attention_output=config.num_heads * config.head_dim, mlp_hidden=config.ffn_hidden)
+
+
+def activation_bytes_per_token(config, padded_vocab, act_bytes=2):
+    """A first guess of a forward+backward's activation memory per token for train_gpt.py's memory probe:
+    Korthikanti et al. 2022's 34 bytes x model_dim per block at 2-byte activations (eq. 1 without its 5as/h term),
+    whose MLP share (16 of the 34, for a 4 x model_dim GELU MLP keeping 2 tensors of its width) becomes SwiGLU's 3
+    tensors of ffn_hidden (gate, up, their product); plus the logits with their float32 copy and gradient: 10 bytes
+    per vocabulary entry. A guess only: the probe measures before it trusts it."""
+    mlp = 16 * (3 / 2) * config.ffn_hidden / (4 * config.model_dim)
+    per_block = (18 + mlp) * config.model_dim * act_bytes / 2
+    return config.num_layers * per_block + padded_vocab * (act_bytes + 8)
 
 
 class KVCache:

@@ -109,6 +109,21 @@ def test_the_activation_estimate_is_the_papers_34_bytes_per_width_per_layer_plus
     assert guess(mlp_ratio=8) == 12 * 50 * 768 + 50304 * 10
 
 
+def test_llamas_activation_guess_counts_swiglus_three_hidden_wide_tensors():
+    import llama
+
+    def guess(ffn_dim_multiplier, act_bytes=2):
+        config = llama.GPTConfig(vocab_size=50257, num_layers=12, num_heads=12, num_kv_heads=4, model_dim=768,
+                                 ffn_dim_multiplier=ffn_dim_multiplier)
+        return llama.activation_bytes_per_token(config, 50304, act_bytes)
+    # hidden int(8 x 768 / 3) = 2,048 (a multiple of 256): 3 tensors of 2,048 = GPT-2's 2 of 3,072, so the MLP's 16
+    # of the paper's 34 bytes x 768 stay 16: 12 x 34 x 768 + 50,304 x 10
+    assert guess(1.0) == 12 * 34 * 768 + 50304 * 10
+    # x 1.5: hidden 3,072, the MLP's share 16 x 1.5 x 3,072 / 3,072 = 24: 12 x 42 x 768; float32 doubles the blocks
+    assert guess(1.5) == 12 * 42 * 768 + 50304 * 10
+    assert guess(1.5, act_bytes=4) == 12 * 84 * 768 + 50304 * 12
+
+
 def test_expandable_segments_unless_the_user_chose_an_allocator_setting():
     env = {}
     assert environment.set_allocator_defaults(env) == "expandable_segments:True"

@@ -88,6 +88,21 @@ def test_widths_and_passes_come_from_the_models_own_module():
     assert own["activations"] == 1024 * 6_144 * 3 == 18_874_368
 
 
+def test_llamas_grouped_query_widths_come_from_llama_py():
+    """Llama: q has the query heads' width, k and v the kv heads'; the MLP's is SwiGLU's hidden width."""
+    import llama
+
+    torch.manual_seed(0)
+    model = llama.GPT(llama.GPTConfig(vocab_size=128, num_layers=2, num_heads=4, num_kv_heads=2, model_dim=64,
+                                      multiple_of=32))
+    got = pe.memory_bound_bytes(model, tokens=1024, micro_batches=1, activation_bytes=2, compiled=True,
+                                passes=PASSES)
+    # head_dim 16; q + k + v = (4 + 2 x 2) x 16 = 128; output 4 x 16 = 64; SwiGLU: int(8 x 64 / 3) = 170, rounded
+    # up to a multiple of 32: 192. Per token: 2 layers x 2 bytes x (3 x 64 + 5 x 128 + 7 x 64 + 11 x 192)
+    # = 4 x 3,392 = 13,568, plus one nn.Embedding of 64: 2 x 13 x 64 = 1,664 → 15,232; forward + backward: x 3
+    assert got["activations"] == 1024 * 15_232 * 3 == 46_792_704
+
+
 def test_optimizer_and_communication_of_the_tiny_model_by_hand():
     _, one = tiny(world_size=1)
     # Newton-Schulz per layer (5 iterations, 4 m^2 n + 2 m^3 per matrix): qkv_w 3 matrices 64x64: 3 x 5 x
