@@ -223,7 +223,8 @@ class CausalSelfAttention(nn.Module):
         # cache (generation): this layer's entry of a KVCache, which holds the earlier tokens' keys and values; x
         # then holds only the new tokens
         B, T = x.shape[:2]
-        qkv = F.linear(x, self.qkv_w.flatten(end_dim=1)).view(B, T, 3 * self.num_heads, self.head_dim)
+        # (tensor parallelism holds this rank's heads of q, k and v: local_part; the view counts the heads it has)
+        qkv = F.linear(x, local_part(self.qkv_w).flatten(end_dim=1)).view(B, T, -1, self.head_dim)
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
         q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
         start = 0 if cache is None else cache.start
@@ -239,6 +240,12 @@ class CausalSelfAttention(nn.Module):
             k, v, mask = cache.extend(k, v)
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+def local_part(w):
+    """w as this rank holds it: its block of a DTensor (tensor parallelism, gptlab/train/tensor_parallel.py: the
+    gradient flows back into the DTensor's block), else w itself."""
+    return w.to_local() if hasattr(w, "to_local") else w
 
 
 class MLP(nn.Module):
@@ -400,6 +407,31 @@ class GPT(nn.Module):
     def final_windows(self):
         """(long, short) attention windows in blocks at the end of training: the ones a trained model uses."""
         return window_pair(self.config.window_size // BLOCK_SIZE)
+
+
+def tp_sizes(config):
+    """{what: size} that --tp must divide: every rank holds whole heads, an equal share of the MLP's hidden units
+    and of the (padded) vocabulary (gptlab/train/config.py refuses other layouts before any process group)."""
+    return {"--num_heads": config.num_heads, "the MLP width (--mlp_ratio x --model_dim)":
+            int(config.mlp_ratio * config.model_dim), "the vocabulary's padding": 128}
+
+
+def tp_plan(model):
+    """Tensor parallelism (Megatron-style, gptlab/train/tensor_parallel.py applies it with DTensor):
+    {submodule path: how its weight splits over the TP ranks}. Attention: each rank holds whole heads: its rows of
+    q, k and v ("heads": qkv_w split along its dim 1, the input replicated), its value-embedding columns (the same
+    heads) and its columns of c_proj ("rowwise": the outputs summed over the TP ranks). MLP: c_fc's rows
+    ("colwise"), c_proj's columns ("rowwise"). The token embedding splits its vocabulary rows ("rowwise"; a rank's
+    look-up is zero outside its rows, so the sum is exact). The head, norms (parameter-free) and scalars stay whole
+    on every rank. "partial": parameters used on this rank's heads only, whose gradient is a sum over the TP ranks
+    (the value/value-embedding mix)."""
+    plan = {"embed": "rowwise"}
+    plan.update({f"value_embeds.{i}": "colwise" for i in range(len(model.value_embeds))})
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.attn": ("heads", "qkv_w", 1), f"blocks.{i}.attn.c_proj": "rowwise",
+                     f"blocks.{i}.mlp.c_fc": "colwise", f"blocks.{i}.mlp.c_proj": "rowwise"})
+    partial = [f"blocks.{i}.attn.lambdas" for i in range(len(model.blocks))]
+    return plan, partial
 
 
 def window_pair(long_blocks):

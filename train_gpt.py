@@ -47,12 +47,12 @@ from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, environment, fsdp, model_source, stop
+from gptlab.train import checkpointing, environment, fsdp, model_source, stop, tensor_parallel
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
-from gptlab.train.comm import FlatShards, GradientSync, MatrixShards, WholeMatrices
-from gptlab.train.config import (add_model_flags, apply_model_flags, arch_fields, check_model_fits, check_ranks_agree,
-                                 model_config_of, resolve_config)
+from gptlab.train.comm import FlatShards, GradientSync, MatrixShards
+from gptlab.train.config import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, apply_model_flags, arch_fields,
+                                 check_model_fits, check_ranks_agree, model_config_of, resolve_config)
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -189,6 +189,7 @@ def build_parser():
     g.add_argument("--shard_params", action=argparse.BooleanOptionalAction, default=False,
                    help="FSDP2: parameters, gradients and optimizer state sharded across ranks, for models whose "
                    "training state does not fit one GPU (checkpoints are then sharded folders)")
+    add_layout_flags(g)  # --tp, --pp, --pp_microbatches
     add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
     #                   --dry_run, --trust_model_code
     return p
@@ -264,7 +265,8 @@ def choose_module(args, ckpt=None):
 
 # a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine. Each
 # shapes the run's numbers or memory, so a run's recorded resume command repeats those it chose (run.chosen_flags)
-FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params")
+FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params",
+                   *LAYOUT_FLAGS)
 
 
 # ============================================================================================== Optimizer
@@ -330,7 +332,7 @@ class Muon(torch.optim.Optimizer):
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
         if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
-            self.whole = WholeMatrices(self.param_groups, rank, world_size)
+            self.whole = tensor_parallel.whole_matrices(self.param_groups, rank, world_size)  # FSDP and/or TP
         else:
             self.shards = MatrixShards(self.param_groups, rank, world_size)
 
@@ -572,7 +574,8 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
         for opt in optimizers:
             opt.step()
         model.zero_grad(set_to_none=True)
-        return torch.cat([loss_total.double().view(1), pairs.double()]), lr_mult
+        # (the TP ranks of a replica each hold its whole loss: the reports' sum over ranks counts it once)
+        return torch.cat([loss_total.double().view(1), pairs.double()]) / getattr(cfg, "tp", 1), lr_mult
     return train_step
 
 
@@ -633,10 +636,12 @@ def build_model(module, model_config, cfg, device):
 def main(argv=None):
     environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
-    if args.dry_run:  # the resolved configuration, before any process group, folder or data
-        module, _ = choose_module(args, ckpt)
-        cfg = resolve_config(args, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
-                             module)
+    # every flag checked, the parallel layout (--tp, --pp) included, before any process group, folder or data
+    checked = argparse.Namespace(**vars(args))  # (train() resolves its own from args)
+    module, _ = choose_module(checked, ckpt)
+    cfg = resolve_config(checked, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
+                         module)
+    if args.dry_run:  # the resolved configuration
         print(json.dumps(vars(cfg), indent=2, default=str))
         return vars(cfg)
     with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
@@ -656,6 +661,7 @@ def train(args, ctx, ckpt=None):
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     cfg = resolve_config(args, ctx.world_size, device, module)
+    dp_ctx = tensor_parallel.data_parallel(ctx, cfg.tp)  # the rank and size the data splits by (TP ranks share)
 
     # ---- inputs: each checked by its owner in gptlab, before a run folder exists
     if not cfg.tokenizer:
@@ -675,10 +681,10 @@ def train(args, ctx, ckpt=None):
     # --evals: its rows read, checked, fingerprinted and encoded now; a missing or bad file refused before training
     suite = (RunEvals(cfg.evals, limit=cfg.evals_limit, data_dir=cfg.evals_data_dir, tasks_dir=cfg.evals_tasks_dir,
                       encoding=tok.encoding) if cfg.evals else None)
-    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
-                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
+    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, dp_ctx.rank,
+                                    dp_ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
-                            ctx.rank, ctx.world_size, prints=shards.val_prints)
+                            dp_ctx.rank, dp_ctx.world_size, prints=shards.val_prints)
     if ckpt is not None:
         checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig), shards,
                                     cfg.allow_new_data)
@@ -689,12 +695,15 @@ def train(args, ctx, ckpt=None):
     random.seed(cfg.seed)
     model = build_model(module, model_config, cfg, device)
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
+    if cfg.tp > 1:  # gptlab/train/tensor_parallel.py: each rank holds its heads and MLP units of every block
+        mesh, partial_grads = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
         fsdp.shard_model(model, ctx)
     optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
+                 tensor_parallel.TPGradients(model, optimizers, mesh, partial_grads) if cfg.tp > 1 else
                  GradientSync(model, optimizers, ctx.world_size))
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -704,8 +713,9 @@ def train(args, ctx, ckpt=None):
         return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
 
     if cfg.device_batch_size == "auto":  # CUDA: the largest micro-batch that fits this GPU
-        cfg.device_batch_size = probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)
-        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size,
+        cfg.device_batch_size = probe_micro_batch(cfg, dp_ctx, model, model_fwd, optimizers, tok.eot, use_flex,
+                                                  autocast)
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, dp_ctx.world_size,
                                                                 cfg.device_batch_size)
         train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
     train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
@@ -721,7 +731,7 @@ def train(args, ctx, ckpt=None):
         """The model for evaluations whose work differs between ranks (HellaSwag, samples): under --shard_params
         a plain copy with the whole weights (collective), else the model itself."""
         return (fsdp.evaluation_copy(model, functools.partial(build_model, module, model_config, cfg, device))
-                if cfg.shard_params else contextlib.nullcontext(model))
+                if fsdp.is_sharded_model(model) else contextlib.nullcontext(model))
 
     # ---- the loop; the run's folder, logs, metrics, checkpoints and results are gptlab.train.run.Run's
     with Run(cfg, ctx, repo_root=REPO_ROOT, model=model, model_config=model_config, model_source=source,
@@ -776,7 +786,7 @@ def train(args, ctx, ckpt=None):
             if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):
                     loss_fn = make_loss_fn(model, model_fwd, tok.eot, eval_windows, use_flex, autocast)
-                    val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, ctx,
+                    val_loss, val_bpb = evaluate_val(loss_fn, val_set, val_rows, byte_lengths, dp_ctx,
                                                      lockstep=cfg.shard_params)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last or (due(cfg.hellaswag_every, step) and step > 0):  # a resume redoes its start step's, as val
