@@ -698,13 +698,14 @@ def train(args, ctx, ckpt=None):
     if cfg.tp > 1:  # gptlab/train/tensor_parallel.py: each rank holds its heads and MLP units of every block
         mesh, partial_grads = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
-        fsdp.shard_model(model, ctx)
+        fsdp.shard_model(model, ctx, mesh["dp"] if cfg.tp > 1 else None)
     optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
-                 tensor_parallel.TPGradients(model, optimizers, mesh, partial_grads) if cfg.tp > 1 else
-                 GradientSync(model, optimizers, ctx.world_size))
+                 GradientSync(model, optimizers, ctx.world_size) if cfg.tp == 1 else None)
+    if cfg.tp > 1:  # the partial gradients' TP sums, around FSDP's or its own data-parallel sum
+        grad_sync = tensor_parallel.TPGradients(model, optimizers, mesh, partial_grads, grad_sync)
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None

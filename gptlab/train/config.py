@@ -364,7 +364,7 @@ def check_layout(args, world_size, model_module):
         raise UserError(f"--pp {pp}: pipeline parallelism is not available in this trainer yet (model.py's U-net "
                         "skips, x0 mixing and value embeddings cross every stage boundary; docs/training.md); use "
                         "--tp and/or --shard_params")
-    if tp > 1 and getattr(args, "shard_params", False):
-        raise UserError(f"--tp {tp} with --shard_params (FSDP over the data-parallel ranks) is not available yet "
-                        "(docs/training.md); use one of them")
+    if getattr(args, "shard_params", False) and world_size == tp * pp and world_size > 1:
+        raise UserError(f"--shard_params shards over the data-parallel ranks, and --tp {tp} x --pp {pp} uses all "
+                        f"{world_size}; drop --shard_params, or launch more ranks")
     return world_size // (tp * pp), tp, pp

@@ -87,14 +87,14 @@ def _style(kind, module):
 
 
 def parallelize(model, module, ctx, tp):
-    """Apply `module.tp_plan(model)` to `model` in place on a (dp, tp) mesh. Returns (mesh, the parameters whose
-    gradient each TP rank holds only its part of)."""
+    """Apply `module.tp_plan(model)` to `model` in place on a (dp, tp) mesh. Returns (mesh, the names of the
+    parameters whose gradient each TP rank holds only its part of)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = build_mesh(ctx, tp)
     plan, partial = module.tp_plan(model)
     parallelize_module(model, mesh["tp"], {path: _style(kind, model.get_submodule(path)) for path, kind in plan.items()})
-    return mesh, [model.get_parameter(name) for name in partial]
+    return mesh, partial
 
 
 def local(tensor):
@@ -103,16 +103,33 @@ def local(tensor):
 
 class TPGradients:
     """GradientSync's interface under --tp: after the last backward of a step, the partial gradients (parameters
-    used on a rank's heads only) summed over the TP ranks, then every gradient summed over the data-parallel
-    replicas (one flat all-reduce). Refuses a trainable parameter that no optimizer holds or that two hold."""
+    used on a rank's heads only, by name) summed over the TP ranks; the data-parallel sum is FSDP's (`sharded`: an
+    fsdp.ShardedGradients, under --shard_params) or one flat all-reduce over the replicas. Refuses a trainable
+    parameter that no optimizer holds or that two hold."""
 
-    def __init__(self, model, optimizers, mesh, partial):
+    def __init__(self, model, optimizers, mesh, partial, sharded=None):
         check_held_once(model, [p for opt in optimizers for g in opt.param_groups for p in g["params"]])
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.mesh, self.partial = mesh, partial
-        self.armed = False
+        self.mesh, self.partial, self.sharded = mesh, [model.get_parameter(name) for name in partial], sharded
+        self._armed = False
+
+    @property
+    def armed(self):
+        return self._armed
+
+    @armed.setter
+    def armed(self, value):
+        self._armed = value
+        if self.sharded is not None:
+            self.sharded.armed = value
 
     def finish(self):
+        if self.sharded is not None:  # FSDP reduce-scattered over the replicas; the blocks' TP sums are left
+            self.sharded.finish()
+            for p in self.partial:
+                if p.grad is not None:
+                    dist.all_reduce(local(p.grad), group=self.mesh["tp"].get_group())
+            return
         for p in self.params:  # (a parameter no loss reached still takes part: every rank sends the same sizes)
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

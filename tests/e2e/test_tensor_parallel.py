@@ -1,5 +1,5 @@
 """--tp (issue 45) on CPU with gloo: TP 2 and TP 2 x DP 2 follow the 1-rank curve, and checkpoints resume across
-layouts (a TP 2 folder on 1 rank, a 1-rank file on TP 2).
+layouts (a TP 2 folder on 1 rank, a 1-rank file on TP 2, FSDP <-> TP + FSDP).
 
 Tolerances. Every layout takes the same 512-token steps (4 rows of 128), so in exact arithmetic the curves are
 the same; float32 makes them differ by summation order only (a row-split matmul sums two partial products in an
@@ -72,20 +72,49 @@ def test_a_mutant_that_orthogonalises_blocks_is_caught(runs, tiny):
     assert 3 in bad and 4 in bad, bad
 
 
-@pytest.mark.parametrize("source, ranks, tp", [
-    ("tp2", 1, 1),  # a TP 2 folder of DTensor blocks, on one plain process
-    ("one", 2, 2),  # a one-file checkpoint cut into TP 2 blocks
+@pytest.fixture(scope="module")
+def sharded(runs, tiny):
+    """FSDP on 2 ranks, and TP 2 x FSDP 2 on 4 (each rank a row block of its TP block), checkpoints every 2 steps."""
+    base = runs["base"]
+    torchrun(2, tiny_args(tiny, base / "fsdp", shard_params=True, checkpoint_every=2, **FLAGS))
+    torchrun(4, tiny_args(tiny, base / "tpfsdp", tp=2, shard_params=True, checkpoint_every=2, **FLAGS))
+    return dict(runs, fsdp=only_run_dir(base / "fsdp"), tpfsdp=only_run_dir(base / "tpfsdp"))
+
+
+def test_tp2_by_fsdp2_follows_the_one_rank_curve(sharded):
+    import torch.distributed.checkpoint as dcp
+
+    run = sharded["tpfsdp"]
+    config = run_json(run, records.CONFIG_FILE)
+    assert (config["tp"], config["shard_params"], config["world_size"]) == (2, True, 4)
+    assert same_curve(run, sharded["one"], 1e-4) == {}
+    assert same_curve(run, sharded["one"], 1e-4, "val_loss") == {}
+    # 2-D blocks: the MLP's 256 x 64 input matrix in four 64-row blocks, q/k/v's heads split by TP and FSDP's rows
+    folder = os.path.join(run, records.CHECKPOINT_DIR, "step_000002")
+    chunks = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata["model.blocks.0.attn.qkv_w"].chunks
+    assert sorted((tuple(c.offsets), tuple(c.sizes)) for c in chunks) == [
+        ((0, 0, 0), (2, 32, 64)), ((0, 32, 0), (2, 32, 64)), ((2, 0, 0), (1, 32, 64)), ((2, 32, 0), (1, 32, 64))]
+
+
+@pytest.mark.parametrize("source, ranks, tp, shard", [
+    ("tp2", 1, 1, False),    # a TP 2 folder of DTensor blocks, on one plain process
+    ("one", 2, 2, False),    # a one-file checkpoint cut into TP 2 blocks
+    ("tpfsdp", 2, 1, True),  # TP + FSDP -> FSDP
+    ("fsdp", 4, 2, True),    # FSDP -> TP + FSDP
 ])
-def test_a_checkpoint_resumes_on_another_layout(runs, tiny, source, ranks, tp):
+def test_a_checkpoint_resumes_on_another_layout(sharded, tiny, source, ranks, tp, shard):
+    runs = sharded
     ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000002" + (".pt" if source == "one" else ""))
     out = runs["base"] / f"resumed_{source}_{ranks}"
-    argv = ["--resume", ckpt, "--experiments_dir", str(out)] + (["--tp", str(tp)] if tp > 1 else [])
+    argv = (["--resume", ckpt, "--experiments_dir", str(out)] + (["--tp", str(tp)] if tp > 1 else [])
+            + (["--shard_params"] if shard else []))
     if ranks == 1:
         run_script(["train_gpt.py"] + argv, check=True)
     else:
         torchrun(ranks, argv)
     resumed = only_run_dir(out)
-    assert run_json(resumed, records.CONFIG_FILE)["tp"] == tp
+    config = run_json(resumed, records.CONFIG_FILE)
+    assert (config["tp"], config["shard_params"], config["world_size"]) == (tp, shard, ranks)
     assert sorted(run_metric(resumed, "train_loss")) == [3, 4]
     assert same_curve(resumed, runs[source], 1e-5) == {}
     assert same_curve(resumed, runs[source], 1e-5, "val_loss") == {}

@@ -19,7 +19,7 @@ from gptlab.train.tensor_parallel import data_parallel
     ("2", dict(pp=2, pp_microbatches=1), ["--pp_microbatches 1 is fewer than the --pp 2 stages", "at least 2"]),
     ("1", dict(pp_microbatches=4), ["--pp_microbatches 4 is a setting of pipeline parallelism", "--pp is 1"]),
     ("2", dict(pp=2), ["--pp 2: pipeline parallelism is not available"]),
-    ("4", dict(tp=2, shard_params=True), ["--tp 2 with --shard_params", "not available yet"]),
+    ("2", dict(tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 2"]),
     ("2", dict(tp=2, arch="gpt2", num_layers=None, window_size=None),
      ["--tp 2: this architecture (gpt2) has no tensor-parallel plan"]),
 ])
