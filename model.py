@@ -16,6 +16,8 @@ The interface the tools use (keep it when you edit; add what you like around it)
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)   MFU in the training log
     model.fp8_head = True                      training forwards run the LM head's matmul in FP8 (--fp8_head)
     model.store_embeddings_in(dtype)           embeddings held in bfloat16 under bfloat16 training
+    tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide (optional)
+    pp_stage(model, stage, n_stages)           --pp: a pipeline stage's module (optional)
 
 On CUDA attention is FlexAttention with a document-causal sliding-window block mask, built from per-block
 document bounds; on CPU the very same mask function is evaluated densely and fed to scaled_dot_product_attention,
@@ -325,21 +327,33 @@ class GPT(nn.Module):
         # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
         # (without autocast: the weights' dtype); embeddings held in bfloat16 are normed in the weights' dtype, as
         # CUDA autocast's rms_norm does anyway
+        x0 = self.embed_tokens(idx)
+        x, _ = self.run_blocks(x0, x0, self.value_embeddings(idx, x0.dtype), masks, [], range(self.num_layers), cache)
+        return norm(x)
+
+    def embed_tokens(self, idx):
+        """x0: the normed token embeddings in the residual stream's dtype (the autocast dtype, else the weights')."""
         weights = self.lm_head.weight.dtype
         autocast = torch.is_autocast_enabled(idx.device.type)
         dtype = torch.get_autocast_dtype(idx.device.type) if autocast else weights
-        ve = [emb(idx).to(dtype) for emb in self.value_embeds]
-        x = x0 = norm(self.embed(idx).to(weights)).to(dtype)
-        skips = []
+        return norm(self.embed(idx).to(weights)).to(dtype)
+
+    def value_embeddings(self, idx, dtype):
+        return [emb(idx).to(dtype) for emb in self.value_embeds]
+
+    def run_blocks(self, x, x0, ve, masks, skips, layers, cache=None):
+        """Blocks `layers` (consecutive) on x; skips: the U-net skip stack on entry, pushed and popped in place.
+        Returns (x, skips)."""
         first_decoder = self.num_layers - self.num_skips
-        for i, block in enumerate(self.blocks):
+        for i in layers:
             if i >= first_decoder:
                 x = x + self.skip_weights[i - first_decoder].to(x.dtype) * skips.pop()
-            x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
-                      None if masks is None else masks[self.layer_window[i]], None if cache is None else cache.layer(i))
+            x = self.blocks[i](x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
+                               None if masks is None else masks[self.layer_window[i]],
+                               None if cache is None else cache.layer(i))
             if i < self.num_skips:
                 skips.append(x)
-        return norm(x)
+        return x, skips
 
     # train_gpt.py's --fp8_head sets it: training forwards then run the LM head's matmul in FP8 (fp8_linear), as
     # modded-nanogpt's record #26 does; evaluation and generation keep the plain head
@@ -432,6 +446,40 @@ def tp_plan(model):
                      f"blocks.{i}.mlp.c_fc": "colwise", f"blocks.{i}.mlp.c_proj": "rowwise"})
     partial = [f"blocks.{i}.attn.lambdas" for i in range(len(model.blocks))]
     return plan, partial
+
+
+class PipelineStage(nn.Module):
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages runs
+    an equal share of the blocks of `model` (whose weights it uses, not owns). What crosses a stage boundary: the
+    residual stream x, x0 (every block mixes it in), the token ids (each stage builds its attention masks and value
+    embeddings from them) and the U-net skips still waiting for their decoder layer. The first stage takes the token
+    ids; the last returns the final normed hidden states (the loss applies the head). mask_args: (eot, windows,
+    flex) of the current step, set by the trainer."""
+
+    def __init__(self, model, stage, n_stages):
+        super().__init__()
+        per = model.num_layers // n_stages
+        self.layers = range(stage * per, (stage + 1) * per)
+        self.first, self.last = stage == 0, stage == n_stages - 1
+        self._model = [model]  # (a list: the stage must not own the model's parameters)
+        self.mask_args = None
+
+    def forward(self, *inputs):
+        model = self._model[0]
+        if self.first:
+            (idx,) = inputs
+            x = x0 = model.embed_tokens(idx)
+            skips = []
+        else:
+            x, x0, idx, *skips = inputs
+            skips = list(skips)
+        masks = model.attention_masks(idx, *self.mask_args)
+        x, skips = model.run_blocks(x, x0, model.value_embeddings(idx, x0.dtype), masks, skips, self.layers)
+        return norm(x) if self.last else (x, x0, idx, *skips)
+
+
+def pp_stage(model, stage, n_stages):
+    return PipelineStage(model, stage, n_stages)
 
 
 def window_pair(long_blocks):

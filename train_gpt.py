@@ -47,7 +47,7 @@ from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import checkpointing, environment, fsdp, model_source, stop, tensor_parallel
+from gptlab.train import checkpointing, environment, fsdp, model_source, pipeline, stop, tensor_parallel
 from gptlab.train.batching import (activation_bytes_per_token, choose_micro_batch, micro_batch_candidates,
                                    probe_batch, split_batch)
 from gptlab.train.comm import FlatShards, GradientSync, MatrixShards
@@ -535,7 +535,7 @@ def make_loss_fn(model, model_fwd, eot, windows, use_flex, autocast):
 
 # ============================================================================================== Training
 def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device,
-                    module=arch):
+                    module=arch, pipe=None):
     """The step function (bench/bench_train.py times this very function): the loader's next batch, grad_acc_steps
     forward/backward passes on this rank, gradients summed over ranks, one update. train_step(step) returns
     (this rank's summed loss and allowed attention pairs, long and short: a float64 (3,) tensor left on the
@@ -549,6 +549,11 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
         pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
         batches = train_loader.next_batch()
+        if pipe is not None:  # --pp: the schedule runs every micro-batch through the stages (gptlab/train/pipeline.py)
+            grad_sync.armed = False  # (the sum over ranks starts after it, in finish)
+            loss_total, pairs = pipe.run([tuple(to_device(a, device) for a in b) for b in batches], windows, eot,
+                                         use_flex, autocast, module.attention_pairs)
+            batches = []
         for micro, (x_np, y_np) in enumerate(batches):
             x, y = to_device(x_np, device), to_device(y_np, device)
             masks = model.attention_masks(x, eot, windows, use_flex)
@@ -661,7 +666,7 @@ def train(args, ctx, ckpt=None):
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     cfg = resolve_config(args, ctx.world_size, device, module)
-    dp_ctx = tensor_parallel.data_parallel(ctx, cfg.tp)  # the rank and size the data splits by (TP ranks share)
+    dp_ctx = tensor_parallel.data_parallel(ctx, cfg.tp * cfg.pp)  # the data's ranks (TP ranks, PP stages share)
 
     # ---- inputs: each checked by its owner in gptlab, before a run folder exists
     if not cfg.tokenizer:
@@ -719,8 +724,9 @@ def train(args, ctx, ckpt=None):
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, dp_ctx.world_size,
                                                                 cfg.device_batch_size)
         train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
+    pipe = pipeline.Pipeline(model, module, ctx, cfg, tok.eot, use_flex, autocast) if cfg.pp > 1 else None
     train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, tok.eot, use_flex,
-                                 autocast, device, module)
+                                 autocast, device, module, pipe)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     full_windows = model.final_windows()  # what window_blocks gives at the last step

@@ -196,6 +196,13 @@ def resolve_config(args, world_size, device, model_module):
     if cfg.device_batch_size != "auto" or cfg.grad_acc_steps is not None:  # else train() probes the GPU first
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
                                                                 cfg.device_batch_size, cfg.grad_acc_steps)
+    if cfg.pp > 1:  # the schedule splits this replica's rows of a step into --pp_microbatches
+        cfg.pp_microbatches = cfg.pp_microbatches or 2 * cfg.pp
+        rows = cfg.grad_acc_steps * cfg.device_batch_size // cfg.train_seq_len if cfg.grad_acc_steps else None
+        if rows is not None and rows % cfg.pp_microbatches:
+            raise UserError(f"--pp_microbatches {cfg.pp_microbatches} does not divide the {rows} rows of "
+                            f"--train_seq_len {cfg.train_seq_len} that each of the {world_size} data-parallel "
+                            "replica(s) takes per step; choose micro-batches dividing it, or another --batch_size")
     if cfg.val_batch_size is None:
         cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
     if cfg.val_batch_size % cfg.val_seq_len:
@@ -359,11 +366,13 @@ def check_layout(args, world_size, model_module):
         if micro is not None and micro < pp:
             raise UserError(f"--pp_microbatches {micro} is fewer than the --pp {pp} stages (a schedule needs at least "
                             f"one micro-batch per stage in flight); use at least {pp}, e.g. {2 * pp}")
-    # not built yet (docs/training.md "Tensor and pipeline parallelism" says why and what is left)
-    if pp > 1:
-        raise UserError(f"--pp {pp}: pipeline parallelism is not available in this trainer yet (model.py's U-net "
-                        "skips, x0 mixing and value embeddings cross every stage boundary; docs/training.md); use "
-                        "--tp and/or --shard_params")
+    if pp > 1 and getattr(model_module, "pp_stage", None) is None:
+        raise UserError(f"--pp {pp}: this architecture ({getattr(args, 'arch', 'its module')}) has no pipeline "
+                        "stages (pp_stage in its module); drop --pp")
+    # not built yet (docs/training.md "Tensor and pipeline parallelism" says what is left)
+    if pp > 1 and (tp > 1 or getattr(args, "shard_params", False)):
+        raise UserError(f"--pp {pp} with " + (f"--tp {tp}" if tp > 1 else "--shard_params") + " is not available "
+                        "yet (docs/training.md); use --pp with data parallelism only, or drop --pp")
     if getattr(args, "shard_params", False) and world_size == tp * pp and world_size > 1:
         raise UserError(f"--shard_params shards over the data-parallel ranks, and --tp {tp} x --pp {pp} uses all "
                         f"{world_size}; drop --shard_params, or launch more ranks")

@@ -1,10 +1,12 @@
-"""--tp (issue 45) on CPU with gloo: TP 2 and TP 2 x DP 2 follow the 1-rank curve, and checkpoints resume across
-layouts (a TP 2 folder on 1 rank, a 1-rank file on TP 2, FSDP <-> TP + FSDP).
+"""--tp and --pp (issue 45) on CPU with gloo: TP 2, PP 2 (1F1B), TP 2 x DP 2 and TP 2 x FSDP 2 follow the 1-rank
+curve, and checkpoints resume across layouts (TP 2 -> 1 rank, 1 rank -> TP 2, FSDP <-> TP + FSDP, PP 2 -> DP 2).
 
 Tolerances. Every layout takes the same 512-token steps (4 rows of 128), so in exact arithmetic the curves are
 the same; float32 makes them differ by summation order only (a row-split matmul sums two partial products in an
-all-reduce; DP 2 sums gradients over replicas instead of micro-batches). Measured on this model: the TP 2 losses
-equal the 1-rank ones to the 8 digits metrics.csv keeps, TP 2 x DP 2 within 2e-8 relative. The bounds are the
+all-reduce; DP 2 sums gradients over replicas instead of micro-batches; PP 2 runs 4 micro-batches of one row
+where one rank runs 2 of two). Measured on this model: the TP 2 losses equal the 1-rank ones to the 8 digits
+metrics.csv keeps, TP 2 x DP 2 within 2e-8 relative, PP 2 within 1e-5 (step 4; Muon's Newton-Schulz amplifies
+the gradients' last-bit differences step by step, as between DP world sizes). The bounds are the
 sharded tests' (1e-4 between layouts over a run, 1e-5 after a resume), far below what a real bug moves: Muon
 orthogonalising each rank's block instead of the whole matrix (the mutant named in the issue, run by hand on this
 model) moves the step-3 loss by 1.2e-3 relative and step 4's by 3.4e-3; a shape factor from the block's shape
@@ -44,7 +46,9 @@ def runs(tiny, tmp_path_factory):
     base = tmp_path_factory.mktemp("tp")
     run_script(["train_gpt.py"] + tiny_args(tiny, base / "one", checkpoint_every=2, **FLAGS), check=True)
     torchrun(2, tiny_args(tiny, base / "tp2", tp=2, checkpoint_every=2, **FLAGS))
-    return {"one": only_run_dir(base / "one"), "tp2": only_run_dir(base / "tp2"), "base": base}
+    torchrun(2, tiny_args(tiny, base / "pp2", pp=2, checkpoint_every=2, **FLAGS))
+    return {"one": only_run_dir(base / "one"), "tp2": only_run_dir(base / "tp2"), "pp2": only_run_dir(base / "pp2"),
+            "base": base}
 
 
 def test_tp2_follows_the_one_rank_curve(runs):
@@ -52,6 +56,17 @@ def test_tp2_follows_the_one_rank_curve(runs):
     assert sorted(run_metric(runs["tp2"], "train_loss")) == [1, 2, 3, 4]
     assert same_curve(runs["tp2"], runs["one"], 1e-4) == {}
     assert same_curve(runs["tp2"], runs["one"], 1e-4, "val_loss") == {}
+
+
+def test_pp2_follows_the_one_rank_curve(runs):
+    """Two 1F1B stages on gloo, the step's 4 rows in 4 pipeline micro-batches (the default 2 x --pp)."""
+    config = run_json(runs["pp2"], records.CONFIG_FILE)
+    assert (config["pp"], config["pp_microbatches"], config["world_size"]) == (2, 4, 2)
+    assert same_curve(runs["pp2"], runs["one"], 1e-4) == {}
+    assert same_curve(runs["pp2"], runs["one"], 1e-4, "val_loss") == {}
+    # each step's attention pairs counted once (the last stage's): the same FLOPs as one rank
+    one, pp2 = (run_json(runs[k], records.RESULTS_FILE)["train_flops"] for k in ("one", "pp2"))
+    assert pp2 == one
 
 
 def test_tp2_by_dp2_on_four_ranks_follows_the_one_rank_curve(runs, tiny):
@@ -101,10 +116,11 @@ def test_tp2_by_fsdp2_follows_the_one_rank_curve(sharded):
     ("one", 2, 2, False),    # a one-file checkpoint cut into TP 2 blocks
     ("tpfsdp", 2, 1, True),  # TP + FSDP -> FSDP
     ("fsdp", 4, 2, True),    # FSDP -> TP + FSDP
+    ("pp2", 2, 1, False),    # PP 2 -> DP 2 (a plain one-file checkpoint: every stage holds the whole model)
 ])
 def test_a_checkpoint_resumes_on_another_layout(sharded, tiny, source, ranks, tp, shard):
     runs = sharded
-    ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000002" + (".pt" if source == "one" else ""))
+    ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000002" + (".pt" if source in ("one", "pp2") else ""))
     out = runs["base"] / f"resumed_{source}_{ranks}"
     argv = (["--resume", ckpt, "--experiments_dir", str(out)] + (["--tp", str(tp)] if tp > 1 else [])
             + (["--shard_params"] if shard else []))
@@ -114,7 +130,7 @@ def test_a_checkpoint_resumes_on_another_layout(sharded, tiny, source, ranks, tp
         torchrun(ranks, argv)
     resumed = only_run_dir(out)
     config = run_json(resumed, records.CONFIG_FILE)
-    assert (config["tp"], config["shard_params"], config["world_size"]) == (tp, shard, ranks)
+    assert (config["tp"], config["pp"], config["shard_params"], config["world_size"]) == (tp, 1, shard, ranks)
     assert sorted(run_metric(resumed, "train_loss")) == [3, 4]
     assert same_curve(resumed, runs[source], 1e-5) == {}
     assert same_curve(resumed, runs[source], 1e-5, "val_loss") == {}
