@@ -69,6 +69,18 @@ def test_pp2_follows_the_one_rank_curve(runs):
     assert pp2 == one
 
 
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_torch_pipelining_schedules_run_on_gloo(schedule):
+    """docs/training.md's reproduction for pytorch #132644: on torch 2.13's gloo both schedules run, and the
+    pipelined loss is the unpipelined one (4 micro-batches summed in another order: 1e-6)."""
+    import re
+
+    proc = torchrun(2, [schedule], script=os.path.join("bench", "pipelining_gloo.py"))
+    found = re.search(rf"^{schedule}: pipelined loss ([0-9.]+), unpipelined ([0-9.]+)$", proc.stdout, re.M)
+    assert found, proc.stdout
+    assert close(float(found.group(1)), float(found.group(2)), 1e-6)
+
+
 def test_tp2_by_dp2_on_four_ranks_follows_the_one_rank_curve(runs, tiny):
     torchrun(4, tiny_args(tiny, runs["base"] / "tp2dp2", tp=2, **FLAGS))
     run = only_run_dir(runs["base"] / "tp2dp2")
