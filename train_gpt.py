@@ -641,14 +641,15 @@ def build_model(module, model_config, cfg, device):
 def main(argv=None):
     environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
-    # every flag checked, the parallel layout (--tp, --pp) included, before any process group, folder or data
-    checked = argparse.Namespace(**vars(args))  # (train() resolves its own from args)
-    module, _ = choose_module(checked, ckpt)
-    cfg = resolve_config(checked, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
-                         module)
-    if args.dry_run:  # the resolved configuration
-        print(json.dumps(vars(cfg), indent=2, default=str))
-        return vars(cfg)
+    if args.dry_run or args.tp > 1 or args.pp > 1 or args.pp_microbatches is not None:
+        # every flag checked, a parallel layout included, before any process group, folder or data
+        checked = argparse.Namespace(**vars(args))  # (train() resolves its own from args)
+        module, _ = choose_module(checked, ckpt)
+        cfg = resolve_config(checked, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
+                             module)
+        if args.dry_run:  # the resolved configuration
+            print(json.dumps(vars(cfg), indent=2, default=str))
+            return vars(cfg)
     with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
         ctx = dist_utils.setup(args.device)
         try:
