@@ -471,8 +471,9 @@ def build_adamw(model, cfg):
     groups = [dict(params=[p for p in params if p.ndim >= 2], weight_decay=cfg.weight_decay, name="decayed"),
               dict(params=[p for p in params if p.ndim < 2], weight_decay=0.0, name="not decayed")]
     cuda = params[0].is_cuda
+    one_kind = not tensor_parallel.mixed(params)  # (--tp: whole and split weights; torch's per-tensor loop then)
     adamw = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
-                              fused=cuda, foreach=not cuda)
+                              fused=cuda and one_kind, foreach=not cuda and one_kind)
     for group in adamw.param_groups:
         group["initial_lr"] = group["lr"]
     return [adamw]
@@ -566,7 +567,7 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
             loss_total += loss.detach()
         grad_sync.finish()
         if grad_clip:  # the gradients are whole and rank-summed here (AdamW's are all-reduced), so every rank agrees
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+            tensor_parallel.clip_grad_norm_(model.parameters(), grad_clip)  # (torch's, for --tp's mixed tensors too)
         if adamw:
             lr_mult = warmup_cosine(step, cfg.train_steps, cfg.warmup_steps, cfg.final_lr_frac) * cfg.lr_scale
         else:

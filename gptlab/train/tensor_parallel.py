@@ -56,17 +56,26 @@ def _replicated_input(module, args, mesh):
     return (x, *args[1:])
 
 
-def _heads_style(name, dim):
+def _heads_style(names, dim, groups=1):
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor.parallel import ParallelStyle
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    # groups > 1: dim holds `groups` equal parts (a fused q/k/v), each split over the ranks (rank r: part r of each)
+    placement = _StridedShard(dim, split_factor=groups) if groups > 1 else Shard(dim)
 
     class HeadParallel(ParallelStyle):
-        """The parameter `name` split along `dim` over the TP ranks; the module's first input replicated."""
+        """The parameters `names` (dotted paths below the module; None ones skipped) split along `dim` over the TP
+        ranks; the module's first input replicated."""
 
         def _apply(self, module, mesh):
-            param = getattr(module, name)
-            module.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh, [Shard(dim)]),
-                                                         requires_grad=param.requires_grad))
+            for name in (names,) if isinstance(names, str) else names:
+                owner_path, _, leaf = name.rpartition(".")
+                owner = module.get_submodule(owner_path) if owner_path else module
+                param = getattr(owner, leaf)
+                if param is not None:
+                    owner.register_parameter(leaf, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
+                                                                requires_grad=param.requires_grad))
             module.register_forward_pre_hook(functools.partial(_replicated_input, mesh=mesh))
             return module
 
@@ -182,3 +191,26 @@ class WholeMatricesTP:
             for p, result in zip(params, fn(whole, g)):
                 out[p] = distribute_tensor(result, p.device_mesh, p.placements, src_data_rank=None).to_local()
         return out
+
+
+def mixed(params):
+    """True when params mix DTensors (tensor-parallel blocks) and plain tensors (weights kept whole): torch's
+    foreach and fused optimizer and norm kernels refuse such a list."""
+    kinds = {hasattr(p, "device_mesh") for p in params}
+    return len(kinds) > 1
+
+
+def clip_grad_norm_(params, max_norm):
+    """torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True), also for a mix of DTensor and plain
+    gradients: each gradient's norm (a DTensor's over all its blocks), their norm, and every gradient scaled by
+    max_norm / (norm + 1e-6) where that is below 1, as torch computes it."""
+    params = [p for p in params if p.grad is not None]
+    if not mixed(params):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    norms = [p.grad.norm() for p in params]
+    total = torch.linalg.vector_norm(torch.stack([n.full_tensor() if hasattr(n, "full_tensor") else n
+                                                  for n in norms]))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        local(p.grad).mul_(coef)
+    return total

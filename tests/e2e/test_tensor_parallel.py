@@ -81,6 +81,19 @@ def test_torch_pipelining_schedules_run_on_gloo(schedule):
     assert close(float(found.group(1)), float(found.group(2)), 1e-6)
 
 
+def test_gpt2_under_tp2_follows_its_one_rank_curve(runs, tiny):
+    """--arch gpt2: its fused c_attn split by heads (q, k and v each), biases, the tied embedding/head whole, AdamW
+    over split and whole weights, and its gradient clipping (1.0) over both kinds (it engages here: without it
+    step 3 moves by 1.7e-5 relative)."""
+    flags = dict(FLAGS, arch="gpt2", window_size=None, warmup_steps=1)
+    run_script(["train_gpt.py"] + tiny_args(tiny, runs["base"] / "gpt2_one", **flags), check=True)
+    torchrun(2, tiny_args(tiny, runs["base"] / "gpt2_tp2", tp=2, **flags))
+    one, tp2 = only_run_dir(runs["base"] / "gpt2_one"), only_run_dir(runs["base"] / "gpt2_tp2")
+    assert run_json(tp2, records.CONFIG_FILE)["tp"] == 2
+    assert same_curve(tp2, one, 1e-4) == {}
+    assert same_curve(tp2, one, 1e-4, "val_loss") == {}
+
+
 def test_tp2_by_dp2_on_four_ranks_follows_the_one_rank_curve(runs, tiny):
     torchrun(4, tiny_args(tiny, runs["base"] / "tp2dp2", tp=2, **FLAGS))
     run = only_run_dir(runs["base"] / "tp2dp2")

@@ -25,8 +25,8 @@ from gptlab.train.tensor_parallel import data_parallel
     ("2", dict(pp=2, arch="gpt2", num_layers=None, window_size=None),
      ["--pp 2: this architecture (gpt2) has no pipeline stages"]),
     ("2", dict(tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 2"]),
-    ("2", dict(tp=2, arch="gpt2", num_layers=None, window_size=None),
-     ["--tp 2: this architecture (gpt2) has no tensor-parallel plan"]),
+    ("4", dict(tp=4, arch="gpt2", num_layers=None, window_size=None),  # gpt2.py's own tp_sizes
+     ["--tp 4 does not divide --num_heads 2"]),
 ])
 def test_a_bad_layout_is_one_error_before_any_process_group(tiny, tmp_path, monkeypatch, world, flags, parts):
     monkeypatch.setenv("WORLD_SIZE", world)
