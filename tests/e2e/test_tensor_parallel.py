@@ -5,7 +5,7 @@ Tolerances. Every layout takes the same 512-token steps (4 rows of 128), so in e
 the same; float32 makes them differ by summation order only (a row-split matmul sums two partial products in an
 all-reduce; DP 2 sums gradients over replicas instead of micro-batches; PP 2 runs 4 micro-batches of one row
 where one rank runs 2 of two). Measured on this model: the TP 2 losses equal the 1-rank ones to the 8 digits
-metrics.csv keeps, TP 2 x DP 2 within 2e-8 relative, PP 2 within 1e-5 (step 4; Muon's Newton-Schulz amplifies
+metrics.csv keeps, TP 2 x DP 2 and TP 2 x FSDP 2 within 4e-8 relative, PP 2 within 1e-5 (step 4; Muon's Newton-Schulz amplifies
 the gradients' last-bit differences step by step, as between DP world sizes). The bounds are the
 sharded tests' (1e-4 between layouts over a run, 1e-5 after a resume), far below what a real bug moves: Muon
 orthogonalising each rank's block instead of the whole matrix (the mutant named in the issue, run by hand on this
