@@ -102,7 +102,8 @@ def parallelize(model, module, ctx, tp):
 
     mesh = build_mesh(ctx, tp)
     plan, partial = module.tp_plan(model)
-    parallelize_module(model, mesh["tp"], {path: _style(kind, model.get_submodule(path)) for path, kind in plan.items()})
+    styles = {path: _style(kind, model.get_submodule(path)) for path, kind in plan.items()}
+    parallelize_module(model, mesh["tp"], styles)
     return mesh, partial
 
 

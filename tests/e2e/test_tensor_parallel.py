@@ -5,8 +5,8 @@ Tolerances. Every layout takes the same 512-token steps (4 rows of 128), so in e
 the same; float32 makes them differ by summation order only (a row-split matmul sums two partial products in an
 all-reduce; DP 2 sums gradients over replicas instead of micro-batches; PP 2 runs 4 micro-batches of one row
 where one rank runs 2 of two). Measured on this model: the TP 2 losses equal the 1-rank ones to the 8 digits
-metrics.csv keeps, TP 2 x DP 2 and TP 2 x FSDP 2 within 4e-8 relative, PP 2 within 1e-5 (step 4; Muon's Newton-Schulz amplifies
-the gradients' last-bit differences step by step, as between DP world sizes). The bounds are the
+metrics.csv keeps, TP 2 x DP 2 and TP 2 x FSDP 2 within 4e-8 relative, PP 2 within 1e-5 (step 4; Muon's
+Newton-Schulz amplifies the gradients' last-bit differences step by step, as between DP world sizes). The bounds are the
 sharded tests' (1e-4 between layouts over a run, 1e-5 after a resume), far below what a real bug moves: Muon
 orthogonalising each rank's block instead of the whole matrix (the mutant named in the issue, run by hand on this
 model) moves the step-3 loss by 1.2e-3 relative and step 4's by 3.4e-3; a shape factor from the block's shape
@@ -52,7 +52,8 @@ def runs(tiny, tmp_path_factory):
 
 
 def test_tp2_follows_the_one_rank_curve(runs):
-    assert (run_json(runs["tp2"], records.CONFIG_FILE)["tp"], run_json(runs["tp2"], records.CONFIG_FILE)["world_size"]) == (2, 2)
+    config = run_json(runs["tp2"], records.CONFIG_FILE)
+    assert (config["tp"], config["world_size"]) == (2, 2)
     assert sorted(run_metric(runs["tp2"], "train_loss")) == [1, 2, 3, 4]
     assert same_curve(runs["tp2"], runs["one"], 1e-4) == {}
     assert same_curve(runs["tp2"], runs["one"], 1e-4, "val_loss") == {}
@@ -145,7 +146,8 @@ def test_tp2_by_fsdp2_follows_the_one_rank_curve(sharded):
 ])
 def test_a_checkpoint_resumes_on_another_layout(sharded, tiny, source, ranks, tp, shard):
     runs = sharded
-    ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000002" + (".pt" if source in ("one", "pp2") else ""))
+    one_file = source in ("one", "pp2")  # (the others wrote sharded folders)
+    ckpt = os.path.join(runs[source], records.CHECKPOINT_DIR, "step_000002" + (".pt" if one_file else ""))
     out = runs["base"] / f"resumed_{source}_{ranks}"
     argv = (["--resume", ckpt, "--experiments_dir", str(out)] + (["--tp", str(tp)] if tp > 1 else [])
             + (["--shard_params"] if shard else []))
