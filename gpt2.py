@@ -89,6 +89,31 @@ class GPTConfig:
             raise ValueError(f"--mlp_ratio {self.mlp_ratio} gives no MLP hidden units; use e.g. 4")
 
 
+def local_part(w):
+    """w as this rank holds it: its block of a DTensor (tensor parallelism, gptlab/train/tensor_parallel.py), else
+    w itself (None too)."""
+    return w.to_local() if hasattr(w, "to_local") else w
+
+
+def tp_sizes(config):
+    """{what: size} that --tp must divide: every rank holds whole heads and an equal share of the MLP."""
+    return {"--num_heads": config.num_heads, "the MLP width (--mlp_ratio x --model_dim)":
+            int(config.mlp_ratio * config.model_dim)}
+
+
+def tp_plan(model):
+    """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles): each rank holds
+    whole heads: its rows of q, k and v in the fused c_attn (weight and bias split along dim 0 into 3 groups, each
+    split over the ranks: "heads" with 3 groups), its columns of c_proj ("rowwise"); the MLP's c_fc rows and c_proj
+    columns. The tied embedding/head, the position table and the LayerNorms stay whole on every rank."""
+    plan = {}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.attn": ("heads", ("c_attn.weight", "c_attn.bias"), 0, 3),
+                     f"blocks.{i}.attn.c_proj": "rowwise", f"blocks.{i}.mlp.c_fc": "colwise",
+                     f"blocks.{i}.mlp.c_proj": "rowwise"})
+    return plan, []
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -100,7 +125,9 @@ class CausalSelfAttention(nn.Module):
         """x (B, T, dim); mask: bool (B, 1, T, keys), True where a query may attend, or None for plain causal;
         cache: this layer's _LayerCache in generation (x then holds only the new tokens)."""
         B, T, _ = x.shape
-        q, k, v = self.c_attn(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
+        # (tensor parallelism holds this rank's heads of q, k and v: local_part; the view counts the heads it has)
+        qkv = F.linear(x, local_part(self.c_attn.weight), local_part(self.c_attn.bias))
+        q, k, v = qkv.view(B, T, 3, -1, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
         if cache is not None:
             k, v, mask = cache.extend(k, v)
         # scale 1/sqrt(head_dim), as GPT-2's

@@ -18,6 +18,8 @@ The interface the tools use (keep it when you edit; add what you like around it)
                                                the analytical step estimate and the memory probe's first guess
     model.fp8_head = True                      training forwards run the LM head's matmul in FP8 (--fp8_head)
     model.store_embeddings_in(dtype)           embeddings held in bfloat16 under bfloat16 training
+    tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide (optional)
+    pp_stage(model, stage, n_stages)           --pp: a pipeline stage's module (optional)
 
 On CUDA attention is FlexAttention with a document-causal sliding-window block mask, built from per-block
 document bounds; on CPU the very same mask function is evaluated densely and fed to scaled_dot_product_attention,
@@ -225,7 +227,8 @@ class CausalSelfAttention(nn.Module):
         # cache (generation): this layer's entry of a KVCache, which holds the earlier tokens' keys and values; x
         # then holds only the new tokens
         B, T = x.shape[:2]
-        qkv = F.linear(x, self.qkv_w.flatten(end_dim=1)).view(B, T, 3 * self.num_heads, self.head_dim)
+        # (tensor parallelism holds this rank's heads of q, k and v: local_part; the view counts the heads it has)
+        qkv = F.linear(x, local_part(self.qkv_w).flatten(end_dim=1)).view(B, T, -1, self.head_dim)
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
         q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
         start = 0 if cache is None else cache.start
@@ -241,6 +244,12 @@ class CausalSelfAttention(nn.Module):
             k, v, mask = cache.extend(k, v)
         y = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+def local_part(w):
+    """w as this rank holds it: its block of a DTensor (tensor parallelism, gptlab/train/tensor_parallel.py: the
+    gradient flows back into the DTensor's block), else w itself."""
+    return w.to_local() if hasattr(w, "to_local") else w
 
 
 class MLP(nn.Module):
@@ -320,21 +329,33 @@ class GPT(nn.Module):
         # its embeddings: half the bytes in every elementwise and norm kernel and in saved activations
         # (without autocast: the weights' dtype); embeddings held in bfloat16 are normed in the weights' dtype, as
         # CUDA autocast's rms_norm does anyway
+        x0 = self.embed_tokens(idx)
+        x, _ = self.run_blocks(x0, x0, self.value_embeddings(idx, x0.dtype), masks, [], range(self.num_layers), cache)
+        return norm(x)
+
+    def embed_tokens(self, idx):
+        """x0: the normed token embeddings in the residual stream's dtype (the autocast dtype, else the weights')."""
         weights = self.lm_head.weight.dtype
         autocast = torch.is_autocast_enabled(idx.device.type)
         dtype = torch.get_autocast_dtype(idx.device.type) if autocast else weights
-        ve = [emb(idx).to(dtype) for emb in self.value_embeds]
-        x = x0 = norm(self.embed(idx).to(weights)).to(dtype)
-        skips = []
+        return norm(self.embed(idx).to(weights)).to(dtype)
+
+    def value_embeddings(self, idx, dtype):
+        return [emb(idx).to(dtype) for emb in self.value_embeds]
+
+    def run_blocks(self, x, x0, ve, masks, skips, layers, cache=None):
+        """Blocks `layers` (consecutive) on x; skips: the U-net skip stack on entry, pushed and popped in place.
+        Returns (x, skips)."""
         first_decoder = self.num_layers - self.num_skips
-        for i, block in enumerate(self.blocks):
+        for i in layers:
             if i >= first_decoder:
                 x = x + self.skip_weights[i - first_decoder].to(x.dtype) * skips.pop()
-            x = block(x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
-                      None if masks is None else masks[self.layer_window[i]], None if cache is None else cache.layer(i))
+            x = self.blocks[i](x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
+                               None if masks is None else masks[self.layer_window[i]],
+                               None if cache is None else cache.layer(i))
             if i < self.num_skips:
                 skips.append(x)
-        return norm(x)
+        return x, skips
 
     # train_gpt.py's --fp8_head sets it: training forwards then run the LM head's matmul in FP8 (fp8_linear), as
     # modded-nanogpt's record #26 does; evaluation and generation keep the plain head
@@ -402,6 +423,65 @@ class GPT(nn.Module):
     def final_windows(self):
         """(long, short) attention windows in blocks at the end of training: the ones a trained model uses."""
         return window_pair(self.config.window_size // BLOCK_SIZE)
+
+
+def tp_sizes(config):
+    """{what: size} that --tp must divide: every rank holds whole heads, an equal share of the MLP's hidden units
+    and of the (padded) vocabulary (gptlab/train/config.py refuses other layouts before any process group)."""
+    return {"--num_heads": config.num_heads, "the MLP width (--mlp_ratio x --model_dim)":
+            int(config.mlp_ratio * config.model_dim), "the vocabulary's padding": 128}
+
+
+def tp_plan(model):
+    """Tensor parallelism (Megatron-style, gptlab/train/tensor_parallel.py applies it with DTensor):
+    {submodule path: how its weight splits over the TP ranks}. Attention: each rank holds whole heads: its rows of
+    q, k and v ("heads": qkv_w split along its dim 1, the input replicated), its value-embedding columns (the same
+    heads) and its columns of c_proj ("rowwise": the outputs summed over the TP ranks). MLP: c_fc's rows
+    ("colwise"), c_proj's columns ("rowwise"). The token embedding splits its vocabulary rows ("rowwise"; a rank's
+    look-up is zero outside its rows, so the sum is exact). The head, norms (parameter-free) and scalars stay whole
+    on every rank. "partial": parameters used on this rank's heads only, whose gradient is a sum over the TP ranks
+    (the value/value-embedding mix)."""
+    plan = {"embed": "rowwise"}
+    plan.update({f"value_embeds.{i}": "colwise" for i in range(len(model.value_embeds))})
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.attn": ("heads", "qkv_w", 1), f"blocks.{i}.attn.c_proj": "rowwise",
+                     f"blocks.{i}.mlp.c_fc": "colwise", f"blocks.{i}.mlp.c_proj": "rowwise"})
+    partial = [f"blocks.{i}.attn.lambdas" for i in range(len(model.blocks))]
+    return plan, partial
+
+
+class PipelineStage(nn.Module):
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages runs
+    an equal share of the blocks of `model` (whose weights it uses, not owns). What crosses a stage boundary: the
+    residual stream x, x0 (every block mixes it in), the token ids (each stage builds its attention masks and value
+    embeddings from them) and the U-net skips still waiting for their decoder layer. The first stage takes the token
+    ids; the last returns the final normed hidden states (the loss applies the head). mask_args: (eot, windows,
+    flex) of the current step, set by the trainer."""
+
+    def __init__(self, model, stage, n_stages):
+        super().__init__()
+        per = model.num_layers // n_stages
+        self.layers = range(stage * per, (stage + 1) * per)
+        self.first, self.last = stage == 0, stage == n_stages - 1
+        self._model = [model]  # (a list: the stage must not own the model's parameters)
+        self.mask_args = None
+
+    def forward(self, *inputs):
+        model = self._model[0]
+        if self.first:
+            (idx,) = inputs
+            x = x0 = model.embed_tokens(idx)
+            skips = []
+        else:
+            x, x0, idx, *skips = inputs
+            skips = list(skips)
+        masks = model.attention_masks(idx, *self.mask_args)
+        x, skips = model.run_blocks(x, x0, model.value_embeddings(idx, x0.dtype), masks, skips, self.layers)
+        return norm(x) if self.last else (x, x0, idx, *skips)
+
+
+def pp_stage(model, stage, n_stages):
+    return PipelineStage(model, stage, n_stages)
 
 
 def window_pair(long_blocks):

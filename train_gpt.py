@@ -44,10 +44,11 @@ from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_fi
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, init_from, perf_estimate, stop
+from gptlab.train import environment, fsdp, init_from, perf_estimate, pipeline, stop, tensor_parallel
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
-from gptlab.train.comm import GradientSync, MatrixOwners, ShardedAdam, WholeMatrices
-from gptlab.train.config import add_model_flags, apply_model_flags, model_flags, resolve_config
+from gptlab.train.comm import GradientSync, MatrixOwners, ShardedAdam
+from gptlab.train.config import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, apply_model_flags, model_flags,
+                                 resolve_config)
 from gptlab.train.inputs import open_run_inputs
 from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
 from gptlab.train.step_reports import due
@@ -199,6 +200,7 @@ def build_parser():
     g.add_argument("--shard_params", action=argparse.BooleanOptionalAction, default=False,
                    help="FSDP2: parameters, gradients and optimizer state sharded across ranks, for models whose "
                    "training state does not fit one GPU (checkpoints are then sharded folders)")
+    add_layout_flags(g)  # --tp, --pp, --pp_microbatches
     add_run_flags(p)  # --model_name, --experiments_dir, --save_model, --checkpoint_every, --resume, --log_every,
     #                   --dry_run, --trust_model_code
     return p
@@ -284,7 +286,8 @@ def choose_module(args, ckpt=None):
 
 # a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine. Each
 # shapes the run's numbers or memory, so a run's recorded resume command repeats those it chose (run.chosen_flags)
-FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params")
+FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params",
+                   *LAYOUT_FLAGS)
 
 
 # ============================================================================================== Optimizer
@@ -350,7 +353,7 @@ class Muon(torch.optim.Optimizer):
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
         if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
-            self.whole = WholeMatrices(self.param_groups, rank, world_size)
+            self.whole = tensor_parallel.whole_matrices(self.param_groups, rank, world_size)  # FSDP and/or TP
         else:
             self.owners = MatrixOwners(self.param_groups, rank, world_size)
 
@@ -424,8 +427,9 @@ def build_adamw(model, cfg):
     groups = [dict(params=[p for p in params if p.ndim >= 2], weight_decay=cfg.weight_decay, name="decayed"),
               dict(params=[p for p in params if p.ndim < 2], weight_decay=0.0, name="not decayed")]
     cuda = params[0].is_cuda
+    one_kind = not tensor_parallel.mixed(params)  # (--tp: whole and split weights; torch's per-tensor loop then)
     adamw = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
-                              fused=cuda, foreach=not cuda)
+                              fused=cuda and one_kind, foreach=not cuda and one_kind)
     for group in adamw.param_groups:
         group["initial_lr"] = group["lr"]
     return [adamw]
@@ -488,7 +492,7 @@ def make_loss_fn(model, model_fwd, eot, windows, use_flex, autocast):
 
 # ============================================================================================== Training
 def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, eot, use_flex, autocast, device,
-                    module=arch):
+                    module=arch, pipe=None):
     """The step function (bench/bench_train.py times this very function): the loader's next batch, grad_acc_steps
     forward/backward passes on this rank, gradients summed over ranks, one update. train_step(step) returns
     (this rank's summed loss and allowed attention pairs, long and short: a float64 (3,) tensor left on the
@@ -502,6 +506,11 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
         loss_total = torch.zeros((), dtype=torch.float32, device=device)
         pairs = torch.zeros(2, dtype=torch.int64, device=device)  # allowed query-key pairs: long, short windows
         batches = train_loader.next_batch()
+        if pipe is not None:  # --pp: the schedule runs every micro-batch through the stages (gptlab/train/pipeline.py)
+            grad_sync.armed = False  # (the sum over ranks starts after it, in finish)
+            loss_total, pairs = pipe.run([tuple(to_device(a, device) for a in b) for b in batches], windows, eot,
+                                         use_flex, autocast, module.attention_pairs)
+            batches = []
         for micro, (x_np, y_np) in enumerate(batches):
             x, y = to_device(x_np, device), to_device(y_np, device)
             masks = model.attention_masks(x, eot, windows, use_flex)
@@ -514,7 +523,7 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
             loss_total += loss.detach()
         grad_sync.finish()
         if grad_clip:  # the gradients are whole and rank-summed here (AdamW's are all-reduced), so every rank agrees
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+            tensor_parallel.clip_grad_norm_(model.parameters(), grad_clip)  # (torch's, for --tp's mixed tensors too)
         if adamw:
             lr_mult = warmup_cosine(step, cfg.train_steps, cfg.warmup_steps, cfg.final_lr_frac) * cfg.lr_scale
         else:
@@ -527,7 +536,8 @@ def make_train_step(cfg, model, model_fwd, optimizers, grad_sync, train_loader, 
         for opt in optimizers:
             opt.step()
         model.zero_grad(set_to_none=True)
-        return torch.cat([loss_total.double().view(1), pairs.double()]), lr_mult
+        # (the TP ranks of a replica each hold its whole loss: the reports' sum over ranks counts it once)
+        return torch.cat([loss_total.double().view(1), pairs.double()]) / getattr(cfg, "tp", 1), lr_mult
     return train_step
 
 
@@ -587,12 +597,15 @@ def build_model(module, model_config, cfg, device):
 def main(argv=None):
     environment.set_allocator_defaults()  # before CUDA starts: expandable segments unless the user chose otherwise
     args, ckpt = parse_flags(build_parser, argv, fresh_on_resume=FRESH_ON_RESUME, presets=PRESETS)
-    if args.dry_run:  # the resolved configuration, before any process group, folder or data
-        module, _ = choose_module(args, ckpt)
-        cfg = resolve_config(args, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
+    if args.dry_run or args.tp > 1 or args.pp > 1 or args.pp_microbatches is not None:
+        # every flag checked, a parallel layout included, before any process group, folder or data
+        checked = argparse.Namespace(**vars(args))  # (train() resolves its own from args)
+        module, _ = choose_module(checked, ckpt)
+        cfg = resolve_config(checked, int(os.environ.get("WORLD_SIZE", "1")), dist_utils.resolve_device(args.device),
                              module)
-        print(json.dumps(vars(cfg), indent=2, default=str))
-        return vars(cfg)
+        if args.dry_run:  # the resolved configuration
+            print(json.dumps(vars(cfg), indent=2, default=str))
+            return vars(cfg)
     with stop.StopSignals():  # SIGTERM / Ctrl-C: stop after a step, with a checkpoint (gptlab/train/stop.py)
         ctx = dist_utils.setup(args.device)
         try:
@@ -633,8 +646,9 @@ def train(args, ctx, ckpt=None):
     if ckpt is not None:  # its weights must be the ones that model builds, before anything is allocated
         model_source.check_weights_fit(module, ckpt["model_config"], ckpt["model"], args.resume)
     cfg = resolve_config(args, ctx.world_size, device, module)
-    data = open_run_inputs(cfg, ctx, module, source, ckpt)  # tokenizer, shards, loaders: checked, before a folder
-    tok, model_config = data.tok, data.model_config
+    dp_ctx = tensor_parallel.data_parallel(ctx, cfg.tp * cfg.pp)  # the data's ranks (TP ranks, PP stages share)
+    data = open_run_inputs(cfg, ctx, module, source, ckpt, dp_ctx)  # tokenizer, shards, loaders: checked, before a
+    tok, model_config = data.tok, data.model_config                 # run folder exists
     suite, eval_files = open_evaluations(cfg, tok, data.warnings)
     model_source.record_trained_source(source)  # this machine's tools then load the run's checkpoints as they are
 
@@ -645,22 +659,27 @@ def train(args, ctx, ckpt=None):
     if data.init is not None:  # --init_from: a transformers checkpoint's weights
         init_from.load_weights(data.init, module, model)
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
+    if cfg.tp > 1:  # gptlab/train/tensor_parallel.py: each rank holds its heads and MLP units of every block
+        mesh, partial_grads = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
     if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
-        fsdp.shard_model(model, ctx)
+        fsdp.shard_model(model, ctx, mesh["dp"] if cfg.tp > 1 else None)
     optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, data.train_loader, ctx, cfg.allow_new_data)
     grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
-                 GradientSync(model, optimizers, ctx.world_size))
+                 GradientSync(model, optimizers, ctx.world_size) if cfg.tp == 1 else None)
+    if cfg.tp > 1:  # the partial gradients' TP sums, around FSDP's or its own data-parallel sum
+        grad_sync = tensor_parallel.TPGradients(model, optimizers, mesh, partial_grads, grad_sync)
     use_flex, amp_dtype = cfg.attention == "flex", torch.bfloat16 if cfg.dtype == "bfloat16" else None
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = functools.partial(autocast_for, device, cfg.dtype)
     if cfg.device_batch_size == "auto":  # CUDA: the largest micro-batch that fits this GPU
-        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size, (
-            probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)))
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, dp_ctx.world_size, (
+            probe_micro_batch(cfg, dp_ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)))
         data.train_loader.set_grad_acc_steps(cfg.grad_acc_steps)
+    pipe = pipeline.Pipeline(model, module, ctx, cfg, tok.eot, use_flex, autocast) if cfg.pp > 1 else None
     train_step = make_train_step(cfg, model, model_fwd, optimizers, grad_sync, data.train_loader, tok.eot, use_flex,
-                                 autocast, device, module)
+                                 autocast, device, module, pipe)
     byte_lengths = token_byte_lengths(tok.encoding, model.padded_vocab)
     val_rows = max(1, cfg.device_batch_size // cfg.val_seq_len)
     rebuild = functools.partial(build_model, module, model_config, cfg, device)  # (whole_model)
@@ -681,7 +700,7 @@ def train(args, ctx, ckpt=None):
             if last or due(cfg.val_loss_every, step):
                 with run.evaluating(model):
                     loss_fn = make_loss_fn(model, model_fwd, tok.eot, windows, use_flex, autocast)
-                    val_loss, val_bpb = evaluate_val(loss_fn, data.val_set, val_rows, byte_lengths, ctx,
+                    val_loss, val_bpb = evaluate_val(loss_fn, data.val_set, val_rows, byte_lengths, dp_ctx,
                                                      lockstep=cfg.shard_params)
                 run.log_eval(step, val_loss=val_loss, val_bpb=val_bpb)
             if last or (due(cfg.hellaswag_every, step) and step > 0):

@@ -80,6 +80,9 @@ def build_parser():
     p.add_argument("--shard_params", choices=["both", "on", "off"], default="off",
                    help="train_gpt.py's --shard_params (FSDP2; torchrun with 2+ ranks): both compares the memory per "
                    "rank with and without it")
+    p.add_argument("--tp", type=positive_int, nargs="+", default=[1],
+                   help="train_gpt.py's --tp (torchrun; each value dividing the ranks): several compare the layouts' "
+                   "memory per rank and step time, e.g. --tp 1 2")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--estimate_only", action="store_true",
@@ -91,7 +94,7 @@ def build_parser():
     return p
 
 
-def resolve(args, device, world_size, fp8_head=None):
+def resolve(args, device, world_size, fp8_head=None, tp=1):
     """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace). fp8_head: the
     --estimate_only decision, which no local GPU can check."""
     # heavy (torch, ~1.5 s), here and below: imported after the flags, so --help and a bad flag answer at once
@@ -121,7 +124,8 @@ def resolve(args, device, world_size, fp8_head=None):
     if fp8_head is not None:
         values["fp8_head"] = False
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
-                  attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None)
+                  attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None,
+                  tp=tp)
     cfg = resolve_config(argparse.Namespace(**values), world_size, device, arch)
     if fp8_head is not None:
         cfg.fp8_head = fp8_head
@@ -140,8 +144,9 @@ def write_random_shards(folder, n_tokens, vocab, eot, doc_len, seed=0):
 
 
 def build_model_and_optimizers(cfg, device, rank, world_size, ctx=None, shard=False):
-    """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head; shard: FSDP2
-    over ctx's ranks, as --shard_params)."""
+    """The model and optimizers as train_gpt.py sets them up (bf16-stored embeddings, the FP8 head; cfg.tp > 1:
+    tensor parallelism, as --tp; shard: FSDP2 over ctx's (data-parallel) ranks, as --shard_params). Returns (model,
+    optimizers, the gradient sync train_gpt.py would use)."""
     import torch  # heavy: as in resolve
 
     import model as arch  # torch
@@ -151,11 +156,22 @@ def build_model_and_optimizers(cfg, device, rank, world_size, ctx=None, shard=Fa
     # --estimate_only builds on the meta device: shapes without memory or initialisation work
     with torch.device("meta") if str(device) == "meta" else contextlib.nullcontext():
         model = train_gpt.build_model(arch, model_config_of(cfg, arch.GPTConfig), cfg, device)
-    if shard:
-        from gptlab.train import fsdp  # torch
+    from gptlab.train import fsdp, tensor_parallel  # torch
+    from gptlab.train.comm import GradientSync  # torch
 
-        fsdp.shard_model(model, ctx)
-    return model, train_gpt.build_optimizers(model, rank, world_size)
+    tp = getattr(cfg, "tp", 1)
+    if tp > 1:
+        mesh, partial = tensor_parallel.parallelize(model, arch, ctx, tp)
+    if shard:
+        fsdp.shard_model(model, ctx, mesh["dp"] if tp > 1 else None)
+    optimizers = train_gpt.build_optimizers(model, rank, world_size)
+    if str(device) == "meta":
+        return model, optimizers, None
+    grad_sync = (fsdp.ShardedGradients(model, optimizers) if shard else
+                 GradientSync(model, optimizers, world_size) if tp == 1 else None)
+    if tp > 1:
+        grad_sync = tensor_parallel.TPGradients(model, optimizers, mesh, partial, grad_sync)
+    return model, optimizers, grad_sync
 
 
 def training_state_bytes(model, optimizers):
@@ -186,7 +202,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     import model as arch  # torch
     import train_gpt  # torch
     from gptlab.dataset.loader import BOSAlignedLoader  # torch
-    from gptlab.train.comm import GradientSync  # torch
+    from gptlab.train.tensor_parallel import data_parallel  # torch
 
     device = ctx.device
     graphs_before = compiled_graphs() if compiled else 0
@@ -194,13 +210,8 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    model, optimizers = build_model_and_optimizers(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
-    if shard:
-        from gptlab.train.fsdp import ShardedGradients  # torch
-
-        grad_sync = ShardedGradients(model, optimizers)
-    else:
-        grad_sync = GradientSync(model, optimizers, ctx.world_size)
+    model, optimizers, grad_sync = build_model_and_optimizers(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
+    dp_ctx = data_parallel(ctx, cfg.tp)  # the TP ranks of a replica read the same rows
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
@@ -210,11 +221,11 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
 
     eot = cfg.vocab_size - 1
     if cfg.device_batch_size == "auto":
-        cfg.device_batch_size = train_gpt.probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex,
-                                                            autocast)
-        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, ctx.world_size,
-                                                                cfg.device_batch_size)
-    loader = BOSAlignedLoader(shards, cfg.train_seq_len, cfg.batch_size, eot, ctx.rank, ctx.world_size,
+        cfg.device_batch_size = train_gpt.probe_micro_batch(cfg, dp_ctx, model, model_fwd, optimizers, eot,
+                                                            use_flex, autocast)
+        cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len,
+                                                                dp_ctx.world_size, cfg.device_batch_size)
+    loader = BOSAlignedLoader(shards, cfg.train_seq_len, cfg.batch_size, eot, dp_ctx.rank, dp_ctx.world_size,
                               cfg.grad_acc_steps)
     train_step = train_gpt.make_train_step(cfg, model, model_fwd, optimizers, grad_sync, loader, eot, use_flex,
                                            autocast, device)
@@ -262,7 +273,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     mem = peak_memory(device)
     per_rank = dist_utils.all_gather_objects(ctx, {"state_gb": training_state_bytes(model, optimizers) / 1e9,
                                                    "peak_gb": mem["allocated_gb"]})
-    return {"compiled": compiled, "shard_params": shard,
+    return {"compiled": compiled, "shard_params": shard, "tp": cfg.tp,
             "state_gb_per_rank": [r["state_gb"] for r in per_rank],
             "peak_mem_allocated_gb_per_rank": [r["peak_gb"] for r in per_rank], "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
             "tokens_per_s": cfg.batch_size / step_s, "device_batch_size": cfg.device_batch_size,
@@ -339,7 +350,7 @@ def estimate_only(args):
         raise UserError(f"--fp8_head: {gpu} has no FP8 matmuls; pass --no-fp8_head")
     cfg = resolve(args, torch.device("cuda"), world_size, fp8_head=fp8_head)
     meta = torch.device("meta")
-    model, optimizers = build_model_and_optimizers(cfg, meta, 0, world_size)
+    model, optimizers, _ = build_model_and_optimizers(cfg, meta, 0, world_size)
     if cfg.device_batch_size == "auto":
         guess = guess_micro_batch(cfg, world_size, hw, model)
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size, guess)
@@ -398,8 +409,8 @@ def main(argv=None):
             shards = write_random_shards(folder, n_tokens, cfg.vocab_size, cfg.vocab_size - 1, args.doc_len)
             results = []
             modes = {"both": [False, True], "on": [True], "off": [False]}
-            for shard, compiled in itertools.product(modes[args.shard_params], modes[compile_mode]):
-                run_cfg = argparse.Namespace(**vars(cfg))
+            for shard, tp, compiled in itertools.product(modes[args.shard_params], args.tp, modes[compile_mode]):
+                run_cfg = resolve(args, device, ctx.world_size, tp=tp) if tp > 1 else argparse.Namespace(**vars(cfg))
                 try:
                     r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup, hw, shard)
                 except torch.cuda.OutOfMemoryError:
@@ -411,7 +422,7 @@ def main(argv=None):
                     mfu = lambda v: f"{100 * v:.1f}%" if v is not None else "n/a (no peak known)"  # noqa: E731
                     ana = mfu_text(r["mfu"], r["analytical"], why_not)
                     m = r["model_only"]
-                    print(f"{'--shard_params ' if shard else ''}compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
+                    print(f"{'--shard_params ' if shard else ''}{f'--tp {tp} ' if tp > 1 else ''}compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
                           f"ms for {r['tokens_per_step']:,} tokens = {r['grad_acc_steps']} x "
                           f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU {ana}, "
                           f"attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs; model alone "
@@ -423,7 +434,8 @@ def main(argv=None):
                           f"state), peak memory {gb_list(r['peak_mem_allocated_gb_per_rank'])} GB", flush=True)
             if args.shard_params == "both" and ctx.is_main:
                 for compiled in modes[compile_mode]:
-                    off, on = (next(r for r in results if r["shard_params"] == s and r["compiled"] == compiled)
+                    off, on = (next(r for r in results if r["shard_params"] == s and r["compiled"] == compiled
+                                    and r["tp"] == args.tp[0])
                                for s in (False, True))
                     print(f"compiled={compiled}: --shard_params holds {max(on['state_gb_per_rank']):.3f} GB of "
                           f"training state on its largest rank, {max(on['state_gb_per_rank']) / max(off['state_gb_per_rank']):.2f}x"

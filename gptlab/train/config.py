@@ -170,6 +170,8 @@ def resolve_config(args, world_size, device, model_module):
         checked = model_module.GPTConfig(**dict(fields, vocab_size=fields["vocab_size"] or 1))
     except ValueError as err:
         raise UserError(str(err)) from None
+    ranks = world_size
+    world_size, cfg.tp, cfg.pp = check_layout(cfg, ranks, model_module)  # from here: the data-parallel ranks
     if hasattr(cfg, "head_dim"):  # a field of the model's (derived from the width and heads where not given)
         cfg.head_dim = checked.head_dim
     if cfg.val_seq_len is None:  # a learned position table is weights: validate on the rows it trains on
@@ -194,6 +196,13 @@ def resolve_config(args, world_size, device, model_module):
     if cfg.device_batch_size != "auto" or cfg.grad_acc_steps is not None:  # else train() probes the GPU first
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, world_size,
                                                                 cfg.device_batch_size, cfg.grad_acc_steps)
+    if cfg.pp > 1:  # the schedule splits this replica's rows of a step into --pp_microbatches
+        cfg.pp_microbatches = cfg.pp_microbatches or 2 * cfg.pp
+        rows = cfg.grad_acc_steps * cfg.device_batch_size // cfg.train_seq_len if cfg.grad_acc_steps else None
+        if rows is not None and rows % cfg.pp_microbatches:
+            raise UserError(f"--pp_microbatches {cfg.pp_microbatches} does not divide the {rows} rows of "
+                            f"--train_seq_len {cfg.train_seq_len} that each of the {world_size} data-parallel "
+                            "replica(s) takes per step; choose micro-batches dividing it, or another --batch_size")
     if cfg.val_batch_size is None:
         cfg.val_batch_size = max(cfg.val_seq_len, cfg.batch_size // cfg.val_seq_len * cfg.val_seq_len)
     if cfg.val_batch_size % cfg.val_seq_len:
@@ -208,7 +217,7 @@ def resolve_config(args, world_size, device, model_module):
         raise UserError("--attention flex trains on CUDA only (FlexAttention has no CPU backward); on CPU use "
                         "--attention sdpa (the same mask, evaluated densely) or auto")
     cfg.fp8_head = resolve_fp8_head(getattr(cfg, "fp8_head", False), device, model_module, cfg.model_dim)
-    if getattr(cfg, "shard_params", False) and world_size == 1:
+    if getattr(cfg, "shard_params", False) and ranks == 1:
         raise UserError("--shard_params shards the model across ranks, and this is one process; drop it (--no-shard_params "
                         "where a --preset sets it), or launch several ranks: torchrun --nproc_per_node=N train_gpt.py ...")
     return cfg
@@ -305,3 +314,73 @@ def _ranks(ranks):
     if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
         return f"ranks {ranks[0]}-{ranks[-1]}"
     return "ranks " + ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+
+
+# ============================================================================================== Parallel layout
+LAYOUT_FLAGS = ("tp", "pp", "pp_microbatches")  # they depend on the machine: fresh on --resume (train_gpt.py)
+
+
+def add_layout_flags(group):
+    """--tp, --pp, --pp_microbatches (docs/training.md "Tensor and pipeline parallelism")."""
+    from gptlab.core.cli import positive_int
+
+    group.add_argument("--tp", type=positive_int, default=1,
+                       help="tensor parallelism: ranks that split every block's heads and MLP between them "
+                       "(DTensor; the ranks divide by it, the rest is data parallel)")
+    group.add_argument("--pp", type=positive_int, default=1,
+                       help="pipeline parallelism: stages the blocks are split into (torch.distributed.pipelining)")
+    group.add_argument("--pp_microbatches", type=positive_int, default=None,
+                       help="--pp: micro-batches per step through the pipeline (at least --pp; default: 2 x --pp)")
+
+
+def tp_sizes(model_module, fields):
+    """{what: size} the --tp ranks must divide, from the module's tp_sizes(config) (None: it has no tensor-parallel
+    plan)."""
+    sizes = getattr(model_module, "tp_sizes", None)
+    if sizes is None:
+        return None
+    return sizes(model_module.GPTConfig(**dict(fields, vocab_size=fields.get("vocab_size") or 1)))
+
+
+def check_layout(args, world_size, model_module):
+    """The parallel layout (--tp, --pp, --pp_microbatches) against the ranks and the model: one UserError before
+    any process group exists. Returns (data-parallel size, tp, pp)."""
+    tp, pp, micro = getattr(args, "tp", 1) or 1, getattr(args, "pp", 1) or 1, getattr(args, "pp_microbatches", None)
+    if micro is not None and pp == 1:
+        raise UserError(f"--pp_microbatches {micro} is a setting of pipeline parallelism, and --pp is 1; drop it, "
+                        "or pass --pp 2 or more")
+    if world_size % (tp * pp):
+        raise UserError(f"--tp {tp} x --pp {pp} = {tp * pp} ranks per model copy does not divide the {world_size} "
+                        f"rank(s) launched; launch a multiple of {tp * pp} ranks (torchrun --nproc_per_node=N) or "
+                        "change --tp / --pp")
+    fields = {f.name: getattr(args, f.name, None) for f in model_flags(model_module.GPTConfig)}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if tp > 1:
+        sizes = tp_sizes(model_module, fields)
+        if sizes is None:
+            raise UserError(f"--tp {tp}: this architecture ({getattr(args, 'arch', 'its module')}) has no "
+                            "tensor-parallel plan (tp_plan in its module); drop --tp")
+        for what, size in sizes.items():
+            if size % tp:
+                fits = [d for d in range(1, size + 1) if size % d == 0 and world_size % (d * pp) == 0]
+                raise UserError(f"--tp {tp} does not divide {what} {size} (each rank holds an equal share); use a "
+                                f"--tp dividing {size}" + (f": {', '.join(map(str, fits))}" if fits else ""))
+    if pp > 1:
+        layers = fields.get("num_layers")
+        if layers is not None and layers % pp:
+            raise UserError(f"--pp {pp} does not divide --num_layers {layers} (each stage holds the same number of "
+                            "blocks); choose --pp dividing the layers, or another --num_layers")
+        if micro is not None and micro < pp:
+            raise UserError(f"--pp_microbatches {micro} is fewer than the --pp {pp} stages (a schedule needs at least "
+                            f"one micro-batch per stage in flight); use at least {pp}, e.g. {2 * pp}")
+    if pp > 1 and getattr(model_module, "pp_stage", None) is None:
+        raise UserError(f"--pp {pp}: this architecture ({getattr(args, 'arch', 'its module')}) has no pipeline "
+                        "stages (pp_stage in its module); drop --pp")
+    # not built yet (docs/training.md "Tensor and pipeline parallelism" says what is left)
+    if pp > 1 and (tp > 1 or getattr(args, "shard_params", False)):
+        raise UserError(f"--pp {pp} with " + (f"--tp {tp}" if tp > 1 else "--shard_params") + " is not available "
+                        "yet (docs/training.md); use --pp with data parallelism only, or drop --pp")
+    if getattr(args, "shard_params", False) and world_size == tp * pp and world_size > 1:
+        raise UserError(f"--shard_params shards over the data-parallel ranks, and --tp {tp} x --pp {pp} uses all "
+                        f"{world_size}; drop --shard_params, or launch more ranks")
+    return world_size // (tp * pp), tp, pp

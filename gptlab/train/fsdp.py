@@ -29,14 +29,14 @@ def local(tensor):
     return tensor.to_local() if is_sharded(tensor) else tensor
 
 
-def shard_model(model, ctx):
+def shard_model(model, ctx, mesh=None):
     """Apply FSDP2 to `model` in place: each element of an nn.ModuleList (the transformer blocks) and each
     nn.Embedding (but a tied one) becomes a unit (all-gathered just before it runs, freed after), the root module holds the rest.
-    Returns the device mesh."""
+    mesh: the ranks to shard over (default: all; under --tp the data-parallel dimension). Returns the mesh."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    mesh = mesh or init_device_mesh(ctx.device.type, (ctx.world_size,))
     uses = {}  # a tied weight (GPT-2's embedding is its head) stays with the root, which holds both its users
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[p] = uses.get(p, 0) + 1

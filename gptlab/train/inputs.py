@@ -25,9 +25,10 @@ class RunInputs:
     init: object = None      # --init_from: the transformers checkpoint whose weights start the run (init_from.py)
 
 
-def open_run_inputs(cfg, ctx, module, source, ckpt=None):
+def open_run_inputs(cfg, ctx, module, source, ckpt=None, data_ctx=None):
     """Everything a run reads, checked now (a bad input is one error line before any training); sets
-    cfg.vocab_size from the tokenizer and cfg.train_files / val_files to the shards chosen."""
+    cfg.vocab_size from the tokenizer and cfg.train_files / val_files to the shards chosen. data_ctx: the ranks that
+    read different rows (--tp's and --pp's ranks of one replica read the same; default: ctx's)."""
     if not cfg.tokenizer:
         raise UserError("pass --tokenizer NAME (a .pkl in tokenizers/ or a path); train one with train_tokenizer.py")
     check_folder_creatable(cfg.experiments_dir)  # writes a probe file: catches /sys, a full disk, read-only folders
@@ -45,10 +46,12 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None):
     cfg.train_files, cfg.val_files = shards.train_files, shards.val_files
     # one collective: every rank runs the same flags on the same data, or all stop naming what differs
     check_ranks_agree(ctx, cfg, tokenizer=tok, shards=shards, checkpoint=ckpt, model_source=source)
-    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, ctx.rank,
-                                    ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed, prints=shards.train_prints)
+    data_ctx = data_ctx or ctx
+    train_loader = BOSAlignedLoader(shards.train_paths, cfg.train_seq_len, cfg.batch_size, tok.eot, data_ctx.rank,
+                                    data_ctx.world_size, cfg.grad_acc_steps or 1, seed=cfg.seed,
+                                    prints=shards.train_prints)
     val_set = ValidationSet(shards.val_paths, cfg.val_seq_len, cfg.val_steps * (cfg.val_batch_size // cfg.val_seq_len),
-                            ctx.rank, ctx.world_size, prints=shards.val_prints)
+                            data_ctx.rank, data_ctx.world_size, prints=shards.val_prints)
     if ckpt is not None:
         checkpointing.check_resume_compatible(ckpt, model_config, tok, cfg.train_steps, arch_fields(module.GPTConfig),
                                               shards, cfg.allow_new_data)

@@ -168,6 +168,37 @@ def test_bench_train_reports_the_memory_per_rank_with_and_without_shard_params(t
     assert "--shard_params holds" in proc.stdout and "x the unsharded" in proc.stdout
 
 
+def test_bench_train_reports_the_memory_per_rank_and_step_time_of_each_tp_layout(tmp_path):
+    """2 gloo ranks, the same model as plain data parallelism and as --tp 2. Expected training state under TP by
+    hand, in float32 bytes (tensor_parallel's split, model.py's tp_plan): each rank holds half of every block matrix
+    (M, Muon's: one momentum each) and of the embeddings (E, Adam's), and the whole head (H) and scalars (S), Adam's
+    too; parameters and gradients 8 bytes each, Adam 8, Muon 4. Every split is even here: within 1%."""
+    import torch
+
+    import model as arch
+    from conftest import free_port
+
+    out = tmp_path / "bench.json"
+    run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "bench/bench_train.py",
+                "--device", "cpu", "--num_layers", "2", "--model_dim", "64", "--num_heads", "2", "--seq_len", "128",
+                "--device_batch_size", "128", "--steps", "1", "--warmup", "1", "--tp", "1", "2", "--out", str(out)],
+               check=True)
+    report = json.loads(out.read_text())
+    dp, tp = (next(r for r in report["results"] if r["tp"] == n) for n in (1, 2))
+    with torch.device("meta"):
+        model = arch.GPT(arch.GPTConfig(vocab_size=1024, num_layers=2, model_dim=64, num_heads=2, num_val_emb=2))
+    M = sum(p.numel() for p in model.blocks.parameters() if p.ndim >= 2)
+    E = model.embed.weight.numel() + sum(e.weight.numel() for e in model.value_embeds)
+    H = model.lm_head.weight.numel()
+    S = sum(p.numel() for p in model.parameters() if p.ndim < 2)
+    adam = E / 2 + H + S
+    for got in tp["state_gb_per_rank"]:
+        assert got * 1e9 == pytest.approx(8 * (M / 2 + adam) + 8 * adam + 4 * M / 2, rel=0.01)
+    assert len(dp["state_gb_per_rank"]) == len(tp["peak_mem_allocated_gb_per_rank"]) == 2
+    # one data-parallel replica (the two TP ranks read the same rows) takes the whole 512-token batch
+    assert tp["step_time_s"] > 0 and tp["grad_acc_steps"] * tp["device_batch_size"] == 512
+
+
 # ------------------------------------------------------------------------------------------------ bench_anchor.py
 ANCHOR = os.path.join(os.path.dirname(SHARED_DATA), "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"

@@ -1,0 +1,86 @@
+"""--pp N: pipeline parallelism with torch.distributed.pipelining, on a (dp, pp) device mesh.
+
+    pipe = Pipeline(model, module, ctx, cfg, eot, use_flex, autocast)   # this rank's stage: module.pp_stage(...)
+    loss, pairs = pipe.run(batches, windows, use_flex, autocast, count_pairs)   # one step's forward/backward
+
+The architecture module says how it splits (pp_stage(model, stage, n_stages): a module whose outputs are the next
+stage's inputs); nothing here names a submodule. Schedule: 1F1B (torch's Schedule1F1B: after a warm-up of one
+forward per later stage, each stage alternates one forward and one backward, so at most `pp` micro-batches'
+activations are alive on a stage), over --pp_microbatches micro-batches that split this replica's rows of the step.
+
+What it splits: the forward and backward work and the activations, stage by stage. What it does not: the weights
+and optimizer state. Every rank holds the whole model (as plain data parallelism does); a stage's backward fills
+the gradients of the weights it used, the others stay empty, and the usual gradient sum over ALL ranks
+(comm.GradientSync, after the schedule) adds the stages' parts and the replicas' batches together. So every rank
+takes the same optimizer step, weights tied across stages (value embeddings, U-net skip weights) need nothing
+special, checkpoints are the plain ones (any layout resumes them) and the curve is the 1-rank one to round-off.
+Ranks r = dp_rank x pp + stage (row-major); the stages of one replica read the same rows.
+"""
+import torch
+
+from gptlab.core.errors import UserError
+
+
+class Pipeline:
+    def __init__(self, model, module, ctx, cfg, eot, use_flex, autocast):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        self.model, self.pp = model, cfg.pp
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size // cfg.pp, cfg.pp), mesh_dim_names=("dp", "pp"))
+        self.stage_index = ctx.rank % cfg.pp
+        stages = [module.pp_stage(model, s, cfg.pp) for s in range(cfg.pp)]
+        self.stage_module = stages[self.stage_index]
+        # the tensors crossing this stage's boundaries, from the stages before it run here on a micro-batch of
+        # <|endoftext|> rows: torch would otherwise infer them by running this stage on uninitialised token ids
+        rows = cfg.grad_acc_steps * cfg.device_batch_size // cfg.train_seq_len
+        if rows % cfg.pp_microbatches:  # (resolve_config checked a given split; this is --device_batch_size auto's)
+            raise UserError(f"--pp_microbatches {cfg.pp_microbatches} does not divide the {rows} rows each replica "
+                            "takes per step; pass --device_batch_size or --grad_acc_steps so that it does")
+        rows //= cfg.pp_microbatches
+        inputs = (torch.full((rows, cfg.train_seq_len), eot, dtype=torch.long, device=ctx.device),)
+        with torch.no_grad(), autocast():
+            for s in stages[:self.stage_index + 1]:
+                s.mask_args = (eot, model.final_windows(), use_flex)
+                examples, inputs = inputs, s(*inputs)
+        # (floats carry gradients across the boundary: the example tensors must say so)
+        examples, outputs = ([t.requires_grad_(t.is_floating_point()) for t in ts]
+                             for ts in (examples, inputs if isinstance(inputs, tuple) else (inputs,)))
+        stage = PipelineStage(self.stage_module, self.stage_index, cfg.pp, ctx.device, input_args=tuple(examples),
+                              output_args=tuple(outputs) if len(outputs) > 1 else outputs[0],
+                              group=mesh["pp"].get_group())
+        self.batch_size = cfg.batch_size
+        # scale_grads=False: the loss is already divided by the global batch (a sum over micro-batches)
+        self.schedule = Schedule1F1B(stage, n_microbatches=cfg.pp_microbatches, loss_fn=self._loss,
+                                     scale_grads=False)
+
+    @property
+    def first(self):
+        return self.stage_index == 0
+
+    @property
+    def last(self):
+        return self.stage_index == self.pp - 1
+
+    def _loss(self, hidden, targets):
+        return self.model.cross_entropy_sum(hidden, targets) / self.batch_size
+
+    def run(self, batches, windows, eot, use_flex, autocast, attention_pairs):
+        """Forward and backward of this replica's rows (batches: the loader's micro-batches, (x, y) on the device,
+        joined and re-split into the schedule's micro-batches). Returns (summed loss / global batch, allowed
+        attention pairs (long, short)): counted on the last stage only, so a sum over ranks counts each once."""
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        self.stage_module.mask_args = (eot, windows, use_flex)
+        losses = []
+        with autocast():
+            if self.first:
+                self.schedule.step(x)
+            elif self.last:
+                self.schedule.step(target=y, losses=losses)
+            else:
+                self.schedule.step()
+        if not self.last:
+            return x.new_zeros((), dtype=torch.float32), x.new_zeros(2)
+        pairs = torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
+        return torch.stack([loss.detach().float() for loss in losses]).sum(), pairs

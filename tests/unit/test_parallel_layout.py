@@ -1,0 +1,42 @@
+"""--tp / --pp / --pp_microbatches: a layout that does not divide the heads, the MLP, the vocabulary padding, the
+layers or the ranks, or too few micro-batches, is one UserError before any process group (WORLD_SIZE says 4 ranks
+here, but no rendezvous exists: reaching dist_utils.setup would fail differently); and the data-parallel view of
+a rank under --tp (issue 45)."""
+import pytest
+
+from helpers.tiny_runs import run_main_expecting
+from gptlab.core.distributed import DistContext
+from gptlab.train.tensor_parallel import data_parallel
+
+
+@pytest.mark.parametrize("world, flags, parts", [
+    ("3", dict(tp=2), ["--tp 2 x --pp 1 = 2", "does not divide the 3 rank(s)"]),
+    ("4", dict(tp=4), ["--tp 4 does not divide --num_heads 2", "1, 2"]),  # tiny: 2 heads
+    # 3 heads of 32: 3 divides the heads and the MLP (384), not the vocabulary's padding to 128 rows
+    ("3", dict(tp=3, num_heads=3, model_dim=96), ["--tp 3 does not divide the vocabulary's padding 128"]),
+    ("4", dict(tp=2, num_heads=2, model_dim=64, mlp_ratio=1.578125), ["--tp 2 does not divide the MLP width", "101"]),
+    ("2", dict(pp=2, num_layers=3), ["--pp 2 does not divide --num_layers 3"]),
+    ("2", dict(pp=2, pp_microbatches=1), ["--pp_microbatches 1 is fewer than the --pp 2 stages", "at least 2"]),
+    ("1", dict(pp_microbatches=4), ["--pp_microbatches 4 is a setting of pipeline parallelism", "--pp is 1"]),
+    ("4", dict(pp=2, tp=2), ["--pp 2 with --tp 2 is not available yet"]),
+    ("4", dict(pp=2, shard_params=True), ["--pp 2 with --shard_params is not available yet"]),
+    # tiny: 1024-token steps of 128-token rows, 8 rows for the one replica of 2 stages
+    ("2", dict(pp=2, pp_microbatches=3), ["--pp_microbatches 3 does not divide the 8 rows"]),
+    ("2", dict(pp=2, arch="gpt2", num_layers=None, window_size=None),
+     ["--pp 2: this architecture (gpt2) has no pipeline stages"]),
+    ("2", dict(tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 2"]),
+    ("4", dict(tp=4, arch="gpt2", num_layers=None, window_size=None),  # gpt2.py's own tp_sizes
+     ["--tp 4 does not divide --num_heads 2"]),
+])
+def test_a_bad_layout_is_one_error_before_any_process_group(tiny, tmp_path, monkeypatch, world, flags, parts):
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    run_main_expecting(tiny, tmp_path, parts, **flags)
+
+
+def test_the_tp_ranks_of_a_replica_share_its_data_rank():
+    # init_device_mesh lays ranks out row-major over (dp, tp): rank 5 of 8 with --tp 2 is replica 2's second rank
+    ctx = DistContext(rank=5, local_rank=5, world_size=8, device=None, backend="gloo")
+    view = data_parallel(ctx, 2)
+    assert (view.rank, view.world_size, view.backend) == (2, 4, "gloo")
+    assert data_parallel(ctx, 1) is ctx
