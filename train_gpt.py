@@ -44,9 +44,9 @@ from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_fi
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, init_from, perf_estimate, pipeline, stop, tensor_parallel
+from gptlab.train import environment, fsdp, init_from, parallel, perf_estimate, pipeline, stop, tensor_parallel
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
-from gptlab.train.comm import GradientSync, MatrixOwners, ShardedAdam
+from gptlab.train.comm import MatrixOwners, ShardedAdam
 from gptlab.train.config import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, apply_model_flags, model_flags,
                                  resolve_config)
 from gptlab.train.inputs import open_run_inputs
@@ -638,6 +638,16 @@ def whole_model(model, rebuild):
     return fsdp.evaluation_copy(model, rebuild) if fsdp.is_sharded_model(model) else contextlib.nullcontext(model)
 
 
+def log_samples(run, model, rebuild, tok, windows, amp_dtype, cfg):
+    """cfg.sample_tokens tokens after each of sample_continuations' prompts, in the run's log (rank 0)."""
+    model.eval()
+    with whole_model(model, rebuild) as plain:
+        if run.ctx.is_main:
+            scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, windows, amp_dtype)
+            for _, text in sample_continuations(scorer, tok.encoding, cfg.sample_tokens, cfg.seed, run.ctx.device):
+                run.log(f"sample: {text!r}")
+
+
 def train(args, ctx, ckpt=None):
     """One run on this rank; `ckpt` is the --resume checkpoint parse_flags loaded. Returns the final figures."""
     device = ctx.device
@@ -659,17 +669,11 @@ def train(args, ctx, ckpt=None):
     if data.init is not None:  # --init_from: a transformers checkpoint's weights
         init_from.load_weights(data.init, module, model)
     dist_utils.broadcast_parameters(ctx, model)  # the same seed gives the same init everywhere; this makes it certain
-    if cfg.tp > 1:  # gptlab/train/tensor_parallel.py: each rank holds its heads and MLP units of every block
-        mesh, partial_grads = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
-    if cfg.shard_params:  # FSDP2 (gptlab/train/fsdp.py): from here on each rank holds row blocks of every parameter
-        fsdp.shard_model(model, ctx, mesh["dp"] if cfg.tp > 1 else None)
+    layout = parallel.distribute(model, module, ctx, cfg)  # --tp: heads and MLP units; --shard_params: row blocks
     optimizers = build_recipe_optimizers(cfg, model, ctx.rank, ctx.world_size)
     if ckpt is not None:
         restore_training_state(ckpt, model, optimizers, data.train_loader, ctx, cfg.allow_new_data)
-    grad_sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
-                 GradientSync(model, optimizers, ctx.world_size) if cfg.tp == 1 else None)
-    if cfg.tp > 1:  # the partial gradients' TP sums, around FSDP's or its own data-parallel sum
-        grad_sync = tensor_parallel.TPGradients(model, optimizers, mesh, partial_grads, grad_sync)
+    grad_sync = parallel.gradient_sync(model, optimizers, ctx, cfg, layout)  # sums gradients over ranks
     use_flex, amp_dtype = cfg.attention == "flex", torch.bfloat16 if cfg.dtype == "bfloat16" else None
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
     autocast = functools.partial(autocast_for, device, cfg.dtype)
@@ -727,13 +731,8 @@ def train(args, ctx, ckpt=None):
             run.end_step(step + 1, lr_mult, sums, timer)  # reports, checkpoints and stops when due
 
         run.end_training()  # peak memory, speed
-        if cfg.sample_tokens:
-            model.eval()
-            with whole_model(model, rebuild) as plain:
-                if ctx.is_main:
-                    scorer = model_source.logits_fn(plain, tok.eot, model.vocab_size, windows, amp_dtype)
-                    for _, text in sample_continuations(scorer, tok.encoding, cfg.sample_tokens, cfg.seed, device):
-                        run.log(f"sample: {text!r}")
+        if cfg.sample_tokens:  # a few continuations in the log
+            log_samples(run, model, rebuild, tok, windows, amp_dtype, cfg)
         return run.finish(val_loss, val_bpb, hellaswag)
 
 

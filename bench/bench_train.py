@@ -156,22 +156,14 @@ def build_model_and_optimizers(cfg, device, rank, world_size, ctx=None, shard=Fa
     # --estimate_only builds on the meta device: shapes without memory or initialisation work
     with torch.device("meta") if str(device) == "meta" else contextlib.nullcontext():
         model = train_gpt.build_model(arch, model_config_of(cfg, arch.GPTConfig), cfg, device)
-    from gptlab.train import fsdp, tensor_parallel  # torch
-    from gptlab.train.comm import GradientSync  # torch
+    from gptlab.train import parallel  # torch
 
-    tp = getattr(cfg, "tp", 1)
-    if tp > 1:
-        mesh, partial = tensor_parallel.parallelize(model, arch, ctx, tp)
-    if shard:
-        fsdp.shard_model(model, ctx, mesh["dp"] if tp > 1 else None)
+    layout_flags = argparse.Namespace(tp=getattr(cfg, "tp", 1), shard_params=shard)
+    layout = parallel.distribute(model, arch, ctx, layout_flags)
     optimizers = train_gpt.build_optimizers(model, rank, world_size)
     if str(device) == "meta":
         return model, optimizers, None
-    grad_sync = (fsdp.ShardedGradients(model, optimizers) if shard else
-                 GradientSync(model, optimizers, world_size) if tp == 1 else None)
-    if tp > 1:
-        grad_sync = tensor_parallel.TPGradients(model, optimizers, mesh, partial, grad_sync)
-    return model, optimizers, grad_sync
+    return model, optimizers, parallel.gradient_sync(model, optimizers, ctx, layout_flags, layout)
 
 
 def training_state_bytes(model, optimizers):

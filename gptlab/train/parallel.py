@@ -1,0 +1,36 @@
+"""How a run spreads its model over the ranks, and the one object that sums its gradients, for every layout:
+data parallelism (comm.GradientSync), --shard_params (FSDP2: fsdp.ShardedGradients), --tp (DTensor:
+tensor_parallel.TPGradients around either). Each has the same interface: `armed` (the last micro-batch's backward
+sums), `finish()` (after it)."""
+import dataclasses
+
+from gptlab.train import fsdp, tensor_parallel
+from gptlab.train.comm import GradientSync
+
+
+@dataclasses.dataclass
+class Layout:
+    mesh: object = None     # --tp: the (dp, tp) device mesh
+    partial: object = None  # --tp: the parameters whose gradients are partial sums over the TP ranks
+
+
+def distribute(model, module, ctx, cfg):
+    """Lay `model` out in place as the flags ask: --tp gives each rank its heads and MLP units of every block
+    (gptlab/train/tensor_parallel.py), --shard_params then cuts every parameter into row blocks over the
+    data-parallel ranks (FSDP2, gptlab/train/fsdp.py). Returns the Layout for gradient_sync."""
+    layout = Layout()
+    if cfg.tp > 1:
+        layout.mesh, layout.partial = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
+    if cfg.shard_params:
+        fsdp.shard_model(model, ctx, layout.mesh["dp"] if layout.mesh is not None else None)
+    return layout
+
+
+def gradient_sync(model, optimizers, ctx, cfg, layout):
+    """The gradient summing of this layout: FSDP's reduce-scatters, or GradientSync's hooks; under --tp the partial
+    gradients' sums over the TP ranks around either."""
+    sync = (fsdp.ShardedGradients(model, optimizers) if cfg.shard_params else
+            GradientSync(model, optimizers, ctx.world_size) if layout.mesh is None else None)
+    if layout.mesh is not None:
+        sync = tensor_parallel.TPGradients(model, optimizers, layout.mesh, layout.partial, sync)
+    return sync
