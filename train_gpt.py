@@ -335,14 +335,6 @@ def muon_lr_factor(shape):
     return max(1, rows / cols) ** 0.5
 
 
-def muon_update(grads, momenta, momentum, ns_steps):
-    """Muon's step for same-shape matrices (Keller Jordan, modded-nanogpt Muon records, 2024-10): momentum
-    (updated in place), Nesterov look-ahead, one batched Newton–Schulz over the stack. Returns (updates
-    (n, rows, cols), muon_lr_factor)."""
-    nesterov = torch.stack([nesterov_look_ahead(grad, buf, momentum) for grad, buf in zip(grads, momenta)])
-    return orthogonalize(nesterov, ns_steps), muon_lr_factor(grads[0].shape)
-
-
 class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton–Schulz, distributed as in record #26: gptlab.train.comm.MatrixOwners deals
     same-shape matrices out one per rank, each rank updates only its own (receiving their rank-summed gradients)
@@ -352,21 +344,23 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params, lr=0.05, momentum=0.95, ns_steps=5, rank=0, world_size=1):
         super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps))
-        if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]):  # --shard_params
-            self.whole = tensor_parallel.whole_matrices(self.param_groups, rank, world_size)  # FSDP and/or TP
-        else:
-            self.owners = MatrixOwners(self.param_groups, rank, world_size)
+        # who computes which matrix, and the collectives that move them (gptlab/train/comm.py): owner ranks of whole
+        # matrices, or under --shard_params / --tp whole matrices gathered from their blocks
+        self.movers = (tensor_parallel.whole_matrices(self.param_groups, rank, world_size)
+                       if any(fsdp.is_sharded(p) for g in self.param_groups for p in g["params"]) else
+                       MatrixOwners(self.param_groups, rank, world_size))
 
     @torch.no_grad()
     def step(self):
-        if hasattr(self, "whole"):
-            return self._sharded_step()
-        for params, grads, g in self.owners.owned():  # this rank's matrices of one shape
-            group = self.param_groups[g]
-            updates, lr_factor = muon_update(grads, [self._momentum(p) for p in params], group["momentum"],
-                                             group["ns_steps"])
-            for p, update in zip(params, updates):
-                p.add_(update.to(p.dtype), alpha=-group["lr"] * lr_factor)
+        group_of = {p: group for group in self.param_groups for p in group["params"]}
+
+        def look_ahead(p, grad):  # momentum and Nesterov look-ahead, on the gradient this rank holds of p
+            return nesterov_look_ahead(grad, fsdp.local(self._momentum(p)), group_of[p]["momentum"])
+
+        def apply(p, update):
+            fsdp.local(p).add_(update.to(p.dtype), alpha=-group_of[p]["lr"] * muon_lr_factor(p.shape))
+
+        self.movers.step(look_ahead, lambda stack, g: orthogonalize(stack, self.param_groups[g]["ns_steps"]), apply)
 
     def _momentum(self, p):
         state = self.state[p]
@@ -374,23 +368,10 @@ class Muon(torch.optim.Optimizer):
             state["momentum_buffer"] = torch.zeros_like(p)
         return state["momentum_buffer"]
 
-    def _sharded_step(self):
-        """--shard_params: momentum and Nesterov look-ahead on this rank's row blocks (elementwise, so as on whole
-        matrices), Newton–Schulz on whole matrices at their owner ranks (gptlab.train.comm.WholeMatrices)."""
-        nesterov = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                grad = fsdp.local(p.grad) if p.grad is not None else torch.zeros_like(fsdp.local(p))
-                nesterov[p] = nesterov_look_ahead(grad, fsdp.local(self._momentum(p)), group["momentum"])
-        updates = self.whole.map_owned(nesterov, lambda whole, g: orthogonalize(whole, self.param_groups[g]["ns_steps"]))
-        for group in self.param_groups:
-            for p in group["params"]:
-                fsdp.local(p).add_(updates[p].to(p.dtype), alpha=-group["lr"] * muon_lr_factor(p.shape))
-
     def gather_state(self):
         """Collective: give every rank every matrix's momentum buffer (each owner's is the current one)."""
-        if hasattr(self, "owners"):  # (under --shard_params each rank keeps its row blocks: nothing to gather)
-            self.owners.gather(self._momentum)
+        if isinstance(self.movers, MatrixOwners):  # (under --shard_params / --tp each rank keeps its blocks)
+            self.movers.gather(self._momentum)
 
 
 def build_optimizers(model, rank=0, world_size=1):

@@ -18,10 +18,17 @@ import math
 import torch
 import torch.distributed as dist
 
+from gptlab.core.distributed import is_sharded
+
 # torch 2.13 renamed reduce_scatter_tensor / all_gather_into_tensor (same arguments) and warns on the old names;
 # torch 2.11, preinstalled on the GPU machines, has only the old ones (names, looked up at each call)
 REDUCE_SCATTER = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
 ALL_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+
+
+def _local(tensor):
+    """This rank's block of a DTensor parameter or gradient; a plain tensor as it is."""
+    return tensor.to_local() if is_sharded(tensor) else tensor
 
 
 def same_shape_params(param_groups):
@@ -102,6 +109,16 @@ class MatrixOwners:
                 gathers += [self._start_gather(c, [p for p, _ in self.chunks[c]]) for c in chunk_ids]
         self._finish_gathers(gathers)
         self._reduced = [None] * len(self.chunks)
+
+    def step(self, look_ahead, orthogonalize, apply):
+        """One Muon update of this rank's matrices, the interface every matrix mover shares (WholeMatrices too):
+        look_ahead(p, grad) → the tensor to orthogonalise (its rank-summed gradient here), orthogonalize(stack of
+        same-shape matrices, group index) → their updates, apply(p, update) in place; then every rank gets every
+        updated matrix (the all-gathers of owned())."""
+        for params, grads, g in self.owned():  # this rank's matrices of one shape
+            stack = torch.stack([look_ahead(p, grad) for p, grad in zip(params, grads)])
+            for p, update in zip(params, orthogonalize(stack, g)):
+                apply(p, update)
 
     def _start_gather(self, c, tensors):
         """Start giving every rank rank j's tensors[j] (tensors: one per member of chunk c; an idle rank of a short
@@ -298,6 +315,17 @@ class WholeMatrices:
                     offset += rows * cols
         return out
 
+    def step(self, look_ahead, orthogonalize, apply):
+        """MatrixOwners.step's interface: look_ahead on this rank's row block of every matrix (elementwise, so as on
+        the whole), orthogonalize on whole matrices at their owners (map_owned), apply to this rank's blocks."""
+        blocks = {}
+        for p in self.params():
+            grad = _local(p.grad) if p.grad is not None else torch.zeros_like(_local(p))
+            blocks[p] = look_ahead(p, grad)
+        updates = self.map_owned(blocks, orthogonalize)
+        for p in self.params():
+            apply(p, updates[p])
+
     def _start_gather(self, group, blocks):
         shape, _, params, owned, split, cols = group
         mine = len(owned[self.rank])
@@ -336,8 +364,8 @@ def check_held_once(model, held):
 class GradientSync:
     """Sums gradients over ranks while backward still runs (post-accumulate-grad hooks, as in modded-nanogpt's
     2025 records). During the last micro-batch's backward each parameter reports when its gradient is final; the
-    parameters of a sharded optimizer (one with `owners`, a MatrixOwners, or `flat_shards`, a FlatShards) are
-    reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large
+    parameters of a sharded optimizer (one whose `movers` is a MatrixOwners, or whose `flat_shards` a FlatShards)
+    are reduce-scattered chunk by chunk or flat by flat, every other optimizer's are all-reduced in buckets (each large
     tensor alone, the small ones flattened into one preallocated buffer per dtype), each as soon as it is
     complete. Collectives must start in the same order on every rank, so they start in one fixed order (the
     expected backward order: parameters registered last first), each only when everything before it is ready,
@@ -348,9 +376,9 @@ class GradientSync:
 
     def __init__(self, model, optimizers, world_size):
         self.world_size = world_size
-        owned = [opt.owners for opt in optimizers if isinstance(getattr(opt, "owners", None), MatrixOwners)]
+        owned = [opt.movers for opt in optimizers if isinstance(getattr(opt, "movers", None), MatrixOwners)]
         flats = [opt.flat_shards for opt in optimizers if isinstance(getattr(opt, "flat_shards", None), FlatShards)]
-        reduced = [p for opt in optimizers if not isinstance(getattr(opt, "owners", None), MatrixOwners)
+        reduced = [p for opt in optimizers if not isinstance(getattr(opt, "movers", None), MatrixOwners)
                    and not isinstance(getattr(opt, "flat_shards", None), FlatShards)
                    for g in opt.param_groups for p in g["params"]]
         check_held_once(model, reduced + [p for owners in owned for p in owners.params()]

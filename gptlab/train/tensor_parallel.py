@@ -169,12 +169,12 @@ def whole_matrices(param_groups, rank, world_size):
     return WholeMatrices(param_groups, rank, world_size)
 
 
-class WholeMatricesTP:
+class WholeMatricesTP(WholeMatrices):
     """WholeMatrices' interface for tensor-parallel matrices (any placements, on any mesh): every rank gathers each
     matrix whole (DTensor.full_tensor), applies fn to the stack of same-shape matrices, and keeps its own block of
-    the result, so Newton–Schulz sees the whole matrix, as on one rank."""
+    the result, so Newton–Schulz sees the whole matrix, as on one rank. Its step() is WholeMatrices'."""
 
-    def __init__(self, param_groups):
+    def __init__(self, param_groups):  # (no owners: every rank computes every matrix)
         self.groups = list(same_shape_params(param_groups).items())
 
     def params(self):

@@ -95,14 +95,14 @@ def main():
                 return adam_step()
             adam.step = recording_adam_step
         if not shard:
-            owned = muon.owners.owned
+            owned = muon.movers.owned
 
             def recording_owned():
                 for params, grads, group in owned():
                     for p, g in zip(params, grads):
                         recorded["muon"][names[p]] = g.clone()
                     yield params, grads, group
-            muon.owners.owned = recording_owned
+            muon.movers.owned = recording_owned
 
         cfg = SimpleNamespace(batch_size=ctx.world_size * micro_batches * SEQ_LEN, train_steps=TRAIN_STEPS,
                               window_size=WINDOW, cooldown_frac=0.5, lr_scale=1.0)
