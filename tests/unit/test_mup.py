@@ -4,6 +4,7 @@ embeddings, the head, biases, norms and scalars unchanged; logits x 1/m; attenti
 base head dim), checked on both architectures, including model.py's stacked (3, hdim, dim) qkv_w and GPT-2's
 tied embedding; --mup at the base width is the standard run bit for bit; bad input is one error."""
 import argparse
+import glob
 import json
 import math
 import os
@@ -168,6 +169,13 @@ def test_gpt2_attention_scale_is_one_over_head_dim_referenced_to_the_base(heads,
     assert torch.allclose(attn(x, None), by_hand, atol=1e-5)
 
 
+def test_model_config_gets_the_mup_fields_only_with_mup():
+    fields = dict(vocab_size=100, num_layers=2, num_heads=2, model_dim=64, max_seq_len=32)
+    config = mup.model_config(argparse.Namespace(mup=True, mup_base_width=32, mup_base_heads=1), fields, gpt2)
+    assert (config["mup_base_width"], config["mup_base_heads"]) == (32, 1)
+    assert mup.model_config(argparse.Namespace(mup=None), fields, gpt2) is fields
+
+
 def test_modded_attention_scale_is_already_c_over_head_dim():
     # 0.12 at head dim 128: scale x head_dim = 15.36 at any head dim, muP's 1/d form with the base's at the base
     for d in (16, 32, 128, 256):
@@ -211,11 +219,17 @@ def test_a_mup_run_at_the_base_width_has_the_standard_run_s_losses_and_records_m
     sp = train_gpt.main(tiny_args(tiny, tmp_path / "sp", arch="gpt2", window_size=None, train_steps=3,
                                   val_loss_every=0, warmup_steps=1))
     at_base = train_gpt.main(tiny_args(tiny, tmp_path / "mup", arch="gpt2", window_size=None, train_steps=3,
-                                       val_loss_every=0, warmup_steps=1, mup=True, mup_base_width=64))
+                                       val_loss_every=0, warmup_steps=1, mup=True, mup_base_width=64,
+                                       save_model=True))
     assert at_base["final_val_loss"] == sp["final_val_loss"]
-    with open(os.path.join(only_run_dir(tmp_path / "mup"), "config.json")) as f:
+    run_dir = only_run_dir(tmp_path / "mup")
+    with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
     assert (config["mup"], config["mup_base_width"], config["mup_base_heads"]) == (True, 64, 2)
+    # the checkpoint's model config carries them: every tool rebuilds the muP forward from it
+    [ckpt] = glob.glob(os.path.join(run_dir, "**", "*.pt"), recursive=True)
+    model_config = torch.load(ckpt, map_location="cpu", weights_only=False)["model_config"]
+    assert (model_config["mup_base_width"], model_config["mup_base_heads"]) == (64, 2)
     from gptlab.compare.stats import seed_group_key  # a muP run is another setting than the SP one
     assert seed_group_key(config) != seed_group_key(dict(config, mup=None, mup_base_width=None,
                                                          mup_base_heads=None))
