@@ -7,6 +7,7 @@ point and the best multiplier per width, and how far it moves over the widths in
 The muP sweep has no runs at its base width (there --mup is SP bit for bit: tests/unit/test_mup.py): the SP
 sweep's runs at that width stand for both.
 """
+import glob
 import json
 import math
 import os
@@ -45,6 +46,17 @@ def read_sweep(path):
     return losses
 
 
+def read_sweeps(pattern):
+    """read_sweep of every record matching pattern (bench/mup_lr_sweep.sh runs one sweep per width), merged."""
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise UserError(f"no sweep record matches {pattern}; run bench/mup_lr_sweep.sh first")
+    losses = {}
+    for path in paths:
+        losses.update(read_sweep(path))
+    return losses
+
+
 def best_per_width(losses):
     """{width: (best lr multiplier, its mean loss)} over the multipliers every seed finished."""
     best = {}
@@ -60,8 +72,7 @@ def main(argv=None):
     p.add_argument("--experiments_dir", default=os.path.join(REPO, "experiments", "mup_lr"))
     p.add_argument("--out", default=os.path.join(REPO, "docs", "mup"))
     args = p.parse_args(argv)
-    sp = read_sweep(os.path.join(args.experiments_dir, "sweep_MupLrSP.json"))
-    mp = read_sweep(os.path.join(args.experiments_dir, "sweep_MupLrMuP.json"))
+    sp, mp = (read_sweeps(os.path.join(args.experiments_dir, f"sweep_MupLr{name}W*.json")) for name in ("SP", "MuP"))
     base = min(w for w, _ in sp)
     mp.update({k: v for k, v in sp.items() if k[0] == base})  # --mup at the base width is SP
     import matplotlib
