@@ -22,7 +22,6 @@ sweep does that.
 import argparse
 import copy
 import csv
-import math
 import os
 import re
 import sys

@@ -112,10 +112,13 @@ def test_muon_recipe_keeps_its_learning_rates_and_shape_factor():
 
 # ---------------------------------------------------------------------------------------------- init
 def test_gpt2_hidden_init_std_shrinks_as_one_over_sqrt_of_the_width_multiplier():
-    torch.manual_seed(0)
-    model = gpt2_model(256, base=64)
-    assert set(mup.init_(model)) == {f"blocks.{i}.{w}.weight" for i in range(2)
-                                     for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    assert set(mup.init_(gpt2_model(256, base=64))) == {f"blocks.{i}.{w}.weight" for i in range(2) for w in
+                                                        ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    torch.manual_seed(0)  # the trainer's model (train_gpt.build_model applies it)
+    config = dict(vocab_size=100, num_layers=2, num_heads=2, model_dim=256, max_seq_len=32, mup_base_width=64,
+                  mup_base_heads=2)
+    model = train_gpt.build_model(gpt2, config, argparse.Namespace(dtype="float32", fp8_head=False),
+                                  torch.device("cpu"))
     p = dict(model.named_parameters())
     # by hand: GPT-2's 0.02 (residual projections 0.02 / sqrt(2 x 2 layers)) at the base, / sqrt(256 / 64) = / 2
     assert p["blocks.0.attn.c_attn.weight"].std().item() == pytest.approx(0.01, rel=0.03)
