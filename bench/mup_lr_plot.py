@@ -30,14 +30,14 @@ def read_sweep(path):
             record = json.load(f)
     except (OSError, ValueError) as err:
         raise UserError(f"cannot read the sweep record {path}: {err}; run bench/mup_lr_sweep.sh first") from None
-    root = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # run_dir is relative to where sweep.py ran
+    folder = os.path.dirname(os.path.abspath(path))  # the run folders sit beside the record
     losses = {}
     for point in record["points"]:
         settings = dict(point["settings"])
         key = (int(settings["model_dim"]), float(settings["lr_scale"]))
         loss = math.inf if point["status"] == "failed" else None
         if point["status"] == "finished" and point["run_dir"]:
-            run_dir = point["run_dir"] if os.path.isabs(point["run_dir"]) else os.path.join(root, point["run_dir"])
+            run_dir = os.path.join(folder, os.path.basename(os.path.normpath(point["run_dir"])))
             with open(os.path.join(run_dir, "results.json")) as f:
                 loss = json.load(f).get("final_val_loss")
             loss = math.inf if loss is None or not math.isfinite(loss) else loss
