@@ -71,6 +71,9 @@ class GPTConfig:
     max_seq_len: int = field(default=1024, metadata={"flag": False, "help": "rows of the learned position table "
                                                      "(n_positions): the longest document the model reads; "
                                                      "train_gpt.py sets it to the longest row"})
+    # muP (train_gpt.py --mup, gptlab/train/mup.py): the base model's width and heads; None: standard
+    mup_base_width: int = field(default=None, metadata={"flag": False, "help": "muP base model_dim"})
+    mup_base_heads: int = field(default=None, metadata={"flag": False, "help": "muP base num_heads"})
 
     @property
     def head_dim(self):
@@ -118,6 +121,9 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.num_heads, self.head_dim = c.num_heads, c.head_dim
+        # muP: 1/head_dim, scaled to be GPT-2's 1/sqrt(head_dim) at the base's head dim; None: SDPA's 1/sqrt(head_dim)
+        base_head_dim = c.mup_base_width // c.mup_base_heads if c.mup_base_width else None
+        self.scale = None if base_head_dim in (None, c.head_dim) else base_head_dim ** 0.5 / c.head_dim
         self.c_attn = nn.Linear(c.model_dim, 3 * c.model_dim, bias=c.bias)  # q, k, v side by side, as HF's
         self.c_proj = nn.Linear(c.model_dim, c.model_dim, bias=c.bias)
 
@@ -130,11 +136,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = qkv.view(B, T, 3, -1, self.head_dim).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
         if cache is not None:
             k, v, mask = cache.extend(k, v)
-        # scale 1/sqrt(head_dim), as GPT-2's
+        # scale 1/sqrt(head_dim), as GPT-2's (muP: self.scale)
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -222,6 +228,8 @@ class GPT(nn.Module):
 
     def logits(self, x):
         """Final hidden states (..., dim) → float32 logits (..., padded_vocab)."""
+        if self.config.mup_base_width is not None:  # muP's readout multiplier base/d (the head is the embedding)
+            x = x * (self.config.mup_base_width / x.size(-1))
         return self.lm_head(x).float()
 
     @torch.no_grad()
@@ -396,6 +404,8 @@ def transformers_export(model, n_vocab, eot):
     c = model.config
     if not c.bias:
         raise ValueError("a GPT-2 trained with --no-bias has no biases, which GPT2LMHeadModel needs")
+    if c.mup_base_width is not None:
+        raise ValueError("a GPT-2 trained with --mup scales its logits and attention, which GPT2LMHeadModel does not")
     config = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=n_vocab, n_positions=c.max_seq_len,
                   n_embd=c.model_dim, n_layer=c.num_layers, n_head=c.num_heads, n_inner=int(c.mlp_ratio * c.model_dim),
                   activation_function="gelu_new", layer_norm_epsilon=LAYER_NORM_EPS, initializer_range=INIT_STD,

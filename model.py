@@ -62,6 +62,10 @@ class GPTConfig:
                                                      "are half)"})
     max_seq_len: int = field(default=1024, metadata={"flag": False, "arch": False,
                                                      "help": "initial rotary table length (it grows on demand)"})
+    # muP (train_gpt.py --mup, gptlab/train/mup.py): the base model's width and heads; None: standard. The
+    # attention scale (attention_scale) is already c / head_dim, muP's form, so only the logits read them
+    mup_base_width: int = field(default=None, metadata={"flag": False, "help": "muP base model_dim"})
+    mup_base_heads: int = field(default=None, metadata={"flag": False, "help": "muP base num_heads"})
 
     def __post_init__(self):
         """ValueError naming the field and the fix, for a configuration no model can have."""
@@ -376,8 +380,11 @@ class GPT(nn.Module):
             logits = fp8_linear(x, self.lm_head.weight).float()
         else:
             logits = self.lm_head(x).float()
-        # logit soft-cap 30*sigmoid(z/(7.5*sqrt(d))) (modded-nanogpt 2025; earlier a Gemma-2-style 30*tanh(z/30))
-        return 30 * torch.sigmoid(logits / (7.5 * x.size(-1) ** 0.5))
+        # logit soft-cap 30*sigmoid(z/(7.5*sqrt(d))) (modded-nanogpt 2025; earlier a Gemma-2-style 30*tanh(z/30));
+        # muP: the base's cap times the readout multiplier base/d, so z/(7.5*sqrt(base)*(d/base))
+        base = self.config.mup_base_width
+        temperature = 7.5 * x.size(-1) ** 0.5 if base is None else 7.5 * base ** 0.5 * (x.size(-1) / base)
+        return 30 * torch.sigmoid(logits / temperature)
 
     def _cross_entropy_sum(self, x, targets):  # float32 logits, softmax statistics and loss
         return F.cross_entropy(self.logits(x), targets, reduction="sum")

@@ -44,7 +44,7 @@ from gptlab.evals.in_run import RunEvals, metrics_columns, metrics_row, write_fi
 from gptlab.evals.score import model_geometry
 from gptlab.evals.task_spec import DATA_DIR as EVALS_DATA_DIR
 from gptlab.export.generate import sample_continuations
-from gptlab.train import environment, fsdp, init_from, parallel, perf_estimate, pipeline, stop, tensor_parallel
+from gptlab.train import environment, fsdp, init_from, mup, parallel, perf_estimate, pipeline, stop, tensor_parallel
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
 from gptlab.train.comm import MatrixOwners, ShardedAdam
 from gptlab.train.config import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, apply_model_flags, model_flags,
@@ -131,6 +131,7 @@ def build_parser():
                    "type sets --arch and its config the model's shape (gptlab/train/init_from.py)")
     # --vocab_size, --num_layers, ...: one per field of the architectures' GPTConfig (each --arch takes its own)
     add_model_flags(p, *architecture_configs(), names=list(model_source.ARCHITECTURES))
+    mup.add_flags(p)  # --mup, --mup_base_width, --mup_base_heads
     g = p.add_argument_group("optimization")
     g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
     # at most 2**40 (~1.1e12, ~300,000x GPT-3's batch): beyond that only a typo, and splitting it would take minutes
@@ -281,6 +282,7 @@ def choose_module(args, ckpt=None):
                 args.__dict__[key] = value  # a field today's module no longer has
     apply_model_flags(args, module.GPTConfig, architecture_configs(), args.arch, preset)
     apply_recipe(args, module, preset)
+    mup.resolve(args, module)
     return module, source
 
 
@@ -387,6 +389,7 @@ def build_optimizers(model, rank=0, world_size=1):
     head_params = [model.lm_head.weight]
     adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
                    dict(params=scalar_params, lr=0.04, name="scalars")]
+    adam_groups = mup.split_groups(adam_groups, model)  # --mup: matrix-like parameters' LR x 1/m (Muon's: none)
     cuda = model.lm_head.weight.is_cuda
     adam_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
     shard_adam = world_size > 1 and not fsdp.is_sharded_model(model)  # (FSDP's parameters are shards already)
@@ -407,6 +410,7 @@ def build_adamw(model, cfg):
     params = [p for p in model.parameters() if p.requires_grad]  # (a tied weight once)
     groups = [dict(params=[p for p in params if p.ndim >= 2], weight_decay=cfg.weight_decay, name="decayed"),
               dict(params=[p for p in params if p.ndim < 2], weight_decay=0.0, name="not decayed")]
+    groups = mup.split_groups(groups, model, cfg.lr)  # --mup: matrix-like parameters' LR x 1/m
     cuda = params[0].is_cuda
     one_kind = not tensor_parallel.mixed(params)  # (--tp: whole and split weights; torch's per-tensor loop then)
     adamw = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
@@ -568,7 +572,9 @@ def probe_micro_batch(cfg, ctx, model, model_fwd, optimizers, eot, use_flex, aut
 def build_model(module, model_config, cfg, device):
     """module.GPT(model_config) on device as training holds it: embeddings stored in bf16 under bf16 training, the
     FP8 head where asked (bench/bench_train.py builds its model here too)."""
-    built = module.GPT(module.GPTConfig(**model_config)).to(device)
+    built = module.GPT(module.GPTConfig(**model_config))
+    mup.init_(built)  # --mup: hidden matrices' init at the base's std x 1/sqrt(width multiplier)
+    built = built.to(device)
     if cfg.dtype == "bfloat16" and hasattr(built, "store_embeddings_in"):  # (an older model.py keeps its own)
         built.store_embeddings_in(torch.bfloat16)  # as record #26; checkpoints still hold float32
     built.fp8_head = cfg.fp8_head  # resolve_config checked the device and the model source

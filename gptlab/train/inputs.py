@@ -9,7 +9,7 @@ from gptlab.core.files import check_folder_creatable
 from gptlab.dataset.loader import BOSAlignedLoader, ValidationSet
 from gptlab.dataset.selection import select_run_shards
 from gptlab.tokenizer.format import open_tokenizer
-from gptlab.train import init_from
+from gptlab.train import init_from, mup
 from gptlab.train.config import (arch_fields, check_model_fits, check_ranks_agree, model_config_of,
                                  positions_are_weights)
 
@@ -38,7 +38,7 @@ def open_run_inputs(cfg, ctx, module, source, ckpt=None, data_ctx=None):
         init = init_from.open_checkpoint(cfg.init_from, {cfg.arch: module})
         init_from.check_vocabulary(init, tok.encoding.n_vocab, tok.name)
     cfg.vocab_size = tok.model_vocab_size(cfg.vocab_size)
-    model_config = model_config_of(cfg, module.GPTConfig)
+    model_config = mup.model_config(cfg, model_config_of(cfg, module.GPTConfig), module)  # --mup's fields
     if init is not None:
         model_config = init_from.model_config(init, model_config, positions_are_weights(module.GPTConfig))
     check_model_fits(module, model_config, ctx.device)
