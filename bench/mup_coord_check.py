@@ -37,7 +37,7 @@ if REPO not in sys.path:
 import train_gpt  # noqa: E402
 from gptlab.core.cli import ArgumentParser, HelpFormatter  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
-from gptlab.train import model_source  # noqa: E402
+from gptlab.checkpoint import model_source  # noqa: E402
 
 GROUPS = ("embedding", "attention", "mlp", "residual", "logit update", "logits")
 # judged: every group but the raw logits. muP wants the logits' change Theta(1) and their value at init vanishing
