@@ -74,6 +74,9 @@ class GPTConfig:
     max_seq_len: int = field(default=1024, metadata={"flag": False, "arch": False,
                                                      "help": "the longest row trained (RoPE has no table: "
                                                      "recorded for the export's max_position_embeddings)"})
+    # muP (train_gpt.py --mup, gptlab/train/mup.py): the base model's width and heads; None: standard
+    mup_base_width: int = field(default=None, metadata={"flag": False, "help": "muP base model_dim"})
+    mup_base_heads: int = field(default=None, metadata={"flag": False, "help": "muP base num_heads"})
 
     @property
     def head_dim(self):
@@ -148,6 +151,9 @@ class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+        # muP: 1/head_dim, scaled to be 1/sqrt(head_dim) at the base's head dim; None: SDPA's 1/sqrt(head_dim)
+        base_head_dim = c.mup_base_width // c.mup_base_heads if c.mup_base_width else None
+        self.scale = None if base_head_dim in (None, c.head_dim) else base_head_dim ** 0.5 / c.head_dim
         self.q_proj = nn.Linear(c.model_dim, c.num_heads * c.head_dim, bias=False)
         self.k_proj = nn.Linear(c.model_dim, c.num_kv_heads * c.head_dim, bias=False)
         self.v_proj = nn.Linear(c.model_dim, c.num_kv_heads * c.head_dim, bias=False)
@@ -167,9 +173,9 @@ class Attention(nn.Module):
         group = self.num_heads // self.num_kv_heads  # query heads h*group ... share kv head h (HF's repeat_kv)
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -246,6 +252,8 @@ class GPT(nn.Module):
 
     def logits(self, x):
         """Final hidden states (..., dim) → float32 logits (..., padded_vocab)."""
+        if self.config.mup_base_width is not None:  # muP's readout multiplier base/d
+            x = x * (self.config.mup_base_width / x.size(-1))
         return self.lm_head(x).float()
 
     @torch.no_grad()
@@ -416,6 +424,8 @@ def transformers_export(model, n_vocab, eot):
     the embedding and the head (the padding rows cut: the logits of real ids are unchanged). Logits equal on a row
     holding one document from <|endoftext|> at position 0 (HF counts positions from the row's start)."""
     c = model.config
+    if c.mup_base_width is not None:
+        raise ValueError("a Llama trained with --mup scales its logits and attention, which LlamaForCausalLM does not")
     config = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=n_vocab,
                   hidden_size=c.model_dim, intermediate_size=c.ffn_hidden, num_hidden_layers=c.num_layers,
                   num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim,

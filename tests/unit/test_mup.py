@@ -19,6 +19,7 @@ from helpers.tiny_runs import only_run_dir, run_main_expecting, tiny_args
 
 sys.path.insert(0, REPO)
 import gpt2  # noqa: E402
+import llama  # noqa: E402
 import model as modded  # noqa: E402
 import train_gpt  # noqa: E402
 from gptlab.train import mup  # noqa: E402
@@ -172,6 +173,17 @@ def test_gpt2_attention_scale_is_one_over_head_dim_referenced_to_the_base(heads,
     assert torch.allclose(attn(x, None), by_hand, atol=1e-5)
 
 
+def test_llama_readout_and_attention_scale_are_the_base_referenced_ones():
+    """llama.py's hook: logits = head(x x base/d) (untied head), attention 1/head_dim made 1/sqrt(head_dim) at the
+    base's head dim: here head dim 32 against the base's 8: sqrt(8)/32."""
+    torch.manual_seed(0)
+    model = llama.GPT(llama.GPTConfig(vocab_size=100, num_layers=1, num_heads=2, num_kv_heads=2, model_dim=64,
+                                      multiple_of=32, mup_base_width=16, mup_base_heads=2))
+    x = torch.randn(2, 5, 64)
+    assert torch.allclose(model.logits(x), F.linear(x * 16 / 64, model.lm_head.weight), atol=1e-6)
+    assert model.blocks[0].attn.scale == pytest.approx(8 ** 0.5 / 32)
+
+
 def test_model_config_gets_the_mup_fields_only_with_mup():
     fields = dict(vocab_size=100, num_layers=2, num_heads=2, model_dim=64, max_seq_len=32)
     config = mup.model_config(argparse.Namespace(mup=True, mup_base_width=32, mup_base_heads=1), fields, gpt2)
@@ -209,6 +221,7 @@ def short_training(module, model_config, steps=3, seed=0):
 @pytest.mark.parametrize("module, fields", [
     (gpt2, dict(vocab_size=100, num_layers=2, num_heads=2, model_dim=32, max_seq_len=128)),
     (modded, dict(vocab_size=100, num_layers=2, num_heads=2, model_dim=32, window_size=128)),
+    (llama, dict(vocab_size=100, num_layers=2, num_heads=2, num_kv_heads=1, model_dim=32, multiple_of=32)),
 ])
 def test_mup_at_the_base_width_trains_exactly_the_standard_model(module, fields, one_torch_thread):
     sp = short_training(module, fields)
