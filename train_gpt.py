@@ -47,10 +47,11 @@ from gptlab.export.generate import sample_continuations
 from gptlab.train import environment, fsdp, init_from, mup, parallel, perf_estimate, pipeline, stop, tensor_parallel
 from gptlab.train.batching import choose_micro_batch, micro_batch_candidates, probe_batch, split_batch
 from gptlab.train.comm import MatrixOwners, ShardedAdam
-from gptlab.train.config import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, apply_model_flags, model_flags,
-                                 resolve_config)
+from gptlab.train.config import resolve_config
+from gptlab.train.flags import (LAYOUT_FLAGS, add_layout_flags, add_model_flags, add_run_flags, apply_model_flags,
+                                chosen_flags, model_flags, parse_flags)
 from gptlab.train.inputs import open_run_inputs
-from gptlab.train.run import Run, add_run_flags, chosen_flags, parse_flags, restore_training_state
+from gptlab.train.run import Run, restore_training_state
 from gptlab.train.step_reports import due
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -287,7 +288,7 @@ def choose_module(args, ckpt=None):
 
 
 # a --resume run takes every other flag from its checkpoint unless given again; these depend on the machine. Each
-# shapes the run's numbers or memory, so a run's recorded resume command repeats those it chose (run.chosen_flags)
+# shapes the run's numbers or memory, so a run's recorded resume command repeats those it chose (flags.chosen_flags)
 FRESH_ON_RESUME = ("device", "dtype", "compile", "attention", "device_batch_size", "grad_acc_steps", "shard_params",
                    *LAYOUT_FLAGS)
 

@@ -10,82 +10,7 @@ import torch.utils._device
 from gptlab.core.distributed import all_gather_objects, device_memory_bytes
 from gptlab.core.errors import UserError
 from gptlab.train.batching import micro_batch_candidates, split_batch
-
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str}  # annotations written as strings
-
-
-def _flag_type(f):
-    return f.type if isinstance(f.type, type) else _TYPES.get(str(f.type), str)
-
-
-def model_flags(config_class):
-    """The config dataclass's fields that are flags (metadata flag=False leaves one out)."""
-    return [f for f in dataclasses.fields(config_class) if f.metadata.get("flag", True)]
-
-
-def add_model_flags(parser, config_class, *others, names=None):
-    """A --flag per field of the model's config dataclass, with its default and help (bool fields get
-    --name / --no-name). With other config classes (the other architectures', named by `names`, the first
-    class's first), the flags of them all, each defaulting to None, their help naming each architecture's value:
-    apply_model_flags then fills in the chosen architecture's defaults and refuses the flags it does not have."""
-    classes = (config_class, *others)
-    names = list(names or [c.__module__ for c in classes])
-    if not others:
-        g = parser.add_argument_group("model (fields of GPTConfig in model.py)")
-    else:
-        g = parser.add_argument_group("model (fields of the --arch module's GPTConfig, each with that module's value "
-                                      "unless given)")
-    seen = set()
-    for f in [f for c in classes for f in model_flags(c)]:
-        if f.name in seen:
-            continue
-        seen.add(f.name)
-        kind = _flag_type(f)
-        default = None if others or f.default is dataclasses.MISSING else f.default
-        text = f.metadata.get("help")
-        if others:
-            text = _help_with_values(text, f.name, classes, names)
-        if kind is bool:
-            g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=text)
-        else:
-            g.add_argument(f"--{f.name}", type=kind, default=default, help=text)
-
-
-def _help_with_values(text, name, classes, names):
-    """A flag's help with each architecture's value: "... (gpt2: 12) (default: 12)", the default architecture's
-    last; "(gpt2 only)" for a field of one architecture; switches say on or off."""
-    values = {}
-    for arch, c in zip(names, classes):
-        field = next((f for f in dataclasses.fields(c) if f.name == name), None)
-        if field is not None:
-            values[arch] = None if field.default is dataclasses.MISSING else field.default
-    shown = lambda v: ("on" if v else "off") if isinstance(v, bool) else v  # noqa: E731
-    parts = [f"{arch}: {shown(v)}" for arch, v in values.items() if arch != names[0] and v is not None]
-    text = (text or "") + (f" ({', '.join(values)} only)" if len(values) < len(names) else "")
-    text += f" ({'; '.join(parts)})" if parts else ""
-    first = values.get(names[0])
-    if first is not None:
-        text += f" (default: {shown(first)})" if not isinstance(first, bool) else f" ({names[0]}: {shown(first)})"
-    return text
-
-
-def apply_model_flags(args, config_class, all_classes, arch_name, preset=None):
-    """After add_model_flags(parser, *all_classes): the chosen architecture's fields get its defaults where not
-    set; a field of another architecture set (on the command line or by --config) is one UserError, and unset or
-    at the value the --preset gave it (`preset`: its settings) it is dropped from args (so the run records only its
-    own architecture's fields)."""
-    own = {f.name: f for f in model_flags(config_class)}
-    for name in dict.fromkeys(f.name for c in all_classes for f in model_flags(c)):
-        value = getattr(args, name, None)
-        if name in own:
-            if value is None and own[name].default is not dataclasses.MISSING:
-                setattr(args, name, own[name].default)
-        elif value is not None and (preset or {}).get(name) != value:
-            raise UserError(f"--{name} is not a setting of --arch {arch_name} (its GPTConfig has no {name}); drop "
-                            f"it, or choose the architecture that has it")
-        elif hasattr(args, name):
-            delattr(args, name)
-
+from gptlab.train.flags import model_flags
 
 def arch_fields(config_class):
     """The fields that change what the weights mean: a resumed run must keep them."""
@@ -317,22 +242,6 @@ def _ranks(ranks):
 
 
 # ============================================================================================== Parallel layout
-LAYOUT_FLAGS = ("tp", "pp", "pp_microbatches")  # they depend on the machine: fresh on --resume (train_gpt.py)
-
-
-def add_layout_flags(group):
-    """--tp, --pp, --pp_microbatches (docs/training.md "Tensor and pipeline parallelism")."""
-    from gptlab.core.cli import positive_int
-
-    group.add_argument("--tp", type=positive_int, default=1,
-                       help="tensor parallelism: ranks that split every block's heads and MLP between them "
-                       "(DTensor; the ranks divide by it, the rest is data parallel)")
-    group.add_argument("--pp", type=positive_int, default=1,
-                       help="pipeline parallelism: stages the blocks are split into (torch.distributed.pipelining)")
-    group.add_argument("--pp_microbatches", type=positive_int, default=None,
-                       help="--pp: micro-batches per step through the pipeline (at least --pp; default: 2 x --pp)")
-
-
 def tp_sizes(model_module, fields):
     """{what: size} the --tp ranks must divide, from the module's tp_sizes(config) (None: it has no tensor-parallel
     plan)."""

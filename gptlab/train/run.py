@@ -12,7 +12,6 @@ Leaving the block by an exception records the run as "failed" (with the message)
 the checkpoint to resume from). Every rank makes the same calls; only rank 0 writes. The folder's layout and file
 formats belong to gptlab.train.records.
 """
-import argparse
 import contextlib
 import errno
 import json
@@ -22,15 +21,12 @@ import shlex
 import signal
 import sys
 import time
-import unicodedata
 
 import torch
 from tqdm import tqdm
 
 from gptlab.checkpoint import checkpointing, sharded_checkpoint
 from gptlab.checkpoint.model_source import source_file
-from gptlab.core.cli import FlagValueError, float_in, non_negative_int, path
-from gptlab.core.config_file import expand_config
 from gptlab.core.distributed import broadcast_object
 from gptlab.core.errors import StopRequested, UserError, one_line, signal_name
 from gptlab.core.progress import progress_bar
@@ -38,128 +34,6 @@ from gptlab.dataset.hellaswag_file import DEFAULT_PATH as HELLASWAG_DEFAULT_PATH
 from gptlab.dataset.evals_download import DATA_DIR as EVALS_DATA_DIR
 from gptlab.train import code_backup, cost, dashboards, environment, fsdp, records, resume_code, stop
 from gptlab.train.step_reports import StepFigures, StepReports, due
-
-
-# ------------------------------------------------------------------------------------------------ flags
-def add_run_flags(parser):
-    """The flags of the run's bookkeeping (folder, checkpoints, resume, console)."""
-    g = parser.add_argument_group("run")
-    g.add_argument("--model_name", type=run_name, default="GPT",
-                   help="the run folder is experiments_dir/{YYYYmmdd_HHMMSS}_{model_name}")
-    g.add_argument("--experiments_dir", type=path, default=records.EXPERIMENTS_DIR, help="where run folders go")
-    g.add_argument("--save_model", action="store_true", help="save a checkpoint at the end")
-    g.add_argument("--checkpoint_every", type=non_negative_int, default=0,
-                   help="save a checkpoint every N steps (0: never)")
-    g.add_argument("--resume", type=path, default=None, metavar="PATH",
-                   help="continue from a checkpoint (.pt, or a --shard_params folder)")
-    g.add_argument("--log_every", type=non_negative_int, default=10, help="print a train line every N steps (the loop "
-                   "reads its figures back from the GPU only then, at evaluations and at checkpoints)")
-    g.add_argument("--trust_model_code", action="store_true", help="--resume from a checkpoint whose model code "
-                   "differs from model.py and was trained on another machine: run its code (read it first)")
-    g.add_argument("--allow_new_data", action="store_true", help="--resume on shards other than the checkpoint's "
-                   "(refused by default: its curve would continue on other data)")
-    g.add_argument("--dry_run", action="store_true", help="print the resolved configuration as JSON and exit: no "
-                   "run folder, no data read")
-    g.add_argument("--usd_per_gpu_hour", type=float_in(0, message="{value} must be a price >= 0 (dollars per GPU-hour, "
-                                                                  "e.g. 2.5)"), default=None, help="price of one GPU (on CPU: one process) for "
-                   "an hour: results.json gets cost_usd = GPU-hours x price (default: gptlab/train/cost.py's table of "
-                   "typical rental prices by GPU name; none on CPU)")
-    g.add_argument("--tensorboard", action="store_true", default=None, help="also write the run's scalars as "
-                   "TensorBoard events in its folder (tensorboard --logdir experiments; pip install tensorboard)")
-    g.add_argument("--wandb", default=None, metavar="PROJECT", help="also log the run's scalars to this Weights & "
-                   "Biases project (offline when not logged in or WANDB_MODE=offline; pip install wandb)")
-
-
-MODEL_NAME_MAX_BYTES = 200  # the folder's name adds a 15-character stamp and maybe _N: within a file name's 255 bytes
-
-
-def run_name(text):
-    """--model_name: a plain folder name (no slashes, not hidden, no control characters such as a newline, which
-    would split a LEADERBOARD.md row), at most MODEL_NAME_MAX_BYTES bytes of UTF-8."""
-    shown = repr(text) if len(text) <= 60 else repr(text[:40]) + f"... ({len(text)} characters)"
-    if not text or any(c in text for c in "/\\") or text.startswith("."):
-        raise FlagValueError(f"{shown} must be a plain folder name (no slashes, not hidden)")
-    if any(unicodedata.category(c)[0] == "C" for c in text):
-        raise FlagValueError(f"{shown} must not hold control characters (a newline, a tab...)")
-    if len(text.encode("utf-8", "surrogatepass")) > MODEL_NAME_MAX_BYTES:
-        raise FlagValueError(f"{shown} is too long: the run folder's name must fit a file name; use at most "
-                             f"{MODEL_NAME_MAX_BYTES} bytes")
-    return text
-
-
-# run flags that a --resume run never takes from its checkpoint
-_FRESH_RUN_FLAGS = ("config", "resume", "log_every", "dry_run", "allow_new_data", "usd_per_gpu_hour", "tensorboard", "wandb",
-                    "trust_model_code")
-
-
-# flags a --resume run cannot change: the checkpoint's state was made with them and the record would misname it
-_RUN_IDENTITY_FLAGS = ("seed",)
-
-
-def chosen_flags(parser, args, names):
-    """The flags among `names` (those a resume works out afresh: fresh_on_resume) that this run set, on its command
-    line or by a --preset, to other than their default (auto), as command-line words: a resume command repeats them
-    so the resumed run has this run's numbers and memory, and the resuming machine may still give others. --device
-    keeps its type only (cuda:N numbers one machine's GPUs)."""
-    words = []
-    for action in parser._actions:
-        key = action.dest
-        value = getattr(args, key, action.default)
-        if key not in names or not action.option_strings or value == action.default:
-            continue
-        flag = action.option_strings[0]
-        if isinstance(action, argparse.BooleanOptionalAction):
-            words.append(flag if value else "--no-" + flag[2:])
-        elif action.nargs == 0:  # store_true
-            words += [flag] if value else []
-        else:
-            words += [flag, str(value).split(":")[0] if key == "device" else str(value)]
-    return words
-
-
-def explicit_flags(build_parser, argv):
-    """Names of the flags given on the command line (not left at their defaults)."""
-    probe = build_parser()
-    for action in probe._actions:
-        action.default = argparse.SUPPRESS
-    return set(vars(probe.parse_args(argv)))
-
-
-def parse_flags(build_parser, argv=None, fresh_on_resume=(), presets=None):
-    """(args, checkpoint or None). --config FILE (when the parser has it) puts the file's flags before the command
-    line (gptlab.core.config_file). --preset NAME (when the parser has it) sets the defaults from presets[NAME], so
-    flags given beside it win. With --resume PATH every flag not given again is taken from the checkpoint's
-    run, except `fresh_on_resume` (hardware-dependent flags, worked out afresh for the machine resuming);
-    args.from_checkpoint lists the flags taken."""
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
-    if any(a.dest == "config" for a in parser._actions):  # --config FILE: its flags first, the command line wins
-        argv = expand_config(parser, argv)
-    args = parser.parse_args(argv)
-    if getattr(args, "preset", None):
-        parser.set_defaults(**presets[args.preset])
-        args = parser.parse_args(argv)
-    args.from_checkpoint = []
-    if not args.resume:
-        return args, None
-    # a sharded checkpoint's weights are read by each rank's share later (restore_training_state)
-    ckpt = checkpointing.load_checkpoint(args.resume, load_weights=False,
-                                         trust_code=getattr(args, "trust_model_code", False))
-    resume_code.check_training_code(args.resume)  # its optimizers and schedule are its train_gpt.py's
-    given = explicit_flags(build_parser, argv)  # a --config file's flags count as given
-    for key in _RUN_IDENTITY_FLAGS:  # the checkpoint's weights and data order already follow its value
-        if key in given and key in ckpt["args"] and getattr(args, key) != ckpt["args"][key]:
-            raise UserError(f"--{key} {getattr(args, key)} differs from the --resume checkpoint's {ckpt['args'][key]}: "
-                            f"a resumed run continues its run (initialisation, data order, seed group); drop --{key}, "
-                            "or start a new run without --resume")
-    fresh = set(fresh_on_resume) | set(_FRESH_RUN_FLAGS)
-    for action in parser._actions:
-        key = action.dest
-        if (action.option_strings and key not in fresh and key not in given and key in ckpt["args"]
-                and getattr(args, key) != ckpt["args"][key]):
-            setattr(args, key, ckpt["args"][key])
-            args.from_checkpoint.append(key)
-    return args, ckpt
 
 
 _IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")

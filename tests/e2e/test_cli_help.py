@@ -54,9 +54,9 @@ def test_a_bad_value_is_one_error_line(script, args, message):
 
 
 def test_resume_still_finds_the_flags_given_with_the_one_line_parser():
-    """gptlab.train.run.explicit_flags parses the command line again with every default suppressed."""
+    """gptlab.train.flags.explicit_flags parses the command line again with every default suppressed."""
     from gptlab.core.cli import ArgumentParser
-    from gptlab.train.run import explicit_flags
+    from gptlab.train.flags import explicit_flags
 
     def build_parser():
         parser = ArgumentParser()

@@ -3,7 +3,7 @@ command line winning, a preset beneath both; every bad file one error naming the
 import pytest
 
 from gptlab.core.errors import UserError
-from gptlab.train.run import parse_flags
+from gptlab.train.flags import parse_flags
 
 
 def parse(tmp_path, text, *argv):

@@ -12,7 +12,7 @@ from conftest import REPO
 from helpers.tiny_runs import tiny_args
 from gptlab.core.errors import UserError
 from gptlab.train.config import fp8_supported, resolve_config, resolve_fp8_head
-from gptlab.train.run import parse_flags
+from gptlab.train.flags import parse_flags
 
 sys.path.insert(0, REPO)
 import model as arch  # noqa: E402

@@ -187,12 +187,12 @@ def test_impossible_configs_name_the_field(fields, words):
 def test_the_tools_build_and_check_it_as_they_do_model_py():
     from gptlab.core.errors import UserError
     from gptlab.checkpoint import model_source
-    from gptlab.train import config
+    from gptlab.train import config, flags
     cfg = dataclasses.asdict(tiny_config())
     model = model_source.model_from_config(gpt2, cfg)
     model_source.check_weights_fit(gpt2, cfg, model.state_dict(), "a checkpoint")  # tied weights: both names
     assert tiny_config().head_dim == 8 and "head_dim" not in cfg  # derived, as config.py reads it
-    assert "max_seq_len" not in [f.name for f in config.model_flags(gpt2.GPTConfig)]  # the tools set it
+    assert "max_seq_len" not in [f.name for f in flags.model_flags(gpt2.GPTConfig)]  # the tools set it
     # no FP8 head: "auto" leaves it off and --fp8_head is one error, even on a GPU that has FP8
     h100 = torch.device("cuda", 0)
     assert config.resolve_fp8_head("auto", h100, gpt2, 768, capability=(9, 0)) is False

@@ -207,11 +207,11 @@ def test_impossible_configs_name_the_field(fields, words):
 def test_the_tools_build_and_check_it_as_they_do_model_py():
     from gptlab.core.errors import UserError
     from gptlab.checkpoint import model_source
-    from gptlab.train import config
+    from gptlab.train import config, flags
     cfg = dataclasses.asdict(llama.GPTConfig(**SHAPE))
     model = model_source.model_from_config(llama, cfg)
     model_source.check_weights_fit(llama, cfg, model.state_dict(), "a checkpoint")
-    assert "max_seq_len" not in [f.name for f in config.model_flags(llama.GPTConfig)]
+    assert "max_seq_len" not in [f.name for f in flags.model_flags(llama.GPTConfig)]
     assert not config.positions_are_weights(llama.GPTConfig)  # RoPE: no table to keep on resume
     with pytest.raises(UserError, match="no FP8 head"):
         config.resolve_fp8_head(True, torch.device("cuda", 0), llama, 768, capability=(9, 0))

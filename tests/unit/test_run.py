@@ -14,7 +14,8 @@ from gptlab.train import records
 from gptlab.dataset.selection import RunShards
 from gptlab.core.distributed import DistContext
 from gptlab.core.errors import UserError
-from gptlab.train.run import Run, add_run_flags, parse_flags
+from gptlab.train.flags import add_run_flags, parse_flags
+from gptlab.train.run import Run
 
 CTX = DistContext(0, 0, 1, torch.device("cpu"), None)
 
@@ -161,7 +162,7 @@ def test_the_resume_command_repeats_each_hardware_flag_the_run_chose_and_no_auto
     """Each of train_gpt.FRESH_ON_RESUME shapes a run's numbers or memory (dtype, compile, attention kernels, the
     micro-batch split, sharding; the device type decides their auto values): the words a resume command repeats,
     in the parser's order; --device keeps its type (cuda:1 numbers one machine's GPUs)."""
-    from gptlab.train.run import chosen_flags
+    from gptlab.train.flags import chosen_flags
     from helpers.tiny_runs import train_gpt
 
     parser = train_gpt.build_parser()

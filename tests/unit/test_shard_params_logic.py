@@ -90,7 +90,7 @@ def test_the_gpt_1b_preset_is_about_a_billion_parameters_and_sharded():
     import model as arch
     import train_gpt
     from gptlab.train.config import parameter_count
-    from gptlab.train.run import parse_flags
+    from gptlab.train.flags import parse_flags
 
     args, _ = parse_flags(train_gpt.build_parser, ["--preset", "gpt-1b"], presets=train_gpt.PRESETS)
     assert args.shard_params is True

@@ -13,7 +13,7 @@ from gptlab.checkpoint import checkpointing
 from gptlab.train import config
 from gptlab.train.batching import micro_batch_candidates
 from gptlab.train.config import check_model_fits, resolve_config
-from gptlab.train.run import parse_flags
+from gptlab.train.flags import parse_flags
 
 sys.path.insert(0, REPO)
 import model as arch  # noqa: E402
