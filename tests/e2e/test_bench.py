@@ -79,8 +79,9 @@ def test_bench_shards_runs_ours_against_raw_tiktoken(tmp_path):
                     r"ratio ([0-9.]+)", proc.stdout)
     assert rep and float(rep.group(3)) == pytest.approx(float(rep.group(2)) / float(rep.group(1)), rel=0.01)
     assert "ratio download_fineweb / raw tiktoken:" in proc.stdout and "median of 1 pairs" in proc.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == [  # its shards are gone
-        "benchshards_v300_n1000000.merges.txt", "benchshards_v300_n1000000.pkl", "corpus3.jsonl"]
+    # its shards are gone; the tokenizer's files stay (.code: its trainer's source, stored once by hash)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".code", "benchshards_v300_n1000000.merges.txt", "benchshards_v300_n1000000.pkl", "corpus3.jsonl"]
 
 
 # ------------------------------------------------------------------------------------------------ bench_train.py
