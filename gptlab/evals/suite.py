@@ -91,9 +91,10 @@ def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=t
         encoded = encode_requests(encoding, tasks, prepared)
     sequences, n_tokens, byte_lengths = encoded["sequences"], encoded["tokens"], encoded["bytes"]
     t0 = time.perf_counter()
+    groups = [len(req["continuations"]) for task in tasks for req in prepared[task.NAME]]  # an example's choices
     scores = score.score_sequences(logits_fn, sequences, eot=encoding.eot_token, n_vocab=encoding.n_vocab,
                                    device=device, row_len=row_len, block=block, window=window, ctx=ctx,
-                                   padded_vocab=padded_vocab, progress=progress)
+                                   padded_vocab=padded_vocab, progress=progress, groups=groups)
     seconds = time.perf_counter() - t0
     records, summaries, k = {}, {}, 0
     for task in tasks:
