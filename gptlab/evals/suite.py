@@ -26,6 +26,17 @@ def checked_encoder(encoding, what):
     return encode
 
 
+def memoised(fn):
+    """fn(text), each text computed once (the caller must not change what it returns)."""
+    seen = {}
+
+    def cached(text):
+        if text not in seen:
+            seen[text] = fn(text)
+        return seen[text]
+    return cached
+
+
 def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
     """(rows, [request per scored example]) of a task: the first `limit` rows, each after `fewshot` shots drawn
     from its few-shot split (task_spec.fewshot_draws: as lm-eval draws them, for these rows in order)."""
@@ -64,9 +75,10 @@ def encode_requests(encoding, tasks, prepared):
     eot = encoding.eot_token
     out = {"sequences": [], "owners": [], "tokens": [], "bytes": []}
     current = [None]
-    encode = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
+    checked = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
     for task in tasks:
         for i, req in enumerate(prepared[task.NAME]):
+            encode = memoised(checked)  # an example's choices share their context: encoded once
             for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
                 current[0] = (task.NAME, i, j)
                 seq = score.build_sequences(encode, eot, [(context, continuation)])[0]
