@@ -11,7 +11,8 @@ dtype=float32 --device cpu --tasks ... --limit N --batch_size B --log_samples`, 
 fastest is the figure), its tasks lm-eval's own task files (same rendering) pointed at our data/evals files: a task
 file per task that includes lm-eval's and sets `dataset_path: json` with `data_files` (HF_DATASETS_OFFLINE=1, no
 network). add_bos_token=True because our sequences start with <|endoftext|> (docs/evals.md). Each process is timed
-from its start to its exit, imports and model loading included, as a user waits for it. Figures: docs/evals.md.
+from its start to its exit, imports and model loading included, as a user waits for it; its CPU time (user +
+system) is printed beside, a steadier figure when other jobs share the cores. Figures: docs/evals.md.
 """
 import json
 import os
