@@ -131,7 +131,7 @@ def main(argv=None):
     model_args = f"pretrained={hf},trust_remote_code=True,add_bos_token=True,max_length=2048,dtype=float32"
     best = None
     for batch_size in args.batch_sizes:
-        out = os.path.join(work, f"lm_eval_bs{batch_size}")
+        out = tempfile.mkdtemp(prefix=f"lm_eval_bs{batch_size}_", dir=work)  # a fresh one: --work_dir may be reused
         seconds, cpu, _ = timed(["lm_eval", "--model", "hf", "--model_args", model_args, "--device", "cpu",
                                  "--include_path", os.path.join(work, "lm_eval_tasks"),
                                  "--tasks", ",".join(lm_tasks.values()), "--limit", str(args.limit),
