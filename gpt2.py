@@ -24,7 +24,7 @@ The interface the tools use (model.py's; see its docstring):
                                                each flag=True field)
     model(idx, masks, targets)                 summed cross-entropy (nats); model(idx, masks): logits
     model.attention_masks(idx, eot, windows, flex=False), model.final_windows(), SEQ_MULTIPLE, BLOCK_SIZE
-    model.predict(tokens, eot, windows=None, positions=None)
+    model.predict(tokens, eot, windows=None, positions=None, tree=None)
     KVCache(model, eot), cache.forward(tokens) generation
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
@@ -233,11 +233,22 @@ class GPT(nn.Module):
         return self.lm_head(x).float()
 
     @torch.no_grad()
-    def predict(self, tokens, eot, windows=None, positions=None):
+    def predict(self, tokens, eot, windows=None, positions=None, tree=None):
         """Float logits (B, T, vocab_size) of tokens (B, T) of any length (at most max_seq_len tokens a document);
         windows: ignored. positions: (rows, columns), two LongTensors (N,): only the logits there, (N,
-        vocab_size)."""
-        x = self.hidden_states(tokens, self.attention_masks(tokens, eot, windows))
+        vocab_size). tree: (position ids, branch ids), two LongTensors (B, T): documents that are a shared start
+        (branch 0) and branches 1, 2, ... that each see the start and themselves only, each token at its position
+        (below max_seq_len) in the sequence it belongs to (evaluations: an example's choices after one copy of its
+        context)."""
+        if tree is None:
+            masks = self.attention_masks(tokens, eot, windows)
+        else:  # document-causal, and a branch token sees no other branch (a tree may be longer than max_seq_len)
+            pos, branches = tree
+            docs, col = (tokens == eot).cumsum(dim=1), torch.arange(tokens.size(1), device=tokens.device)
+            mask = ((col[:, None] >= col[None, :]) & (docs[:, :, None] == docs[:, None, :])
+                    & ((branches[:, None, :] == 0) | (branches[:, :, None] == branches[:, None, :])))
+            masks = {"mask": mask[:, None], "positions": pos}
+        x = self.hidden_states(tokens, masks)
         if positions is not None:
             x = x[positions[0], positions[1]]
         return self.logits(x)[..., :self.vocab_size]

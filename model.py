@@ -9,9 +9,10 @@ The interface the tools use (keep it when you edit; add what you like around it)
                                                makes a --flag of each
     model(idx, masks, targets)                 summed cross-entropy (nats); model(idx, masks): logits
     model.attention_masks(idx, eot, windows, flex=False), model.final_windows(), SEQ_MULTIPLE
-    model.predict(tokens, eot, windows=None, positions=None)
+    model.predict(tokens, eot, windows=None, positions=None, tree=None)
                                                logits of rows of any length, or at some positions only
-                                               (evaluations, export checks)
+                                               (evaluations, export checks); tree: rows of shared contexts and
+                                               their branches (evaluations; optional: older sources lack it)
     KVCache(model, eot), cache.forward(tokens) generation, one token at a time
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)   MFU in the training log
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
@@ -185,11 +186,15 @@ class Rotary(nn.Module):
         self.register_buffer("cos", theta.cos(), persistent=False)
         self.register_buffer("sin", theta.sin(), persistent=False)
 
-    def forward(self, x, start=0):  # x: (B, T, H, D) at positions start, ..., start + T - 1
+    def forward(self, x, start=0, positions=None):  # x: (B, T, H, D) at positions start, ..., start + T - 1
+        # positions: (B, T) each token's own position instead (tree rows: GPT.predict), none beyond its column
         end = start + x.size(1)
         if end > self.cos.size(0):  # longer than ever seen (e.g. a long HellaSwag row): extend the table
             self._build(next_multiple(end, BLOCK_SIZE), x.device)
-        cos, sin = self.cos[None, start:end, None, :], self.sin[None, start:end, None, :]
+        if positions is None:
+            cos, sin = self.cos[None, start:end, None, :], self.sin[None, start:end, None, :]
+        else:
+            cos, sin = self.cos[positions][:, :, None, :], self.sin[positions][:, :, None, :]
         x1, x2 = x.float().chunk(2, dim=-1)
         y = torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
         return y.type_as(x)
@@ -227,7 +232,7 @@ class CausalSelfAttention(nn.Module):
         self.rotary = Rotary(head_dim, max_seq_len)
         self.c_proj = CastedLinear(hdim, dim, zero_init=True)
 
-    def forward(self, x, ve, mask, cache=None):  # x: (B, T, dim); ve: (B, T, hdim) or None
+    def forward(self, x, ve, mask, cache=None, positions=None):  # x: (B, T, dim); ve: (B, T, hdim) or None
         # cache (generation): this layer's entry of a KVCache, which holds the earlier tokens' keys and values; x
         # then holds only the new tokens
         B, T = x.shape[:2]
@@ -236,7 +241,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = qkv.chunk(3, dim=2)  # each (B, T, H, D)
         q, k = norm(q), norm(k)  # QK-norm (modded-nanogpt 2024-10 "ModernArch" record)
         start = 0 if cache is None else cache.start
-        q, k = self.rotary(q, start), self.rotary(k, start)
+        q, k = self.rotary(q, start, positions), self.rotary(k, start, positions)
         lambdas = self.lambdas.to(qkv.dtype)  # fp32 scalars would promote bf16 values to fp32
         v = lambdas[0] * v
         if ve is not None:
@@ -276,10 +281,10 @@ class Block(nn.Module):
         # x0 residual mixing: x = a*x + b*x0 with learned a, b (modded-nanogpt, late-2024 records)
         self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
 
-    def forward(self, x, x0, ve, mask, cache=None):
+    def forward(self, x, x0, ve, mask, cache=None, positions=None):
         a, b = self.lambdas.to(x.dtype)  # keep the residual stream in its (autocast) dtype
         x = a * x + b * x0
-        x = x + self.attn(norm(x), ve, mask, cache)
+        x = x + self.attn(norm(x), ve, mask, cache, positions)
         return x + self.mlp(norm(x))
 
 
@@ -356,7 +361,8 @@ class GPT(nn.Module):
                 x = x + self.skip_weights[i - first_decoder].to(x.dtype) * skips.pop()
             x = self.blocks[i](x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
                                None if masks is None else masks[self.layer_window[i]],
-                               None if cache is None else cache.layer(i))
+                               None if cache is None else cache.layer(i),
+                               None if masks is None else masks.get("positions"))  # (tree rows: GPT.predict)
             if i < self.num_skips:
                 skips.append(x)
         return x, skips
@@ -409,17 +415,23 @@ class GPT(nn.Module):
         return total
 
     @torch.no_grad()
-    def predict(self, tokens, eot, windows=None, positions=None):
+    def predict(self, tokens, eot, windows=None, positions=None, tree=None):
         """Float logits (B, T, vocab_size) of tokens (B, T) of any length, with dense masks and the given (long,
         short) windows (default: final_windows()). T is padded to a multiple of SEQ_MULTIPLE with <|endoftext|>:
         causal attention keeps tokens after T from changing the logits before it. positions: (rows, columns), two
         LongTensors (N,): only the logits there, (N, vocab_size) (evaluations score a few positions of each row,
-        so the head and the float32 logits cost N rows, not B x T)."""
+        so the head and the float32 logits cost N rows, not B x T). tree: (position ids, branch ids), two
+        LongTensors (B, T): see tree_masks (evaluations score an example's choices after one copy of its
+        context)."""
         B, T = tokens.shape
         padded = next_multiple(T, SEQ_MULTIPLE)
         if padded != T:
             tokens = torch.cat([tokens, tokens.new_full((B, padded - T), eot)], dim=1)
-        x = self.hidden_states(tokens, self.attention_masks(tokens, eot, windows or self.final_windows()))
+            if tree is not None:  # each padding <|endoftext|> is a document of its own: any position will do
+                tree = [F.pad(t, (0, padded - T)) for t in tree]
+        windows = windows or self.final_windows()
+        masks = self.attention_masks(tokens, eot, windows) if tree is None else tree_masks(tokens, eot, windows, *tree)
+        x = self.hidden_states(tokens, masks)
         x = x[:, :T] if positions is None else x[positions[0], positions[1]]
         return self.logits(x)[..., :self.vocab_size].float()
 
@@ -578,6 +590,20 @@ def build_attention_masks(idx, eot_id, long_blocks, short_blocks, use_flex):
         else:
             masks[name] = dense_mask(mask_mod, B, T, idx.device)
     return masks
+
+
+def tree_masks(idx, eot_id, windows, positions, branches):
+    """Dense masks (and "positions", which the rotary embeddings then read) of rows whose documents are trees: a
+    shared start (branch 0) followed by branches 1, 2, ... that each see the start and themselves, not each other.
+    A token at position p (its index in the sequence it belongs to, never more than its column) sees what it sees
+    at p in that sequence alone: the window counts blocks of positions, not columns."""
+    docs = (idx == eot_id).cumsum(dim=1)
+    col = torch.arange(idx.size(1), device=idx.device)
+    sees = ((col[:, None] >= col[None, :]) & (docs[:, :, None] == docs[:, None, :])
+            & ((branches[:, None, :] == 0) | (branches[:, :, None] == branches[:, None, :])))
+    apart = positions[:, :, None] // BLOCK_SIZE - positions[:, None, :] // BLOCK_SIZE
+    return {"positions": positions, **{name: (sees & (apart < blocks))[:, None]
+                                       for name, blocks in zip(("long", "short"), windows)}}
 
 
 def attention_pairs(idx, eot_id, window_blocks):

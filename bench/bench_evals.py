@@ -11,10 +11,12 @@ dtype=float32 --device cpu --tasks ... --limit N --batch_size B --log_samples`, 
 fastest is the figure), its tasks lm-eval's own task files (same rendering) pointed at our data/evals files: a task
 file per task that includes lm-eval's and sets `dataset_path: json` with `data_files` (HF_DATASETS_OFFLINE=1, no
 network). add_bos_token=True because our sequences start with <|endoftext|> (docs/evals.md). Each process is timed
-from its start to its exit, imports and model loading included, as a user waits for it. Figures: docs/evals.md.
+from its start to its exit, imports and model loading included, as a user waits for it; its CPU time (user +
+system) is printed beside, a steadier figure when other jobs share the cores. Figures: docs/evals.md.
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,14 +49,19 @@ def build_parser():
 
 
 def timed(args, env=None):
-    """(seconds, CompletedProcess) of a whole process; a failure is a UserError with its last lines."""
+    """(wall seconds, CPU seconds, CompletedProcess) of a whole process; a failure is a UserError with its last
+    lines. CPU seconds (user + system, the process and the children it waited for) move less than the wall time
+    when other jobs share the cores."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - used.ru_utime) + (after.ru_stime - used.ru_stime)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise UserError(f"{' '.join(map(str, args[:3]))} ... failed (exit {proc.returncode}):\n{tail}")
-    return seconds, proc
+    return seconds, cpu, proc
 
 
 def lm_eval_task_files(folder, tasks, data_dir):
@@ -117,22 +124,24 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at start")
 
     ours_dir = os.path.join(work, "ours")
-    ours_s, _ = timed([py, "evaluate.py", args.checkpoint, "--tasks", names, "--limit", str(args.limit),
-                       "--data_dir", args.data_dir, "--out", ours_dir, "--overwrite", "--quiet", "--device", "cpu"],
-                      env)
-    print(f"ours (python evaluate.py):            {ours_s:8.1f} s")
+    ours_s, ours_cpu, _ = timed([py, "evaluate.py", args.checkpoint, "--tasks", names, "--limit", str(args.limit),
+                                 "--data_dir", args.data_dir, "--out", ours_dir, "--overwrite", "--quiet", "--device",
+                                 "cpu"], env)
+    print(f"ours (python evaluate.py):            {ours_s:8.1f} s  ({ours_cpu:.1f} s of CPU)")
     model_args = f"pretrained={hf},trust_remote_code=True,add_bos_token=True,max_length=2048,dtype=float32"
     best = None
     for batch_size in args.batch_sizes:
-        out = os.path.join(work, f"lm_eval_bs{batch_size}")
-        seconds, _ = timed(["lm_eval", "--model", "hf", "--model_args", model_args, "--device", "cpu",
-                            "--include_path", os.path.join(work, "lm_eval_tasks"),
-                            "--tasks", ",".join(lm_tasks.values()), "--limit", str(args.limit),
-                            "--batch_size", batch_size, "--log_samples", "--output_path", out], env)
-        print(f"lm-eval --batch_size {batch_size:<5}              {seconds:8.1f} s")
+        out = tempfile.mkdtemp(prefix=f"lm_eval_bs{batch_size}_", dir=work)  # a fresh one: --work_dir may be reused
+        seconds, cpu, _ = timed(["lm_eval", "--model", "hf", "--model_args", model_args, "--device", "cpu",
+                                 "--include_path", os.path.join(work, "lm_eval_tasks"),
+                                 "--tasks", ",".join(lm_tasks.values()), "--limit", str(args.limit),
+                                 "--batch_size", batch_size, "--log_samples", "--output_path", out], env)
+        print(f"lm-eval --batch_size {batch_size:<5}              {seconds:8.1f} s  ({cpu:.1f} s of CPU)")
         if best is None or seconds < best[0]:
-            best = (seconds, batch_size, out)
+            best = (seconds, batch_size, out, cpu)
     print(f"ratio ours / lm-eval (its best, --batch_size {best[1]}): {ours_s / best[0]:.3f}")
+    print(f"ratio of CPU time, ours / the same lm-eval run: {ours_cpu / best[3]:.3f} (load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
     compare(tasks, lm_tasks, ours_dir, best[2])
     return 0
 

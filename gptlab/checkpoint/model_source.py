@@ -273,16 +273,22 @@ def logits_fn(model, eot, n_vocab, windows=None, autocast_dtype=None):
 class ModelLogits:
     """fn(tokens (B, T)) → float logits (B, T, n_vocab); fn.at(tokens, rows, columns) → float logits (N, n_vocab)
     at those positions only, which evaluations use (the head and the float32 logits then cost N rows, not B x T).
-    A model source whose predict() takes no positions (older checkpoints) gets them cut from the whole logits."""
+    A model source whose predict() takes no positions (older checkpoints) gets them cut from the whole logits.
+    fn.trees: whether predict() takes tree= (rows of shared contexts and their branches; model.py's tree_masks),
+    which .at(..., tree=) then passes on; the scorers use it only where it is True (older sources: False)."""
 
     def __init__(self, model, eot, n_vocab, windows=None, autocast_dtype=None):
         self.model, self.eot, self.n_vocab, self.windows = model, eot, n_vocab, windows
         self.autocast_dtype = autocast_dtype
-        self.selects = "positions" in inspect.signature(model.predict).parameters
+        params = inspect.signature(model.predict).parameters
+        self.selects = "positions" in params
+        self.trees = self.selects and "tree" in params
         self.max_len = getattr(model, "context_limit", None)  # a learned position table's length (gpt2.py)
 
-    def _predict(self, tokens, positions=None):
+    def _predict(self, tokens, positions=None, tree=None):
         kw = {"positions": positions} if positions is not None else {}
+        if tree is not None:
+            kw["tree"] = tree
         precision = (contextlib.nullcontext() if self.autocast_dtype is None
                      else torch.autocast(tokens.device.type, dtype=self.autocast_dtype))
         with attention_kernels(tokens.device.type), precision:
@@ -291,9 +297,9 @@ class ModelLogits:
     def __call__(self, tokens):
         return self._predict(tokens)
 
-    def at(self, tokens, rows, columns):
+    def at(self, tokens, rows, columns, tree=None):
         if self.selects:
-            return self._predict(tokens, (rows, columns))
+            return self._predict(tokens, (rows, columns), tree)
         return self._predict(tokens)[rows, columns]
 
 

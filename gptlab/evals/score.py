@@ -14,6 +14,7 @@ b % world, and the results are gathered, so 1 and N ranks compute each batch ide
 """
 import bisect
 import itertools
+import os
 
 import numpy as np
 import torch
@@ -137,44 +138,75 @@ def model_geometry(model):
     return block, (int(min(windows)) if windows else None)
 
 
+def units_of(sequences, groups=None):
+    """How sequences share rows' tokens: (first sequence, sequences, shared length) per unit, as arrays. groups:
+    sizes of runs of consecutive sequences that may share their longest common prefix (an example's choices after
+    one context); each run is then one unit, that prefix once and each sequence's rest after it. Without groups
+    every sequence is a unit of its own, shared whole."""
+    lengths = np.array([len(t) for t, _ in sequences], dtype=np.int64)
+    if groups is None:
+        return np.arange(len(sequences), dtype=np.int64), np.ones(len(sequences), dtype=np.int64), lengths
+    counts = np.asarray(groups, dtype=np.int64)
+    if counts.sum() != len(sequences) or (counts < 1).any():
+        raise ValueError(f"groups {list(groups)[:5]}... do not split {len(sequences)} sequences into runs")
+    first = np.cumsum(counts) - counts
+    shared = np.array([len(os.path.commonprefix([sequences[i][0] for i in range(f, f + c)])) if c > 1
+                       else lengths[f] for f, c in zip(first.tolist(), counts.tolist())], dtype=np.int64)
+    return first, counts, shared
+
+
 def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len=None, block=1,
-                    window=None, ctx=None, padded_vocab=None, progress=False, desc="scoring"):
+                    window=None, ctx=None, padded_vocab=None, progress=False, desc="scoring", groups=None):
     """Per sequence (summed log-probability of its continuation tokens in nats, whether every continuation token is
     the model's greedy pick), in the order given, identical on every rank.
 
     logits_fn: LongTensor (B, T) → logits (B, T, >= n_vocab); it must keep documents apart (see the module). Where
     it has .at(tokens, rows, columns) → logits (N, >= n_vocab) at those positions only (model_source.ModelLogits),
-    that is used: the head then runs on the scored positions alone. row_len: default ROW_LEN on the device's
-    type. The rows are laid out and sent to the device once, and the forwards run without waiting for the host:
-    the scores come back in one copy at the end."""
+    that is used: the head then runs on the scored positions alone. groups (sizes of runs of consecutive
+    sequences, an example's choices): where logits_fn.trees (.at takes tree=(position ids, branch ids): the
+    model's predict(tree=)), each run's common prefix is computed once, its sequences' rests as branches after it
+    that see the prefix and not each other, each token at its position in its own sequence: the same figures for
+    less work. row_len: default ROW_LEN on the device's type. The rows are laid out and sent to the device once,
+    and the forwards run without waiting for the host: the scores come back in one copy at the end."""
     cuda = torch.device(device).type == "cuda"
     row_len = row_len or (CUDA_ROW_LEN if cuda else DEFAULT_ROW_LEN)
     at = getattr(logits_fn, "at", None)
+    trees = groups is not None and at is not None and bool(getattr(logits_fn, "trees", False))
     limit = getattr(logits_fn, "max_len", None)  # a model that reads no longer sequences (GPT-2's positions)
     if limit:
         sequences = [fit_context(tokens, start, limit) for tokens, start in sequences]
     lengths = np.array([len(t) for t, _ in sequences], dtype=np.int64)
     starts = np.array([s for _, s in sequences], dtype=np.int64)
-    places, widths = pack(lengths.tolist(), next_multiple(row_len, block), block, window)
+    first, counts, shared = units_of(sequences, groups if trees else None)
+    unit_of = np.repeat(np.arange(len(first)), counts)
+    rest = lengths - shared[unit_of]  # each sequence's tokens after its unit's shared prefix
+    unit_len = shared + np.bincount(unit_of, weights=rest, minlength=len(first)).astype(np.int64)
+    # a tree's tokens sit at their own positions, so the window rule of a mid-block start does not apply
+    places, widths = pack(unit_len.tolist(), next_multiple(row_len, block), block, None if trees else window)
     row_of = np.array([r for r, _ in places], dtype=np.int64).reshape(-1)
     offset = np.array([o for _, o in places], dtype=np.int64).reshape(-1)
-    scored = np.bincount(row_of, weights=lengths - starts, minlength=len(widths)).astype(np.int64)
+    scored = np.bincount(row_of[unit_of], weights=lengths - starts, minlength=len(widths)).astype(np.int64)
     vocab = padded_vocab or n_vocab
     batches = _batches(widths, scored.tolist() if at is not None else widths, vocab,
                        CUDA_LOGITS_BUDGET_BYTES if cuda else LOGITS_BUDGET_BYTES,
                        CUDA_TOKENS_PER_FORWARD if cuda else TOKENS_PER_FORWARD)
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None and ctx.is_distributed else (0, 1)
     mine_batches = batches[rank::world]
-    layout = _layout(sequences, lengths, starts, row_of, offset, widths, mine_batches, eot)
-    # everything on the device in three copies, before the first forward: no copy waits on a forward after that
-    flat, row_idx, pos_idx = (layout[k].to(device) for k in ("tokens", "row", "pos"))
+    units = {"unit_of": unit_of, "first": first, "shared": shared, "rest": rest, "row": row_of, "offset": offset}
+    layout = _layout(sequences, lengths, starts, units, widths, mine_batches, eot)
+    # everything on the device in one copy each, before the first forward: no copy waits on a forward after that
+    on_device = {k: layout[k].to(device) for k in ("tokens", "row", "pos", "target", "positions", "branches")}
     lps, greedies = [], []
     with torch.no_grad(), progress_bar(total=len(widths), unit="row", desc=desc,
                                        disable=not progress or rank != 0, leave=False) as bar:
         for b, batch in enumerate(mine_batches):
             (t0, t1), (e0, e1) = layout["token_span"][b], layout["entry_span"][b]
-            rows = flat[t0:t1].view(len(batch), widths[batch[0]])
-            lp, greedy = _score_batch(logits_fn, at, rows, row_idx[e0:e1], pos_idx[e0:e1], n_vocab)
+            shape = (len(batch), widths[batch[0]])
+            rows = on_device["tokens"][t0:t1].view(shape)
+            tree = (on_device["positions"][t0:t1].view(shape), on_device["branches"][t0:t1].view(shape)) \
+                if trees else None
+            lp, greedy = _score_batch(logits_fn, at, rows, on_device["row"][e0:e1], on_device["pos"][e0:e1],
+                                      on_device["target"][e0:e1], n_vocab, tree)
             lps.append(lp)
             greedies.append(greedy)
             bar.update(len(batch) * world)
@@ -193,11 +225,14 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
     return [merged[i] for i in range(len(sequences))]
 
 
-def _layout(sequences, lengths, starts, row_of, offset, widths, batches, eot):
+def _layout(sequences, lengths, starts, units, widths, batches, eot):
     """The rows of these batches, one after another, as one flat LongTensor ("tokens"; batch b is
-    tokens[token_span[b][0]:token_span[b][1]]), and every scored position as (row within its batch "row", column
-    "pos" predicting the token after it, sequence "segment" into "ids"), entries of batch b at
-    entry_span[b]. Built with array operations: no loop over tokens."""
+    tokens[token_span[b][0]:token_span[b][1]]) with each token's position in its own sequence ("positions") and
+    branch ("branches": 0 in a unit's shared prefix, k for the rest of its k-th sequence); and every scored
+    position as (row within its batch "row", column "pos", the token it predicts "target", sequence "segment" into
+    "ids"), entries of batch b at entry_span[b]. A unit (units_of) sits at its row and offset: its shared prefix,
+    then each sequence's rest in turn. Built with array operations: no loop over tokens."""
+    unit_of, first, shared, rest = units["unit_of"], units["first"], units["shared"], units["rest"]
     n_rows = len(widths)
     widths = np.asarray(widths, dtype=np.int64)
     row_base = np.full(n_rows, -1, dtype=np.int64)  # where each row starts in the flat buffer (-1: not mine)
@@ -210,26 +245,50 @@ def _layout(sequences, lengths, starts, row_of, offset, widths, batches, eot):
         token_span.append((at, at + len(batch) * int(widths[batch[0]])))
         at = token_span[-1][1]
     tokens = np.full(at, eot, dtype=np.int64)
-    mine = np.nonzero(row_base[row_of] >= 0)[0]
+    positions = np.zeros(at, dtype=np.int64)
+    branches = np.zeros(at, dtype=np.int64)
+    row, offset = units["row"][unit_of], units["offset"][unit_of]  # per sequence: its unit's
+    # where each sequence's rest starts in its unit: after the shared prefix and the rests before it in the unit
+    before = np.cumsum(rest) - rest
+    rest_at = shared[unit_of] + before - before[first[unit_of]]
+    branch = np.arange(len(sequences)) - first[unit_of] + 1
+    mine = np.nonzero(row_base[row] >= 0)[0]
     # my sequences by batch, then row, then offset: each batch's entries are contiguous, each sequence's in order
-    mine = mine[np.lexsort((offset[mine], row_in_batch[row_of[mine]], batch_of_row[row_of[mine]]))]
+    mine = mine[np.lexsort((mine, offset[mine], row_in_batch[row[mine]], batch_of_row[row[mine]]))]
     lens = lengths[mine]
-    if len(mine):
-        flat_tokens = np.fromiter(itertools.chain.from_iterable(sequences[i][0] for i in mine), dtype=np.int64,
-                                  count=int(lens.sum()))
-        first = row_base[row_of[mine]] + offset[mine]
-        tokens[np.repeat(first, lens) + _ranges(lens)] = flat_tokens
+    flat = np.fromiter(itertools.chain.from_iterable(sequences[i][0] for i in mine), dtype=np.int64,
+                       count=int(lens.sum()))
+    base = np.zeros(len(sequences), dtype=np.int64)  # where each of my sequences starts in flat
+    base[mine] = np.cumsum(lens) - lens
+    column = row_base[row] + offset  # where each sequence's unit starts in the flat buffer
+    # pieces: each unit's shared prefix (taken from its first sequence), then each sequence's rest
+    heads = np.unique(first[unit_of[mine]])
+    p_seq = np.concatenate([heads, mine])
+    p_from = np.concatenate([np.zeros(len(heads), dtype=np.int64), shared[unit_of[mine]]])
+    p_len = np.concatenate([shared[unit_of[heads]], rest[mine]])
+    p_col = np.concatenate([column[heads], column[mine] + rest_at[mine]])
+    p_branch = np.concatenate([np.zeros(len(heads), dtype=np.int64), branch[mine]])
+    within = _ranges(p_len)
+    dest = np.repeat(p_col, p_len) + within
+    tokens[dest] = flat[np.repeat(base[p_seq] + p_from, p_len) + within]
+    positions[dest] = np.repeat(p_from, p_len) + within
+    branches[dest] = np.repeat(p_branch, p_len)
     n_scored = lens - starts[mine]
-    # position p - 1 predicts token p, for p from the first continuation token to the sequence's end
-    pos = np.repeat(offset[mine] + starts[mine] - 1, n_scored) + _ranges(n_scored)
-    row = np.repeat(row_in_batch[row_of[mine]], n_scored)
+    # position p - 1 of a sequence predicts its token p, for p from the first continuation token to its end; a
+    # position in the shared prefix is read there, one after it in the sequence's rest
+    p = np.repeat(starts[mine] - 1, n_scored) + _ranges(n_scored)
+    cut = np.repeat(shared[unit_of[mine]], n_scored)
+    pos = np.repeat(offset[mine], n_scored) + np.where(p < cut, p, np.repeat(rest_at[mine], n_scored) + p - cut)
+    target = flat[np.repeat(base[mine], n_scored) + p + 1]
+    entry_row = np.repeat(row_in_batch[row[mine]], n_scored)
     segment = np.repeat(np.arange(len(mine)), n_scored)
-    per_batch = np.bincount(np.repeat(batch_of_row[row_of[mine]], n_scored), minlength=len(batches))
+    per_batch = np.bincount(np.repeat(batch_of_row[row[mine]], n_scored), minlength=len(batches))
     ends = np.cumsum(per_batch)
     entry_span = [(int(e - c), int(e)) for e, c in zip(ends, per_batch)]
-    return {"tokens": torch.from_numpy(tokens), "row": torch.from_numpy(row), "pos": torch.from_numpy(pos),
-            "segment": torch.from_numpy(segment), "ids": mine.tolist(), "token_span": token_span,
-            "entry_span": entry_span}
+    as_tensors = {"tokens": tokens, "positions": positions, "branches": branches, "row": entry_row, "pos": pos,
+                  "target": target, "segment": segment}
+    return {**{k: torch.from_numpy(v) for k, v in as_tensors.items()}, "ids": mine.tolist(),
+            "token_span": token_span, "entry_span": entry_span}
 
 
 def _ranges(counts):
@@ -259,10 +318,11 @@ def _batches(widths, scored, vocab, budget=LOGITS_BUDGET_BYTES, max_tokens=None)
     return batches
 
 
-def _score_batch(logits_fn, at, rows, row_idx, pos_idx, n_vocab):
-    """(log-probability, greedy) of each scored token of these rows, on the device, from one forward pass."""
+def _score_batch(logits_fn, at, rows, row_idx, pos_idx, targets, n_vocab, tree=None):
+    """(log-probability, greedy) of each scored token (its target) of these rows, on the device, from one forward
+    pass."""
     if at is not None:
-        picked = at(rows, row_idx, pos_idx)
+        picked = at(rows, row_idx, pos_idx) if tree is None else at(rows, row_idx, pos_idx, tree=tree)
         shape = (len(row_idx), n_vocab)
     else:
         picked = logits_fn(rows)
@@ -273,6 +333,6 @@ def _score_batch(logits_fn, at, rows, row_idx, pos_idx, n_vocab):
                         f"{tuple(rows.shape)}; it must give (B, T, >= {n_vocab}) (the tokenizer's vocabulary)")
     if at is None:
         picked = picked[row_idx.to(picked.device), pos_idx.to(picked.device)]
-    targets = rows[row_idx, pos_idx + 1].to(picked.device)
+    targets = targets.to(picked.device)
     logp = torch.log_softmax(picked[:, :n_vocab].float(), dim=-1)
     return logp.gather(1, targets[:, None])[:, 0], logp.argmax(dim=-1) == targets

@@ -26,6 +26,17 @@ def checked_encoder(encoding, what):
     return encode
 
 
+def memoised(fn):
+    """fn(text), each text computed once (the caller must not change what it returns)."""
+    seen = {}
+
+    def cached(text):
+        if text not in seen:
+            seen[text] = fn(text)
+        return seen[text]
+    return cached
+
+
 def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
     """(rows, [request per scored example]) of a task: the first `limit` rows, each after `fewshot` shots drawn
     from its few-shot split (task_spec.fewshot_draws: as lm-eval draws them, for these rows in order)."""
@@ -64,9 +75,10 @@ def encode_requests(encoding, tasks, prepared):
     eot = encoding.eot_token
     out = {"sequences": [], "owners": [], "tokens": [], "bytes": []}
     current = [None]
-    encode = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
+    checked = checked_encoder(encoding, lambda: f"{current[0][0]} row {current[0][1] + 1}")
     for task in tasks:
         for i, req in enumerate(prepared[task.NAME]):
+            encode = memoised(checked)  # an example's choices share their context: encoded once
             for j, (context, continuation) in enumerate(zip(req["contexts"], req["continuations"])):
                 current[0] = (task.NAME, i, j)
                 seq = score.build_sequences(encode, eot, [(context, continuation)])[0]
@@ -91,9 +103,10 @@ def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=t
         encoded = encode_requests(encoding, tasks, prepared)
     sequences, n_tokens, byte_lengths = encoded["sequences"], encoded["tokens"], encoded["bytes"]
     t0 = time.perf_counter()
+    groups = [len(req["continuations"]) for task in tasks for req in prepared[task.NAME]]  # an example's choices
     scores = score.score_sequences(logits_fn, sequences, eot=encoding.eot_token, n_vocab=encoding.n_vocab,
                                    device=device, row_len=row_len, block=block, window=window, ctx=ctx,
-                                   padded_vocab=padded_vocab, progress=progress)
+                                   padded_vocab=padded_vocab, progress=progress, groups=groups)
     seconds = time.perf_counter() - t0
     records, summaries, k = {}, {}, 0
     for task in tasks:

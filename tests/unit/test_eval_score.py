@@ -47,6 +47,10 @@ def packed(scored):
 def test_batched_equals_one_at_a_time(scored, packed):
     model, tok, tasks, data = scored
     assert score.model_geometry(model) == (128, 1)  # a one-block window: the packing must respect it
+    from gptlab.checkpoint.model_source import logits_fn
+    # today's model.py takes tree=: an example's choices are scored after one copy of their context (the path
+    # checked here; test_a_model_source_without_positions... checks the one for older model sources)
+    assert logits_fn(model, tok.eot, tok.encoding.n_vocab).trees
     records, _, suite_figures = packed
     checked = 0
     for task in tasks:
@@ -195,7 +199,8 @@ def test_logits_at_positions_equal_the_whole_logits_there(scored):
 
 
 def test_a_model_source_without_positions_is_scored_from_its_whole_logits(scored):
-    """An older model source (predict without positions) scores the same through the fallback."""
+    """Older model sources score the same through the fallbacks: predict without positions (whole logits), and
+    predict with positions but without tree (each choice laid out whole, its context repeated)."""
     from gptlab.checkpoint.model_source import logits_fn
     model, tok, tasks, data = scored
 
@@ -207,15 +212,21 @@ def test_a_model_source_without_positions_is_scored_from_its_whole_logits(scored
         def predict(self, tokens, eot, windows=None):
             return model.predict(tokens, eot, windows)
 
-    older = logits_fn(Older(), tok.eot, tok.encoding.n_vocab)
+    class NoTrees(Older):
+        def predict(self, tokens, eot, windows=None, positions=None):
+            return model.predict(tokens, eot, windows, positions)
+
+    older, no_trees = (logits_fn(m(), tok.eot, tok.encoding.n_vocab) for m in (Older, NoTrees))
     assert not older.selects and logits_fn(model, tok.eot, tok.encoding.n_vocab).selects
+    assert no_trees.selects and not no_trees.trees and not older.trees
     block, window = score.model_geometry(model)
     kw = {"data_dir": data, "block": block, "window": window, "row_len": 256}
     new, _, _ = suite.score_tasks(logits_fn(model, tok.eot, tok.encoding.n_vocab), tok.encoding, tasks, **kw)
-    old, _, _ = suite.score_tasks(older, tok.encoding, tasks, **kw)
-    for t in new:
-        for a, b in zip(new[t], old[t]):
-            assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+    for fn in (older, no_trees):
+        old, _, _ = suite.score_tasks(fn, tok.encoding, tasks, **kw)
+        for t in new:
+            for a, b in zip(new[t], old[t]):
+                assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
 
 
 def test_the_scorer_asks_for_the_scored_positions_only_when_it_can(scored):

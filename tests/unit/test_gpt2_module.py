@@ -199,3 +199,16 @@ def test_the_tools_build_and_check_it_as_they_do_model_py():
     with pytest.raises(UserError, match="no FP8 head"):
         config.resolve_fp8_head(True, h100, gpt2, 768, capability=(9, 0))
     assert math.isclose(model.final_windows()[0], 32) and gpt2.BLOCK_SIZE == 1 and gpt2.SEQ_MULTIPLE == 1
+
+
+def test_a_tree_row_scores_each_branch_as_its_sequence_alone():
+    """predict(tree=): a shared start once and three branches after it, behind another document in the row: each
+    sequence's logits are those it has alone (its positions, not its columns; no branch sees another), checked
+    against the sequences in rows of their own (tests/helpers/tree_rows.py writes the row out by hand)."""
+    from helpers.tree_rows import assert_tree_scores_as_alone
+
+    model = tiny_model(max_seq_len=16)
+    start = [EOT] + tokens(9, 1, 9)[0].tolist()
+    sequences = [start + tokens(10 + k, 1, 3 + k)[0].tolist() for k in range(3)]  # 13, 14 and 15 tokens
+    # the row holds 4 + 10 + 3 + 4 + 5 = 26 tokens, more than the 16 positions: only positions count
+    assert_tree_scores_as_alone(model.predict, EOT, sequences, 10, before=[EOT, 3, 4, 5])
