@@ -56,15 +56,16 @@ LAMBADA_ROWS = [  # two passages in lambada_openai's layout (one `text` column),
 ]
 
 
-def tiny_checkpoint(folder, window_size=128):
-    """(checkpoint, tokenizer) paths: a random 2-layer model, final windows 1 block, a 300-merge tokenizer."""
+def tiny_checkpoint(folder, window_size=128, **arch_fields):
+    """(checkpoint, tokenizer) paths: a random 2-layer model, final windows 1 block, a 300-merge tokenizer
+    (arch_fields: arch="gpt2" or "llama" and their settings, for save_random_checkpoint)."""
     from conftest import FINEWEB_150
     from helpers.random_checkpoint import save_random_checkpoint
     from helpers.tiny_data import read_docs, save_tiny_tokenizer
 
     tok = save_tiny_tokenizer(os.path.join(folder, "tok_v556.pkl"), read_docs(FINEWEB_150)[:20], 300)
     ckpt = os.path.join(folder, "step_000010.pt")
-    save_random_checkpoint(ckpt, tok, num_layers=2, num_heads=2, model_dim=64, window_size=window_size)
+    save_random_checkpoint(ckpt, tok, num_layers=2, num_heads=2, model_dim=64, window_size=window_size, **arch_fields)
     return ckpt, tok
 
 
