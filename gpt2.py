@@ -50,6 +50,10 @@ VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficien
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
 OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (nanoGPT, llm.c); model.py's is Muon
+# --optimizer muon: Adam's learning rates for the tied table (embedding and head) and the vectors; modded's 0.6 for a
+# table that is also the head makes the logits explode. Starting points from a 30-step sweep of a 2 x 64 model on
+# bytes (0.6 / 0.22 / 0.05 / 0.01 tried): tune them with sweep.py
+MUON_ADAM_LRS = dict(embeddings=0.01, scalars=0.01)
 TRANSFORMERS_MODEL_TYPE = "gpt2"  # config.json's model_type of the checkpoints transformers_import reads
 
 

@@ -47,6 +47,9 @@ SEQ_MULTIPLE = 1
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls
 INIT_STD = 0.02  # HF's initializer_range
 OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (Llama 3's pre-training, torchtitan)
+# --optimizer muon: Adam's learning rates for the untied head, the embedding and the vectors (modded's 0.22 / 0.6 /
+# 0.04 also train; these did better in a 30-step sweep of a 2 x 64 model on bytes): starting points, tune them
+MUON_ADAM_LRS = dict(head=0.02, embeddings=0.05, scalars=0.04)
 TRANSFORMERS_MODEL_TYPE = "llama"  # config.json's model_type of the checkpoints transformers_import reads
 
 

@@ -134,6 +134,10 @@ def build_parser():
     add_model_flags(p, *architecture_configs(), names=list(model_source.ARCHITECTURES))
     mup.add_flags(p)  # --mup, --mup_base_width, --mup_base_heads
     g = p.add_argument_group("optimization")
+    g.add_argument("--optimizer", choices=list(RECIPES), default=None,
+                   help="the recipe: muon (Muon for the blocks' matrices, Adam for the rest, constant then linear "
+                   "cooldown) or adamw (AdamW, warm-up + cosine); default: the architecture's own (modded: muon, "
+                   "gpt2 and llama: adamw)")
     g.add_argument("--train_steps", type=positive_int, default=1000, help="optimizer steps")
     # at most 2**40 (~1.1e12, ~300,000x GPT-3's batch): beyond that only a typo, and splitting it would take minutes
     g.add_argument("--batch_size", type=int_in(1, 2**40, "must be a positive number of tokens up to 2**40, got {value}"),
@@ -226,8 +230,9 @@ def architecture_modules():
     return {arch: model_source.current_module(file) for arch, file in model_source.ARCHITECTURES.items()}
 
 
-def recipe_of(module):
-    return getattr(module, "OPTIMIZER", "muon")
+def recipe_of(module, args=None):
+    """The optimizer recipe: --optimizer where given, else the module's own (OPTIMIZER; none: muon)."""
+    return getattr(args, "optimizer", None) or getattr(module, "OPTIMIZER", "muon")
 
 
 def fill_recipe(cfg):
@@ -242,7 +247,7 @@ def fill_recipe(cfg):
 def apply_recipe(args, module, preset=None):
     """args.optimizer from the module; its recipe's flags get their defaults, another recipe's set is one UserError
     and unset (or at the value the --preset gave it) dropped (the run records only its own)."""
-    recipe = recipe_of(module)
+    recipe = recipe_of(module, args)
     if recipe not in RECIPES:
         raise UserError(f"the model module asks for optimizer {recipe!r}; train_gpt.py has {', '.join(RECIPES)}")
     args.optimizer = recipe
@@ -253,7 +258,7 @@ def apply_recipe(args, module, preset=None):
                 continue
             if getattr(args, name, None) is not None and (preset or {}).get(name) != getattr(args, name):
                 raise UserError(f"--{name} is a setting of the {other} recipe, and --arch {args.arch} trains with "
-                                f"{recipe}; drop it")
+                                f"{recipe}; drop it (or pass --optimizer {other})")
             if hasattr(args, name):
                 delattr(args, name)
 
@@ -377,19 +382,28 @@ class Muon(torch.optim.Optimizer):
             self.movers.gather(self._momentum)
 
 
+MUON_ADAM_LRS = dict(head=0.22, embeddings=0.6, scalars=0.04)  # the muon recipe's Adam groups (modded-nanogpt)
+
+
 def build_optimizers(model, rank=0, world_size=1):
     """Muon for the hidden matrices; Adam for embeddings, head and scalars (learning rates as in modded-nanogpt's
     FlexAttention-era records). torch's Adam: fused on CUDA (its step counts stay on the GPU: no host sync; the
     custom Adam this replaces was kept for that, but no test showed torch's syncing), foreach on CPU (bit for bit
     the update the committed baselines were trained with); on several ranks its state and update are sharded
     (ShardedAdam), as Muon's are; under --shard_params the parameters are shards already and torch's Adam updates
-    them as they are."""
+    them as they are. The groups come from the model's structure, so the same recipe trains any architecture
+    (--optimizer muon with --arch gpt2 / llama): the blocks' matrices, the nn.Embedding tables (a head tied to one
+    is held there once), the head, the vectors and scalars."""
     hidden_matrices = [p for n, p in model.blocks.named_parameters() if p.ndim >= 2]
-    embed_params = [model.embed.weight] + [e.weight for e in model.value_embeds]
+    embed_params = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     scalar_params = [p for p in model.parameters() if p.ndim < 2]
-    head_params = [model.lm_head.weight]
-    adam_groups = [dict(params=head_params, lr=0.22, name="head"), dict(params=embed_params, lr=0.6, name="embeddings"),
-                   dict(params=scalar_params, lr=0.04, name="scalars")]
+    head_params = [p for p in [model.lm_head.weight] if not any(p is q for q in embed_params)]
+    # Adam's learning rates: modded-nanogpt's; another architecture may name its own (its module's MUON_ADAM_LRS)
+    lrs = {**MUON_ADAM_LRS, **getattr(perf_estimate.model_module(model), "MUON_ADAM_LRS", {})}
+    adam_groups = [dict(params=head_params, lr=lrs["head"], name="head"),
+                   dict(params=embed_params, lr=lrs["embeddings"], name="embeddings"),
+                   dict(params=scalar_params, lr=lrs["scalars"], name="scalars")]
+    adam_groups = [g for g in adam_groups if g["params"]]  # (a tied head: no group of its own)
     adam_groups = mup.split_groups(adam_groups, model)  # --mup: matrix-like parameters' LR x 1/m (Muon's: none)
     cuda = model.lm_head.weight.is_cuda
     adam_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, fused=cuda, foreach=not cuda)
