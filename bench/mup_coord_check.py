@@ -103,8 +103,11 @@ def coordinates(arch, width, mup, seed, args):
     seq = module.SEQ_MULTIPLE * max(1, 128 // module.SEQ_MULTIPLE)
     fields = dict(vocab_size=args.vocab, num_layers=args.num_layers, num_heads=args.num_heads, model_dim=width,
                   max_seq_len=seq)
-    if "window_size" in {f for f in module.GPTConfig.__dataclass_fields__}:
+    known = set(module.GPTConfig.__dataclass_fields__)
+    if "window_size" in known:
         fields["window_size"] = seq
+    if "num_kv_heads" in known:  # llama: every query head its own key/value head, the SwiGLU width 8/3 x width
+        fields.update(num_kv_heads=args.num_heads, multiple_of=1)   # unrounded (so it scales with the width)
     if mup:
         fields.update(mup_base_width=args.widths[0], mup_base_heads=args.num_heads)
     cfg = argparse.Namespace(dtype="float32", fp8_head=False, optimizer=train_gpt.recipe_of(module))
