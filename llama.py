@@ -150,6 +150,26 @@ def apply_rotary(x, cos, sin):
     return x * cos + rotated * sin
 
 
+def tp_sizes(config):
+    """{what: size} that --tp must divide: every rank holds whole query and key/value heads and an equal share of
+    the SwiGLU width."""
+    return {"--num_heads": config.num_heads, "--num_kv_heads": config.num_kv_heads,
+            "the SwiGLU width": config.ffn_hidden}
+
+
+def tp_plan(model):
+    """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles), Megatron's
+    split: q, k, v and the MLP's gate and up by output rows ("colwise": each rank its query heads, the key/value
+    heads they read, its SwiGLU units), o_proj and down_proj by input columns ("rowwise": the outputs summed). The
+    embedding, the untied head and the RMSNorms stay whole on every rank."""
+    plan = {}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.attn.{n}": "colwise" for n in ("q_proj", "k_proj", "v_proj")})
+        plan.update({f"blocks.{i}.mlp.{n}": "colwise" for n in ("gate_proj", "up_proj")})
+        plan.update({f"blocks.{i}.attn.o_proj": "rowwise", f"blocks.{i}.mlp.down_proj": "rowwise"})
+    return plan, []
+
+
 class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -167,9 +187,10 @@ class Attention(nn.Module):
         may attend, or None for plain causal; cache: this layer's _LayerCache in generation (x then holds only the
         new tokens)."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        # (-1: under tensor parallelism a rank holds its share of the query and key/value heads, tp_plan)
+        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is not None:
             k, v, mask = cache.extend(k, v)  # (the cache holds the kv heads, rotated)

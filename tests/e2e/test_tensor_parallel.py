@@ -95,6 +95,19 @@ def test_gpt2_under_tp2_follows_its_one_rank_curve(runs, tiny):
     assert same_curve(tp2, one, 1e-4, "val_loss") == {}
 
 
+def test_llama_under_tp2_follows_its_one_rank_curve(runs, tiny):
+    """--arch llama: q, k, v (grouped-query: 2 query heads and 2 key/value heads, one of each per rank), gate and
+    up split by rows, o_proj and down_proj by columns, the untied head and the RMSNorms whole; AdamW over split and
+    whole weights."""
+    flags = dict(FLAGS, arch="llama", window_size=None, warmup_steps=1, num_kv_heads=2, multiple_of=32)
+    run_script(["train_gpt.py"] + tiny_args(tiny, runs["base"] / "llama_one", **flags), check=True)
+    torchrun(2, tiny_args(tiny, runs["base"] / "llama_tp2", tp=2, **flags))
+    one, tp2 = only_run_dir(runs["base"] / "llama_one"), only_run_dir(runs["base"] / "llama_tp2")
+    assert run_json(tp2, records.CONFIG_FILE)["tp"] == 2
+    assert same_curve(tp2, one, 1e-4) == {}
+    assert same_curve(tp2, one, 1e-4, "val_loss") == {}
+
+
 def test_tp2_by_dp2_on_four_ranks_follows_the_one_rank_curve(runs, tiny):
     torchrun(4, tiny_args(tiny, runs["base"] / "tp2dp2", tp=2, **FLAGS))
     run = only_run_dir(runs["base"] / "tp2dp2")
