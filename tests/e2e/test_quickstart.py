@@ -166,12 +166,12 @@ def test_quickstart_arch_picks_each_architectures_recipe(tmp_path):
     assert status == 0, err
     assert [c for c in commands if c.startswith("train_gpt.py")] == \
         ["train_gpt.py --preset llama-quickstart --model_name Quickstart-Llama " + budget.replace("seed 0", "seed 2")]
-    # GPT-2 takes the quickstart's shape with llama-quickstart's AdamW schedule (the AdamW default's 700 warm-up
-    # steps would outlast the 120 steps)
+    # GPT-2 takes the quickstart's shape with llama-quickstart's warm-up and cosine (the AdamW default's 700
+    # warm-up steps would outlast the 120 steps) at 1e-3
     status, err, commands = _quickstart_commands(tmp_path, ARCH="gpt2")
     assert status == 0, err
     assert [c for c in commands if c.startswith("train_gpt.py")] == \
-        ["train_gpt.py --preset quickstart --arch gpt2 --lr 3e-3 --warmup_steps 12 --final_lr_frac 0.1 "
+        ["train_gpt.py --preset quickstart --arch gpt2 --lr 1e-3 --warmup_steps 12 --final_lr_frac 0.1 "
          f"--model_name Quickstart-GPT2 {budget}"]
 
 
