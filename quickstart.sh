@@ -2,7 +2,8 @@
 # The whole gptlab pipeline on the bundled sample (150 FineWeb-Edu documents, offline):
 #   tokenizer → token shards → HellaSwag file → a short training run → leaderboard and plot.
 # CPU: a few minutes. With GPUs: every visible GPU via torchrun. Re-running it reuses what is already there.
-# SEED, STEPS and HELLASWAG_LIMIT may be set in the environment (the committed baselines: SEED=0, 1, 2).
+# SEED, STEPS and HELLASWAG_LIMIT may be set in the environment (the committed baselines: SEED=0, 1, 2), and ARCH:
+# modded (default: model.py, Muon), gpt2 (gpt2.py) or llama (llama.py), the last two with AdamW (see below).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,6 +12,17 @@ TOKENIZER=quickstart_v1000_n400000.pkl
 SEED=${SEED:-0}
 STEPS=${STEPS:-120}
 HELLASWAG_LIMIT=${HELLASWAG_LIMIT:-1000}
+ARCH=${ARCH:-modded}
+# the same shape (6 x 128, 4 heads), rows, batch and steps for each; GPT-2 takes llama-quickstart's schedule (12
+# warm-up steps, cosine to 0.1x; the AdamW default's 700 exceed the 120 steps) at 1e-3: at 3e-3 its loss spiked
+# to 9.3 at step 16 and stayed on the unigram plateau (val bpb 3.45 at step 80)
+case "$ARCH" in
+  modded) MODEL=GPT; NAME=Quickstart; RECIPE=(--preset quickstart) ;;
+  gpt2) MODEL=GPT-2; NAME=Quickstart-GPT2
+        RECIPE=(--preset quickstart --arch gpt2 --lr 1e-3 --warmup_steps 12 --final_lr_frac 0.1) ;;
+  llama) MODEL=Llama; NAME=Quickstart-Llama; RECIPE=(--preset llama-quickstart) ;;
+  *) echo "error: ARCH=$ARCH is not an architecture of quickstart.sh; use ARCH=modded, gpt2 or llama" >&2; exit 2 ;;
+esac
 
 echo "== 1/5 tokenizer: exact byte-level BPE, vocab 1000 + <|endoftext|>"
 if [ -f "tokenizers/$TOKENIZER" ]; then
@@ -25,7 +37,7 @@ python download_fineweb.py --input "$SAMPLE" --tokenizer "$TOKENIZER" --val_toke
 echo "== 3/5 HellaSwag validation set (bundled copy, checksum-verified)"
 python download_hellaswag.py --source data/sample/hellaswag_val.jsonl.gz
 
-echo "== 4/5 train a 6-layer, 128-dim GPT for $STEPS steps (seed $SEED)"
+echo "== 4/5 train a 6-layer, 128-dim $MODEL for $STEPS steps (seed $SEED)"
 GPUS=$(python -c "import torch; print(torch.cuda.device_count())")
 if [ "$GPUS" -gt 0 ]; then
   LAUNCH=(torchrun --standalone --nproc_per_node="$GPUS")
@@ -36,7 +48,7 @@ TRAIN_OUT=$(mktemp)
 trap 'rm -f "$TRAIN_OUT"' EXIT
 # --preset quickstart: 6 layers of dim 128 (4 heads), rows of 256, 4096 tokens per step, validation every 20 steps;
 # --save_model keeps the final weights for sample.py / export_hf.py (saving changes no figure, nor the seed group)
-"${LAUNCH[@]}" train_gpt.py --preset quickstart --model_name Quickstart --tokenizer "$TOKENIZER" \
+"${LAUNCH[@]}" train_gpt.py "${RECIPE[@]}" --model_name "$NAME" --tokenizer "$TOKENIZER" \
   --train_steps "$STEPS" --hellaswag_limit "$HELLASWAG_LIMIT" --seed "$SEED" --save_model | tee "$TRAIN_OUT"
 
 echo "== 5/5 leaderboard and plot"

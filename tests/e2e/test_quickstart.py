@@ -122,3 +122,62 @@ def _check_lm_eval(stdout, copy, env):
     assert "hellaswag_local" in proc.stdout and set(scores) == {"acc", "acc_norm"}, proc.stdout[-3000:]
     for value in scores.values():  # a fraction of the 20 examples (printed to 4 decimals)
         assert float(value) * 20 == pytest.approx(round(float(value) * 20), abs=0.01)
+
+
+# A stand-in `python` for quickstart.sh: it logs each command line and answers the two `python -c` reads (GPUs: 0;
+# results.json's checkpoint), so the script's commands are checked without training anything.
+PYTHON_STANDIN = """#!/usr/bin/env bash
+echo "$*" >> "$(dirname "$0")/commands.log"
+case "$1 $2" in
+  "-c import torch"*) echo 0 ;;
+  -c*) echo experiments/run/checkpoints/step_000120.pt ;;
+  train_gpt.py*) echo "run folder: experiments/run" ;;
+esac
+"""
+
+
+def _quickstart_commands(tmp_path, **env_extra):
+    """(exit status, stderr, the python command lines) of quickstart.sh alone in a folder, `python` a stand-in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python").write_text(PYTHON_STANDIN)
+    (bin_dir / "python").chmod(0o755)
+    (bin_dir / "commands.log").write_text("")
+    shutil.copy2(os.path.join(REPO, "quickstart.sh"), tmp_path / "quickstart.sh")
+    env = dict(os.environ, PATH=str(bin_dir) + os.pathsep + os.environ["PATH"], **env_extra)
+    for name in ("ARCH", "SEED", "STEPS", "HELLASWAG_LIMIT"):
+        if name not in env_extra:
+            env.pop(name, None)
+    proc = subprocess.run(["bash", "quickstart.sh"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    return proc.returncode, proc.stderr, (bin_dir / "commands.log").read_text().splitlines()
+
+
+def test_quickstart_arch_picks_each_architectures_recipe(tmp_path):
+    """ARCH=gpt2 / llama train the quickstart's budget on gpt2.py / llama.py; no ARCH (or ARCH=modded) runs the
+    command quickstart.sh ran before ARCH existed, word for word (the committed modded baselines' seed group)."""
+    budget = "--tokenizer quickstart_v1000_n400000.pkl --train_steps 120 --hellaswag_limit 1000 --seed 0 --save_model"
+    before = f"train_gpt.py --preset quickstart --model_name Quickstart {budget}"
+    for env in ({}, {"ARCH": "modded"}):
+        status, err, commands = _quickstart_commands(tmp_path, **env)
+        assert status == 0, err
+        assert [c for c in commands if c.startswith("train_gpt.py")] == [before]
+    status, err, commands = _quickstart_commands(tmp_path, ARCH="llama", SEED="2")
+    assert status == 0, err
+    assert [c for c in commands if c.startswith("train_gpt.py")] == \
+        ["train_gpt.py --preset llama-quickstart --model_name Quickstart-Llama " + budget.replace("seed 0", "seed 2")]
+    # GPT-2 takes the quickstart's shape with llama-quickstart's warm-up and cosine (the AdamW default's 700
+    # warm-up steps would outlast the 120 steps) at 1e-3
+    status, err, commands = _quickstart_commands(tmp_path, ARCH="gpt2")
+    assert status == 0, err
+    assert [c for c in commands if c.startswith("train_gpt.py")] == \
+        ["train_gpt.py --preset quickstart --arch gpt2 --lr 1e-3 --warmup_steps 12 --final_lr_frac 0.1 "
+         f"--model_name Quickstart-GPT2 {budget}"]
+
+
+def test_quickstart_refuses_an_unknown_arch(tmp_path):
+    """ARCH=gpt3: one error line naming the choices, exit 2, before any step runs."""
+    status, err, commands = _quickstart_commands(tmp_path, ARCH="gpt3")
+    assert status == 2 and commands == []
+    assert err.splitlines() == [err.strip()] and err.startswith("error: ARCH=gpt3 ")
+    assert all(name in err for name in ("modded", "gpt2", "llama"))
