@@ -30,6 +30,7 @@ VOLATILE_CONFIG_KEYS = {"seed", "command", "argv", "cmdline", "start_time", "sta
                         "trust_model_code",  # permission to run a checkpoint's code, not a setting
                         "save_model", "checkpoint_every",  # keeping weights on disk does not change the figures
                         "shard_params",  # where the training state lives (FSDP2): the same steps, as world sizes are
+                        "tp", "pp", "pp_microbatches",  # the parallel layout (--tp, --pp): the same steps too
                         "cpu_threads", "cpu_threads_source", "cpu_cores", "load_avg_start"}  # how fast, not what
 
 

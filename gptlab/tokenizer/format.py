@@ -150,14 +150,28 @@ def save_tokenizer(path, *, pat_str, pattern_name, merges, mergeable_ranks, spec
     }
     check_tokenizer_size(payload)
     merges_path = merges_txt_path(path)
-    if script_sha256 and _stored_script(path, script_sha256) is None:  # content-addressed: written once
-        with atomic_write(script_store_path(path, script_sha256), "w", overwrite=True) as f:
-            f.write(script_content)
-    with atomic_write(merges_path, "w", overwrite=True) as merges_file:
-        merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
-        merges_file.flush()  # its own write errors surface here, before the pickle replaces anything
-        with atomic_write(path, "wb", overwrite=overwrite) as f:
-            pickle.dump(payload, f, protocol=4)
+    store = script_store_path(path, script_sha256) if script_sha256 else None
+    new_store = store is not None and _stored_script(path, script_sha256) is None  # content-addressed: written once
+    store_dir_existed = store is not None and os.path.isdir(os.path.dirname(store))
+    try:
+        if new_store:
+            with atomic_write(store, "w", overwrite=True) as f:
+                f.write(script_content)
+        with atomic_write(merges_path, "w", overwrite=True) as merges_file:
+            merges_file.write(format_merges(merges, mergeable_ranks, metadata.get("merge_counts")))
+            merges_file.flush()  # its own write errors surface here, before the pickle replaces anything
+            with atomic_write(path, "wb", overwrite=overwrite) as f:
+                pickle.dump(payload, f, protocol=4)
+    except BaseException:
+        if new_store:  # a failed save leaves no new file: nor the trainer's source it stored for this pickle
+            for remove, target in ((os.remove, store), (os.rmdir, os.path.dirname(store))):
+                if remove is os.rmdir and store_dir_existed:
+                    break
+                try:
+                    remove(target)
+                except OSError:
+                    pass
+        raise
     return path
 
 

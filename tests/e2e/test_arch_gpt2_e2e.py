@@ -348,4 +348,5 @@ def test_a_preset_of_the_other_architecture_gives_its_shapes_and_drops_its_own_s
     proc = run_script(["train_gpt.py", "--arch", "gpt2", "--preset", "quickstart", "--cooldown_frac", "0.3",
                        "--dry_run"])
     assert proc.returncode == 2 and proc.stderr.strip() == (
-        "error: --cooldown_frac is a setting of the muon recipe, and --arch gpt2 trains with adamw; drop it")
+        "error: --cooldown_frac is a setting of the muon recipe, and --arch gpt2 trains with adamw; drop it (or pass "
+        "--optimizer muon)")

@@ -225,7 +225,7 @@ def test_a_second_tokenizer_writer_is_refused_naming_the_first(tmp_path):
         holder.kill()
         holder.wait()
         run_script(train_tokenizer_args(out) + ["--overwrite"], check=True)
-        assert files_in(out) == ["t_v300_n20000.merges.txt", "t_v300_n20000.pkl"]  # and its lock file is gone
+        assert files_in(out) == [".code", "t_v300_n20000.merges.txt", "t_v300_n20000.pkl"]  # (.code: its trainer source) no lock file
     finally:
         holder.kill()
         holder.wait()

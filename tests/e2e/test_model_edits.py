@@ -233,4 +233,4 @@ def test_the_model_config_fields_are_the_flags_and_the_recorded_configuration():
     fields = [f.name for f in dataclasses.fields(arch.GPTConfig)]
     assert set(fields) - {"max_seq_len"} <= parser_flags
     assert fields == ["vocab_size", "num_layers", "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb",
-                      "window_size", "max_seq_len"]
+                      "window_size", "max_seq_len", "mup_base_width", "mup_base_heads"]  # (the last two: --mup's)
