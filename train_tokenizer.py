@@ -100,9 +100,17 @@ def stop_on_sigterm(signum, frame):
 
 
 def main(argv=None):
+    # not a torchrun rank: see stop_on_sigterm; the caller's handler comes back after (main called in-process)
+    previous = signal.signal(signal.SIGTERM, stop_on_sigterm) if "WORLD_SIZE" not in os.environ else None
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv):
     t0 = time.time()
-    if "WORLD_SIZE" not in os.environ:  # not a torchrun rank: see stop_on_sigterm
-        signal.signal(signal.SIGTERM, stop_on_sigterm)
     args = parse_args(argv)
     if args.from_pretrained:
         return convert_pretrained(args)
