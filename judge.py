@@ -76,7 +76,14 @@ def stop_on_sigterm(signum, frame):
 
 
 def main(argv=None):
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)  # the caller's handler comes back after
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv):
     args = build_parser().parse_args(argv)
     api.check_url(args.judge_url)
     if (args.price_in is None) != (args.price_out is None):

@@ -156,8 +156,11 @@ def exclusive_lock(lock_path, what, holder_extra=None, held_hint=None):
             lock.acquire()
             break
         except Timeout:
+            holder = lock_holder(lock_path)
+            if holder is None and attempt < 99:  # its holder ended as we looked: take it now
+                continue
             hint = f" ({held_hint})" if held_hint else ""
-            raise UserError(f"{what} is being written by {describe_holder(_read_holder(lock_path))}; wait for it to "
+            raise UserError(f"{what} is being written by {describe_holder(holder)}; wait for it to "
                             f"finish or stop it{hint}") from None
         except FileNotFoundError:  # another writer removed the folder it had made, empty, as we made ours
             if attempt == 99:
@@ -173,25 +176,46 @@ def exclusive_lock(lock_path, what, holder_extra=None, held_hint=None):
         lock.release()
 
 
-def lock_holder(lock_path):
+def lock_holder(lock_path, wait_s=1.0):
     """The holder of the exclusive_lock at `lock_path` as a dict (pid, host, command, since, and its extra
-    fields), or None when nobody holds it (no file, or a file left by a holder that has ended). Reads only: the
-    file is opened read-only (another user's lock is probed all the same) and locked for an instant."""
+    fields), or None when nobody holds it (no file, or a file left by a holder that has ended). A holder that
+    ends while we look is no holder; one still holding after `wait_s` with its details unwritten gives {}.
+    Reads only: the file is opened read-only (another user's lock is probed all the same) and locked for an
+    instant."""
     from filelock import lock_descriptor, unlock_descriptor
 
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            for attempt in range(3):  # another reader's probe holds it for an instant: that is no holder
+                if lock_descriptor(fd, blocking=False):
+                    unlock_descriptor(fd)
+                    if _same_file(fd, lock_path):
+                        return None
+                    break  # the file we opened was replaced (its holder ended, a new one began): look again
+                time.sleep(0.02)
+            else:
+                holder = _parse_holder(os.pread(fd, 1 << 16, 0))  # from the file we opened, gone or not
+                if holder:
+                    return holder
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.05)  # the holder writes its details right after taking the lock
+
+
+def _same_file(fd, path):
     try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW)
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
     except OSError:
-        return None
-    try:
-        for attempt in range(3):  # another reader's probe holds it for an instant: that is no holder
-            if lock_descriptor(fd, blocking=False):
-                unlock_descriptor(fd)
-                return None
-            time.sleep(0.02)
-        return _read_holder(lock_path)
-    finally:
-        os.close(fd)
+        return True  # gone: nobody holds it
 
 
 def _write_holder(fd, extra=None):
@@ -204,17 +228,14 @@ def _write_holder(fd, extra=None):
         os.pwrite(fd, data, 0)
 
 
-def _read_holder(lock_path):
-    """The holder recorded in a lock file as a dict, or {} while it is still empty (or unreadable, or gone)."""
-    for _ in range(20):  # the holder writes its details right after taking the lock
-        try:
-            with open(lock_path, "rb") as f:
-                holder = json.loads(f.read(1 << 16).decode("utf-8", "replace"))
-            if isinstance(holder, dict) and all(k in holder for k in ("pid", "host", "command", "since")):
-                return holder
-        except (ValueError, OSError):
-            pass
-        time.sleep(0.05)
+def _parse_holder(data):
+    """The holder recorded in a lock file's bytes as a dict, or {} while they are not complete."""
+    try:
+        holder = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    if isinstance(holder, dict) and all(k in holder for k in ("pid", "host", "command", "since")):
+        return holder
     return {}
 
 

@@ -66,3 +66,23 @@ def test_run_cli_exits_128_plus_the_signal(signum, status, capsys):
         run_cli(main)
     assert info.value.code == status
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["judge", "train_tokenizer"])
+def test_a_script_called_in_process_gives_back_the_callers_sigterm_handler(script, monkeypatch):
+    """main() installs its own SIGTERM handler; one left behind would turn a later SIGTERM in the caller's
+    process (a test worker, a notebook) into that script's stop."""
+    import importlib
+    import signal
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    module = importlib.import_module(script)
+
+    def mine(signum, frame):
+        pass
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with pytest.raises(BaseException):  # stops at its first check: no arguments
+            module.main(["--no_such_flag"])
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
