@@ -220,4 +220,4 @@ def test_the_llama_quickstart_preset(capsys):
     cfg = train_gpt.main(["--preset", "llama-quickstart", "--dry_run"])
     assert (cfg["arch"], cfg["optimizer"], cfg["model_dim"], cfg["num_kv_heads"], cfg["train_steps"]) == (
         "llama", "adamw", 128, 2, 120)
-    assert (cfg["batch_size"], cfg["train_seq_len"], cfg["warmup_steps"]) == (4096, 256, 12)
+    assert (cfg["batch_size"], cfg["train_seq_len"], cfg["warmup_steps"], cfg["lr"]) == (4096, 256, 12, 1e-3)

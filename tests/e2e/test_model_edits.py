@@ -234,3 +234,50 @@ def test_the_model_config_fields_are_the_flags_and_the_recorded_configuration():
     assert set(fields) - {"max_seq_len"} <= parser_flags
     assert fields == ["vocab_size", "num_layers", "num_heads", "model_dim", "head_dim", "mlp_ratio", "num_val_emb",
                       "window_size", "max_seq_len", "mup_base_width", "mup_base_heads"]  # (the last two: --mup's)
+
+
+# the other architectures' tiny runs (tiny_args: dim 64, 2 heads, 4 layers, rows of 128), 10 steps each
+ARCH_FLAGS = {"gpt2.py": dict(arch="gpt2", window_size=None, lr=3e-3, warmup_steps=2, train_steps=10, val_loss_every=5),
+              "llama.py": dict(arch="llama", window_size=None, num_kv_heads=1, multiple_of=32, lr=3e-3, warmup_steps=2,
+                               train_steps=10, val_loss_every=5)}
+
+
+@pytest.mark.parametrize("file", sorted(ARCH_FLAGS))
+def test_an_edit_of_gpt2_or_llama_flows_through_every_tool_before_and_after_it_is_reverted(file, tiny, tmp_path):
+    """The experiment above on gpt2.py and llama.py: a new weight in every block trains, samples, evaluates and
+    exports (custom code: no longer a GPT2LMHeadModel / LlamaForCausalLM); with the file put back, the checkpoint
+    gives the same texts and figures, equal to the run's own final evaluation."""
+    pytest.importorskip("transformers")
+    from helpers.model_edits import gated
+    from helpers.tiny_runs import only_run_dir, run_json, tiny_args
+
+    repo = copy_repository(str(tmp_path / "repo"))
+    path = os.path.join(repo, file)
+    with open(path, encoding="utf-8") as f:
+        original = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(gated(original, file))
+    run_script(["train_gpt.py"] + tiny_args(tiny, tmp_path / "exps", save_model=True, hellaswag_limit=6,
+                                            hellaswag_path=HELLASWAG_VAL, **ARCH_FLAGS[file]), cwd=repo, check=True)
+    run_dir = only_run_dir(tmp_path / "exps")
+    ckpt = os.path.join(run_dir, records.CHECKPOINT_DIR, "step_000010.pt")
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["model_source"]["file"] == file and saved["model_source"]["code"] == gated(original, file)
+    assert "blocks.0.gate" in saved["model"] and "blocks.3.gate" in saved["model"]
+    with open(os.path.join(run_dir, records.CODE_DIR, file), encoding="utf-8") as f:
+        assert f.read() == gated(original, file)
+    results = run_json(run_dir, records.RESULTS_FILE)
+    figures = []
+    for when in ("before", "after"):
+        if when == "after":
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(original)  # the researcher goes back to the published architecture
+        texts = sample_texts(repo, ckpt)
+        assert isinstance(texts, tuple), texts.stderr
+        evaluated, export = evaluate_and_export(repo, ckpt, tmp_path / f"eval_{when}.json", tmp_path / f"hf_{when}")
+        assert export.returncode == 0 and "tokenizer identical" in export.stdout, export.stderr[-3000:]
+        assert "note: not exported as a standard transformers model" in export.stderr
+        figures.append((texts, evaluated))
+    assert figures[0] == figures[1]
+    assert figures[0][1]["val_bpb"] == pytest.approx(results["final_val_bpb"], rel=1e-9)
+    assert figures[0][1]["hellaswag"]["acc_norm"] == results["hellaswag"]["acc_norm"]

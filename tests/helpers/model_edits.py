@@ -1,12 +1,32 @@
-"""An architecture experiment in a copy of the repository (tests/e2e/test_model_edits.py for model.py,
-tests/e2e/test_arch_gpt2_e2e.py for gpt2.py): the copy, and what sample.py, the evaluations and export_hf.py make of
-a checkpoint there."""
+"""An architecture experiment in a copy of the repository (tests/e2e/test_model_edits.py): the copy, a researcher's
+edit of each architecture module, and what sample.py, the evaluations and export_hf.py make of a checkpoint there."""
 import json
 import os
 import shutil
 import subprocess
 
 from conftest import HELLASWAG_VAL, REPO, run_scripts
+
+
+# a new weight in every block of gpt2.py / llama.py (a gate on the MLP's output), as (old text, new text)
+GATE_EDITS = {
+    "gpt2.py": [("        self.mlp = MLP(c)\n",
+                 "        self.mlp = MLP(c)\n        self.gate = nn.Parameter(torch.ones(c.model_dim))\n"),
+                ("        return x + self.mlp(self.ln_2(x))\n",
+                 "        return x + self.gate * self.mlp(self.ln_2(x))\n")],
+    "llama.py": [("        self.mlp = MLP(c)\n",
+                  "        self.mlp = MLP(c)\n        self.gate = nn.Parameter(torch.ones(c.model_dim))\n"),
+                 ("        return x + self.mlp(self.mlp_norm(x))\n",
+                  "        return x + self.gate * self.mlp(self.mlp_norm(x))\n")],
+}
+
+
+def gated(code, file):
+    """`file`'s code (gpt2.py or llama.py) with a new weight in every block: a researcher's edit."""
+    for old, new in GATE_EDITS[file]:
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    return code
 
 
 def copy_repository(dest):
