@@ -628,10 +628,10 @@ def open_evaluations(cfg, tok, warnings):
     return suite, eval_files
 
 
-def autocast_for(device, dtype):
-    """The forward passes' autocast: bf16 under --dtype bfloat16, nothing otherwise."""
-    if dtype == "bfloat16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+def autocast_for(device, amp_dtype):
+    """The forward passes' autocast: to amp_dtype (bf16 under --dtype bfloat16), nothing when it is None."""
+    if amp_dtype is not None:
+        return torch.autocast(device.type, dtype=amp_dtype)
     return contextlib.nullcontext()
 
 
@@ -679,7 +679,7 @@ def train(args, ctx, ckpt=None):
     grad_sync = parallel.gradient_sync(model, optimizers, ctx, cfg, layout)  # sums gradients over ranks
     use_flex, amp_dtype = cfg.attention == "flex", torch.bfloat16 if cfg.dtype == "bfloat16" else None
     model_fwd = torch.compile(model, dynamic=False) if cfg.compile else model
-    autocast = functools.partial(autocast_for, device, cfg.dtype)
+    autocast = functools.partial(autocast_for, device, amp_dtype)
     if cfg.device_batch_size == "auto":  # CUDA: the largest micro-batch that fits this GPU
         cfg.grad_acc_steps, cfg.device_batch_size = split_batch(cfg.batch_size, cfg.train_seq_len, dp_ctx.world_size, (
             probe_micro_batch(cfg, dp_ctx, model, model_fwd, optimizers, tok.eot, use_flex, autocast)))

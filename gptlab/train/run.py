@@ -310,7 +310,6 @@ class Run:
         """The loop's steps, start_step .. train_steps (the last one only evaluates). From here a signal waits for
         the end of a step, where every rank stops with a checkpoint (gptlab/train/stop.py)."""
         self._stopper.begin_steps()
-        self._epoch = self._train_loader.epoch
         return range(self.start_step, self.cfg.train_steps + 1)
 
     def begin_final_evaluations(self, step):
