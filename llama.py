@@ -30,6 +30,9 @@ The interface the tools use (model.py's; see its docstring):
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
+    tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide
+    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's module, and
+                                               the loss on the last stage's output
     transformers_export / transformers_import  LlamaForCausalLM's config and weights (export_hf.py, --init_from)
 No sliding windows: windows are accepted and ignored; attention is dense, with a boolean document-causal mask,
 through scaled_dot_product_attention on every device. The mask holds B x T x T bools: train in rows of a few
@@ -257,6 +260,11 @@ class GPT(nn.Module):
         x = self.hidden_states(idx, masks, cache)
         if targets is None:
             return self.logits(x)
+        return self.cross_entropy_sum(x, targets)
+
+    def cross_entropy_sum(self, x, targets):
+        """The summed cross-entropy (nats) of final hidden states x (B, T, dim) against targets (B, T), over the
+        padded vocabulary: forward's loss, and --pp's on the last stage's output."""
         return F.cross_entropy(self.logits(x).flatten(0, 1), targets.flatten(), reduction="sum")
 
     def hidden_states(self, idx, masks, cache=None):
@@ -302,6 +310,35 @@ class GPT(nn.Module):
         """(long, short) windows for the tools that ask: none; a window of max_seq_len tokens stands for that
         (documents longer than the rows trained are still read whole: the masks have no window)."""
         return self.max_seq_len, self.max_seq_len
+
+
+class PipelineStage(nn.Module):
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages runs
+    an equal share of the blocks of `model` (whose weights it uses, not owns). What crosses a stage boundary: the
+    residual stream and the token ids (each stage builds its masks and rotary angles from them). The first stage
+    takes the token ids and looks up their embeddings; the last returns the final RMSNormed hidden states (the
+    loss, model.cross_entropy_sum, applies the head). mask_args: (eot, windows, flex), set by the trainer."""
+
+    def __init__(self, model, stage, n_stages):
+        super().__init__()
+        per = model.num_layers // n_stages
+        self.layers = range(stage * per, (stage + 1) * per)
+        self.first, self.last = stage == 0, stage == n_stages - 1
+        self._model = [model]  # (a list: the stage must not own the model's parameters)
+        self.mask_args = None
+
+    def forward(self, *inputs):
+        model, idx = self._model[0], inputs[-1]
+        masks = model.attention_masks(idx, *self.mask_args)
+        rope = rotary(masks["positions"], model.config.head_dim, model.config.rope_theta)
+        x = model.embed(idx) if self.first else inputs[0]
+        for i in self.layers:
+            x = model.blocks[i](x, rope, masks["mask"])
+        return model.norm(x) if self.last else (x, idx)
+
+
+def pp_stage(model, stage, n_stages):
+    return PipelineStage(model, stage, n_stages)
 
 
 def document_starts(idx, eot):
