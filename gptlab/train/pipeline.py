@@ -14,7 +14,11 @@ the gradients of the weights it used, the others stay empty, and the usual gradi
 (comm.GradientSync, after the schedule) adds the stages' parts and the replicas' batches together. So every rank
 takes the same optimizer step, weights tied across stages (value embeddings, U-net skip weights) need nothing
 special, checkpoints are the plain ones (any layout resumes them) and the curve is the 1-rank one to round-off.
-Ranks r = dp_rank x pp + stage (row-major); the stages of one replica read the same rows.
+Ranks r = (dp_rank x pp + stage) x tp + tp_rank (row-major over a (dp, pp, tp) mesh); the stages of one replica
+read the same rows. With --tp each stage runs its blocks tensor-parallel over its TP ranks (gptlab/train/
+tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, so each TP rank of a stage sends to the
+same TP rank of the next, and TPGradients' sum over the ranks of one TP rank (its (dp, tp) mesh's "dp": every
+replica and every stage) is the all-ranks sum above.
 """
 import torch
 
@@ -27,8 +31,10 @@ class Pipeline:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         self.model, self.pp = model, cfg.pp
-        mesh = init_device_mesh(ctx.device.type, (ctx.world_size // cfg.pp, cfg.pp), mesh_dim_names=("dp", "pp"))
-        self.stage_index = ctx.rank % cfg.pp
+        tp = getattr(cfg, "tp", 1)
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size // (cfg.pp * tp), cfg.pp, tp),
+                                mesh_dim_names=("dp", "pp", "tp"))
+        self.stage_index = ctx.rank // tp % cfg.pp
         stages = [module.pp_stage(model, s, cfg.pp) for s in range(cfg.pp)]
         self.stage_module = stages[self.stage_index]
         # the tensors crossing this stage's boundaries, from the stages before it run here on a micro-batch of

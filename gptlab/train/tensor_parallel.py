@@ -143,6 +143,10 @@ class TPGradients:
         for p in self.params:  # (a parameter no loss reached still takes part: every rank sends the same sizes)
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            elif getattr(p.grad, "placements", None) != getattr(p, "placements", None):
+                # the row-split embedding's gradient comes back whole (Replicate): this rank's rows, as the
+                # weight's, so every rank of the sum below (a stage that never used it included) sends the same sizes
+                p.grad = p.grad.redistribute(placements=p.placements)
         tp_group = self.mesh["tp"].get_group()
         for p in self.partial:
             dist.all_reduce(local(p.grad), group=tp_group)

@@ -117,11 +117,17 @@ def test_an_architecture_under_tp2_follows_its_one_rank_curve(runs, tiny, arch):
     assert same_curve(tp2, one, 1e-4, "val_loss") == {}
 
 
-def test_tp2_by_dp2_on_four_ranks_follows_the_one_rank_curve(runs, tiny):
-    torchrun(4, tiny_args(tiny, runs["base"] / "tp2dp2", tp=2, **FLAGS))
-    run = only_run_dir(runs["base"] / "tp2dp2")
+@pytest.mark.parametrize("name, layout, replicas", [
+    ("tp2dp2", dict(tp=2), 2),
+    ("tp2pp2", dict(tp=2, pp=2), 1),  # a (dp 1, pp 2, tp 2) mesh: each stage's blocks split over its 2 TP ranks
+])
+def test_four_ranks_follow_the_one_rank_curve(runs, tiny, name, layout, replicas):
+    torchrun(4, tiny_args(tiny, runs["base"] / name, **layout, **FLAGS))
+    run = only_run_dir(runs["base"] / name)
     config = run_json(run, records.CONFIG_FILE)
-    assert (config["tp"], config["world_size"], config["grad_acc_steps"]) == (2, 4, 1)  # 2 replicas x 1 x 256
+    # each replica's 512 / replicas tokens per step in micro-batches of 256
+    assert (config["tp"], config["pp"], config["world_size"]) == (2, layout.get("pp", 1), 4)
+    assert config["grad_acc_steps"] == 2 // replicas
     assert same_curve(run, runs["one"], 1e-4) == {}
     assert same_curve(run, runs["one"], 1e-4, "val_loss") == {}
 
