@@ -49,6 +49,9 @@ import torch.nn.functional as F
 # pack sequences anywhere in a row)
 BLOCK_SIZE = 1
 SEQ_MULTIPLE = 1
+# --tp: the plan splits the residual stream along the sequence between blocks (sequence_parallel_plan), so the
+# rows' length must divide by --tp
+SEQUENCE_PARALLEL = True
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls (nanoGPT: 50257 -> 50304)
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
@@ -115,13 +118,27 @@ def tp_plan(model):
     """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles): each rank holds
     whole heads: its rows of q, k and v in the fused c_attn (weight and bias split along dim 0 into 3 groups, each
     split over the ranks: "heads" with 3 groups), its columns of c_proj ("rowwise"); the MLP's c_fc rows and c_proj
-    columns. The tied embedding/head, the position table and the LayerNorms stay whole on every rank."""
+    columns. The tied embedding/head, the position table and the LayerNorms stay whole on every rank, the
+    activations between blocks split along the sequence (sequence_parallel_plan)."""
     plan = {}
     for i in range(len(model.blocks)):
         plan.update({f"blocks.{i}.attn": ("heads", ("c_attn.weight", "c_attn.bias"), 0, 3),
                      f"blocks.{i}.attn.c_proj": "rowwise", f"blocks.{i}.mlp.c_fc": "colwise",
                      f"blocks.{i}.mlp.c_proj": "rowwise"})
+    plan.update(sequence_parallel_plan(model))
     return plan, []
+
+
+def sequence_parallel_plan(model):
+    """Sequence parallelism on top of tp_plan (gptlab/train/tensor_parallel.py's styles): between the blocks each
+    TP rank holds its share of the positions of the residual stream; the norms run on it, their outputs gathered
+    whole for the column-split layers and the head; attn.c_proj and mlp.c_proj reduce-scatter their sums into it;
+    the whole embed and pos_embed look-ups are cut to it."""
+    plan = {"embed": "split_sequence", "pos_embed": "split_sequence", "ln_f": "sequence_norm"}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.{n}": "sequence_norm" for n in ("ln_1", "ln_2")})
+        plan.update({f"blocks.{i}.{n}": "rowwise_to_sequence" for n in ("attn.c_proj", "mlp.c_proj")})
+    return plan
 
 
 class CausalSelfAttention(nn.Module):

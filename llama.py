@@ -47,6 +47,9 @@ import torch.nn.functional as F
 
 BLOCK_SIZE = 1  # no block structure: any row length works
 SEQ_MULTIPLE = 1
+# --tp: the plan splits the residual stream along the sequence between blocks (sequence_parallel_plan), so the
+# rows' length must divide by --tp
+SEQUENCE_PARALLEL = True
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls
 INIT_STD = 0.02  # HF's initializer_range
 OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (Llama 3's pre-training, torchtitan)
@@ -164,13 +167,27 @@ def tp_plan(model):
     """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles), Megatron's
     split: q, k, v and the MLP's gate and up by output rows ("colwise": each rank its query heads, the key/value
     heads they read, its SwiGLU units), o_proj and down_proj by input columns ("rowwise": the outputs summed). The
-    embedding, the untied head and the RMSNorms stay whole on every rank."""
+    embedding, the untied head and the RMSNorms stay whole on every rank, the activations between blocks split
+    along the sequence (sequence_parallel_plan)."""
     plan = {}
     for i in range(len(model.blocks)):
         plan.update({f"blocks.{i}.attn.{n}": "colwise" for n in ("q_proj", "k_proj", "v_proj")})
         plan.update({f"blocks.{i}.mlp.{n}": "colwise" for n in ("gate_proj", "up_proj")})
         plan.update({f"blocks.{i}.attn.o_proj": "rowwise", f"blocks.{i}.mlp.down_proj": "rowwise"})
+    plan.update(sequence_parallel_plan(model))
     return plan, []
+
+
+def sequence_parallel_plan(model):
+    """Sequence parallelism on top of tp_plan (gptlab/train/tensor_parallel.py's styles): between the blocks each
+    TP rank holds its share of the positions of the residual stream; the norms run on it, their outputs gathered
+    whole for the column-split layers and the head; attn.o_proj and mlp.down_proj reduce-scatter their sums into it;
+    the whole embed look-up is cut to it."""
+    plan = {"embed": "split_sequence", "norm": "sequence_norm"}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.{n}": "sequence_norm" for n in ("attn_norm", "mlp_norm")})
+        plan.update({f"blocks.{i}.{n}": "rowwise_to_sequence" for n in ("attn.o_proj", "mlp.down_proj")})
+    return plan
 
 
 class Attention(nn.Module):

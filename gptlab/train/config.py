@@ -107,6 +107,10 @@ def resolve_config(args, world_size, device, model_module):
         if value % multiple:
             raise UserError(f"--{name} {value} is not a multiple of {multiple} (FlexAttention's block size; "
                             f"required on CPU too so configs stay portable); use {-(-value // multiple) * multiple}")
+        if cfg.tp > 1 and getattr(model_module, "SEQUENCE_PARALLEL", False) and value % cfg.tp:
+            raise UserError(f"--{name} {value} does not divide by --tp {cfg.tp} (sequence parallelism: each TP rank "
+                            f"holds an equal share of a row's positions); use a multiple of {cfg.tp}, e.g. "
+                            f"{-(-value // cfg.tp) * cfg.tp}, or another --tp")
     if cfg.device_batch_size == "auto" and cfg.grad_acc_steps is None:
         split_batch(cfg.batch_size, cfg.train_seq_len, world_size, cfg.train_seq_len)  # the batch divides at all
         if device.type != "cuda":  # no memory to probe: micro-batches of about 4096 tokens, at least one row

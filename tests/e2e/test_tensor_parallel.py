@@ -13,6 +13,7 @@ model) moves the step-3 loss by 1.2e-3 relative and step 4's by 3.4e-3; a shape 
 (c_fc's 128 x 64 half: sqrt(2) instead of 2) or a missing TP sum of the value-mix scalars' gradients moves them
 too (test_a_mutant_that_orthogonalises_blocks_is_caught runs the first).
 """
+import json
 import os
 
 import pytest
@@ -117,19 +118,41 @@ def test_an_architecture_under_tp2_follows_its_one_rank_curve(runs, tiny, arch):
     assert same_curve(tp2, one, 1e-4, "val_loss") == {}
 
 
-@pytest.mark.parametrize("name, layout, replicas", [
-    ("tp2dp2", dict(tp=2), 2),
-    ("tp2pp2", dict(tp=2, pp=2), 1),  # a (dp 1, pp 2, tp 2) mesh: each stage's blocks split over its 2 TP ranks
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_sequence_parallelism_splits_the_residual_stream_exactly(tmp_path, arch):
+    """--tp 2's plan on a float64 model against the model whole (tests/helpers/sequence_parallel_ranks.py): each
+    block's input holds half the 16 positions on each rank (sequence parallelism), and the loss and every weight's
+    gradient equal the whole model's to float64 round-off (1e-12 relative; measured: the loss bit for bit, the
+    gradients within 9e-16); the norms' weight gradients are summed over the ranks' positions (DTensor's Partial)."""
+    torchrun(2, [arch, str(tmp_path)], script=os.path.join("tests", "helpers", "sequence_parallel_ranks.py"))
+    for rank in (0, 1):
+        with open(tmp_path / f"rank{rank}.json") as f:
+            found = json.load(f)
+        assert found["block_input_positions"] == [8, 8]
+        assert found["loss"] <= 1e-12
+        assert found["grads"] and max(found["grads"].values()) <= 1e-12, found["grads"]
+
+
+@pytest.mark.parametrize("arch, layout, replicas", [
+    ("modded", dict(tp=2), 2),
+    ("modded", dict(tp=2, pp=2), 1),  # a (dp 1, pp 2, tp 2) mesh: each stage's blocks split over its 2 TP ranks
+    # gpt2's whole weights on the dp mesh, its split ones on (dp, tp): its gradient clipping takes both
+    ("gpt2", dict(tp=2, shard_params=True), 2),
 ])
-def test_four_ranks_follow_the_one_rank_curve(runs, tiny, name, layout, replicas):
-    torchrun(4, tiny_args(tiny, runs["base"] / name, **layout, **FLAGS))
-    run = only_run_dir(runs["base"] / name)
+def test_four_ranks_follow_the_one_rank_curve(runs, tiny, arch, layout, replicas):
+    one = runs["one"] if arch == "modded" else arch_run(runs, tiny, arch)
+    if arch == "modded":
+        name = "four_" + "_".join(f"{k}{v}" for k, v in layout.items())
+        torchrun(4, tiny_args(tiny, runs["base"] / name, **layout, **FLAGS))
+        run = only_run_dir(runs["base"] / name)
+    else:
+        run = arch_run(runs, tiny, arch, layout, 4)
     config = run_json(run, records.CONFIG_FILE)
     # each replica's 512 / replicas tokens per step in micro-batches of 256
     assert (config["tp"], config["pp"], config["world_size"]) == (2, layout.get("pp", 1), 4)
     assert config["grad_acc_steps"] == 2 // replicas
-    assert same_curve(run, runs["one"], 1e-4) == {}
-    assert same_curve(run, runs["one"], 1e-4, "val_loss") == {}
+    assert same_curve(run, one, 1e-4) == {}
+    assert same_curve(run, one, 1e-4, "val_loss") == {}
 
 
 def test_a_mutant_that_orthogonalises_blocks_is_caught(runs, tiny):

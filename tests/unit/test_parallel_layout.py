@@ -28,6 +28,11 @@ from gptlab.train.tensor_parallel import data_parallel
     ("2", dict(tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 2"]),
     ("4", dict(tp=4, arch="gpt2", num_layers=None, window_size=None),  # gpt2.py's own tp_sizes
      ["--tp 4 does not divide --num_heads 2"]),
+    # llama.py and gpt2.py split the rows' positions over the TP ranks (sequence parallelism)
+    ("2", dict(tp=2, arch="llama", window_size=None, num_kv_heads=2, multiple_of=32, train_seq_len=127,
+               val_seq_len=128), ["--train_seq_len 127 does not divide by --tp 2", "e.g. 128"]),
+    ("2", dict(tp=2, arch="gpt2", num_layers=None, window_size=None, val_seq_len=65),
+     ["--val_seq_len 65 does not divide by --tp 2"]),
 ])
 def test_a_bad_layout_is_one_error_before_any_process_group(tiny, tmp_path, monkeypatch, world, flags, parts):
     monkeypatch.setenv("WORLD_SIZE", world)
