@@ -86,6 +86,8 @@ def build_parser():
     p.add_argument("--pp", type=positive_int, nargs="+", default=[1],
                    help="train_gpt.py's --pp (torchrun; 1F1B over its default 2 x pp micro-batches; each tp x pp "
                    "dividing the ranks): several compare the layouts, e.g. --pp 1 2")
+    p.add_argument("--pp_microbatches", type=positive_int, default=None,
+                   help="train_gpt.py's --pp_microbatches for the --pp layouts above 1 (default: 2 x pp)")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--estimate_only", action="store_true",
@@ -128,7 +130,7 @@ def resolve(args, device, world_size, fp8_head=None, tp=1, pp=1):
         values["fp8_head"] = False
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
                   attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None,
-                  tp=tp, pp=pp, pp_microbatches=None)
+                  tp=tp, pp=pp, pp_microbatches=args.pp_microbatches if pp > 1 else None)
     cfg = resolve_config(argparse.Namespace(**values), world_size, device, arch)
     if fp8_head is not None:
         cfg.fp8_head = fp8_head
