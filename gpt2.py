@@ -30,8 +30,8 @@ The interface the tools use (model.py's; see its docstring):
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
     tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide
-    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's module, and
-                                               the loss on the last stage's output
+    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's function,
+                                               and the loss on the last stage's output
     model.context_limit                        the longest sequence it reads (max_seq_len): the evaluations cut
                                                a longer one's context from the left, keeping <|endoftext|> first
 GPT-2 has no sliding windows: windows are accepted and ignored, and attention is dense, with a boolean
@@ -302,33 +302,23 @@ class GPT(nn.Module):
         return self.max_seq_len, self.max_seq_len
 
 
-class PipelineStage(nn.Module):
-    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages runs
-    an equal share of the blocks of `model` (whose weights it uses, not owns). What crosses a stage boundary: the
-    residual stream and the token ids (each stage builds its masks from them). The first stage takes the token ids
-    and adds the token and position embeddings; the last returns the final LayerNormed hidden states (the loss,
-    model.cross_entropy_sum, applies the head: the embedding, tied, so its gradient comes from the first and the
-    last stage and the trainer's sum over ranks adds them). mask_args: (eot, windows, flex), set by the trainer."""
-
-    def __init__(self, model, stage, n_stages):
-        super().__init__()
-        per = model.num_layers // n_stages
-        self.layers = range(stage * per, (stage + 1) * per)
-        self.first, self.last = stage == 0, stage == n_stages - 1
-        self._model = [model]  # (a list: the stage must not own the model's parameters)
-        self.mask_args = None
-
-    def forward(self, *inputs):
-        model, idx = self._model[0], inputs[-1]
-        masks = model.attention_masks(idx, *self.mask_args)
-        x = model.embed(idx) + model.pos_embed(masks["positions"]) if self.first else inputs[0]
-        for i in self.layers:
-            x = model.blocks[i](x, masks["mask"])
-        return model.ln_f(x) if self.last else (x, idx)
-
-
 def pp_stage(model, stage, n_stages):
-    return PipelineStage(model, stage, n_stages)
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages as a
+    function forward(mask_args, *inputs) running an equal share of the blocks of `model` (mask_args: the step's
+    (eot, windows, flex)). What crosses a stage boundary: the residual stream and the token ids (each stage builds its
+    masks from them). The first stage takes the token ids and adds the token and position embeddings; the last
+    returns the final LayerNormed hidden states (the loss, model.cross_entropy_sum, applies the head: the embedding,
+    tied, so its gradient comes from the first and the last stage and the trainer's sum over ranks adds them)."""
+    per = model.num_layers // n_stages
+
+    def forward(mask_args, *inputs):
+        idx = inputs[-1]
+        masks = model.attention_masks(idx, *mask_args)
+        x = model.embed(idx) + model.pos_embed(masks["positions"]) if stage == 0 else inputs[0]
+        for block in model.blocks[stage * per:(stage + 1) * per]:
+            x = block(x, masks["mask"])
+        return model.ln_f(x) if stage == n_stages - 1 else (x, idx)
+    return forward
 
 
 def _check_positions(length, max_seq_len):

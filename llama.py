@@ -31,8 +31,8 @@ The interface the tools use (model.py's; see its docstring):
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
     tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide
-    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's module, and
-                                               the loss on the last stage's output
+    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's function,
+                                               and the loss on the last stage's output
     transformers_export / transformers_import  LlamaForCausalLM's config and weights (export_hf.py, --init_from)
 No sliding windows: windows are accepted and ignored; attention is dense, with a boolean document-causal mask,
 through scaled_dot_product_attention on every device. The mask holds B x T x T bools: train in rows of a few
@@ -329,33 +329,23 @@ class GPT(nn.Module):
         return self.max_seq_len, self.max_seq_len
 
 
-class PipelineStage(nn.Module):
-    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages runs
-    an equal share of the blocks of `model` (whose weights it uses, not owns). What crosses a stage boundary: the
-    residual stream and the token ids (each stage builds its masks and rotary angles from them). The first stage
-    takes the token ids and looks up their embeddings; the last returns the final RMSNormed hidden states (the
-    loss, model.cross_entropy_sum, applies the head). mask_args: (eot, windows, flex), set by the trainer."""
-
-    def __init__(self, model, stage, n_stages):
-        super().__init__()
-        per = model.num_layers // n_stages
-        self.layers = range(stage * per, (stage + 1) * per)
-        self.first, self.last = stage == 0, stage == n_stages - 1
-        self._model = [model]  # (a list: the stage must not own the model's parameters)
-        self.mask_args = None
-
-    def forward(self, *inputs):
-        model, idx = self._model[0], inputs[-1]
-        masks = model.attention_masks(idx, *self.mask_args)
-        rope = rotary(masks["positions"], model.config.head_dim, model.config.rope_theta)
-        x = model.embed(idx) if self.first else inputs[0]
-        for i in self.layers:
-            x = model.blocks[i](x, rope, masks["mask"])
-        return model.norm(x) if self.last else (x, idx)
-
-
 def pp_stage(model, stage, n_stages):
-    return PipelineStage(model, stage, n_stages)
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages as a
+    function forward(mask_args, *inputs) running an equal share of the blocks of `model` (mask_args: the step's
+    (eot, windows, flex)). What crosses a stage boundary: the residual stream and the token ids (each stage builds its
+    masks and rotary angles from them). The first stage takes the token ids and looks up their embeddings; the last
+    returns the final RMSNormed hidden states (the loss, model.cross_entropy_sum, applies the head)."""
+    per = model.num_layers // n_stages
+
+    def forward(mask_args, *inputs):
+        idx = inputs[-1]
+        masks = model.attention_masks(idx, *mask_args)
+        rope = rotary(masks["positions"], model.config.head_dim, model.config.rope_theta)
+        x = model.embed(idx) if stage == 0 else inputs[0]
+        for block in model.blocks[stage * per:(stage + 1) * per]:
+            x = block(x, rope, masks["mask"])
+        return model.norm(x) if stage == n_stages - 1 else (x, idx)
+    return forward
 
 
 def document_starts(idx, eot):
