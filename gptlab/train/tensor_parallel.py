@@ -23,9 +23,9 @@ Exactness: every activation and gradient is the 1-rank one up to summation order
 ranks' partial products in an all-reduce), so the curve is the 1-rank curve to round-off. Muon orthogonalises
 whole matrices (WholeMatricesTP: each rank gathers every matrix, runs Newton–Schulz on it, keeps its block) with
 the shape factor of the global shape (a DTensor's .shape): Newton–Schulz on a block would orthogonalise the block,
-not the matrix. Not done: sequence parallelism for model.py (its norms are functions, not
-modules a style can wrap: its residual stream is whole on every TP rank), a vocabulary-parallel loss (the head is
-whole), and dealing Muon's matrices out over ranks (every rank orthogonalises every matrix, as one rank does).
+not the matrix. Not done: sequence parallelism for model.py (its norms are functions, not modules a style can
+wrap: its residual stream is whole on every TP rank), a vocabulary-parallel loss (the head is whole), and dealing
+Muon's matrices out over ranks (every rank orthogonalises every matrix, as one rank does).
 """
 import dataclasses
 import functools
@@ -172,8 +172,10 @@ class TPGradients:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             elif getattr(p.grad, "placements", None) != getattr(p, "placements", None):
-                # the row-split embedding's gradient comes back whole (Replicate): this rank's rows, as the
-                # weight's, so every rank of the sum below (a stage that never used it included) sends the same sizes
+                # a gradient in another layout than its weight's: the row-split embedding's comes back whole
+                # (Replicate: kept to this rank's rows, so every rank of the sum below, a --pp stage that never used
+                # it included, sends the same sizes), a sequence-parallel norm's as each TP rank's sum over its own
+                # positions (Partial: summed over the TP ranks here)
                 p.grad = p.grad.redistribute(placements=p.placements)
         tp_group = self.mesh["tp"].get_group()
         for p in self.partial:
