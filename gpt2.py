@@ -29,6 +29,9 @@ The interface the tools use (model.py's; see its docstring):
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
+    tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide
+    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's function,
+                                               and the loss on the last stage's output
     model.context_limit                        the longest sequence it reads (max_seq_len): the evaluations cut
                                                a longer one's context from the left, keeping <|endoftext|> first
 GPT-2 has no sliding windows: windows are accepted and ignored, and attention is dense, with a boolean
@@ -46,6 +49,9 @@ import torch.nn.functional as F
 # pack sequences anywhere in a row)
 BLOCK_SIZE = 1
 SEQ_MULTIPLE = 1
+# --tp: the plan splits the residual stream along the sequence between blocks (sequence_parallel_plan), so the
+# rows' length must divide by --tp
+SEQUENCE_PARALLEL = True
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls (nanoGPT: 50257 -> 50304)
 LAYER_NORM_EPS = 1e-5  # GPT-2's layer_norm_epsilon
 INIT_STD = 0.02  # GPT-2's initializer_range
@@ -112,13 +118,27 @@ def tp_plan(model):
     """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles): each rank holds
     whole heads: its rows of q, k and v in the fused c_attn (weight and bias split along dim 0 into 3 groups, each
     split over the ranks: "heads" with 3 groups), its columns of c_proj ("rowwise"); the MLP's c_fc rows and c_proj
-    columns. The tied embedding/head, the position table and the LayerNorms stay whole on every rank."""
+    columns. The tied embedding/head, the position table and the LayerNorms stay whole on every rank, the
+    activations between blocks split along the sequence (sequence_parallel_plan)."""
     plan = {}
     for i in range(len(model.blocks)):
         plan.update({f"blocks.{i}.attn": ("heads", ("c_attn.weight", "c_attn.bias"), 0, 3),
                      f"blocks.{i}.attn.c_proj": "rowwise", f"blocks.{i}.mlp.c_fc": "colwise",
                      f"blocks.{i}.mlp.c_proj": "rowwise"})
+    plan.update(sequence_parallel_plan(model))
     return plan, []
+
+
+def sequence_parallel_plan(model):
+    """Sequence parallelism on top of tp_plan (gptlab/train/tensor_parallel.py's styles): between the blocks each
+    TP rank holds its share of the positions of the residual stream; the norms run on it, their outputs gathered
+    whole for the column-split layers and the head; attn.c_proj and mlp.c_proj reduce-scatter their sums into it;
+    the whole embed and pos_embed look-ups are cut to it."""
+    plan = {"embed": "split_sequence", "pos_embed": "split_sequence", "ln_f": "sequence_norm"}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.{n}": "sequence_norm" for n in ("ln_1", "ln_2")})
+        plan.update({f"blocks.{i}.{n}": "rowwise_to_sequence" for n in ("attn.c_proj", "mlp.c_proj")})
+    return plan
 
 
 class CausalSelfAttention(nn.Module):
@@ -213,6 +233,11 @@ class GPT(nn.Module):
         x = self.hidden_states(idx, masks, cache)
         if targets is None:
             return self.logits(x)
+        return self.cross_entropy_sum(x, targets)
+
+    def cross_entropy_sum(self, x, targets):
+        """The summed cross-entropy (nats) of final hidden states x (B, T, dim) against targets (B, T), over the
+        padded vocabulary: forward's loss, and --pp's on the last stage's output."""
         return F.cross_entropy(self.logits(x).flatten(0, 1), targets.flatten(), reduction="sum")
 
     def hidden_states(self, idx, masks, cache=None):
@@ -275,6 +300,25 @@ class GPT(nn.Module):
         """(long, short) windows in BLOCK_SIZE blocks for the tools that ask: GPT-2 has none, and a window of
         max_seq_len tokens covers every key a document can have, so it is the same as none."""
         return self.max_seq_len, self.max_seq_len
+
+
+def pp_stage(model, stage, n_stages):
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages as a
+    function forward(mask_args, *inputs) running an equal share of the blocks of `model` (mask_args: the step's
+    (eot, windows, flex)). What crosses a stage boundary: the residual stream and the token ids (each stage builds its
+    masks from them). The first stage takes the token ids and adds the token and position embeddings; the last
+    returns the final LayerNormed hidden states (the loss, model.cross_entropy_sum, applies the head: the embedding,
+    tied, so its gradient comes from the first and the last stage and the trainer's sum over ranks adds them)."""
+    per = model.num_layers // n_stages
+
+    def forward(mask_args, *inputs):
+        idx = inputs[-1]
+        masks = model.attention_masks(idx, *mask_args)
+        x = model.embed(idx) + model.pos_embed(masks["positions"]) if stage == 0 else inputs[0]
+        for block in model.blocks[stage * per:(stage + 1) * per]:
+            x = block(x, masks["mask"])
+        return model.ln_f(x) if stage == n_stages - 1 else (x, idx)
+    return forward
 
 
 def _check_positions(length, max_seq_len):

@@ -30,6 +30,9 @@ The interface the tools use (model.py's; see its docstring):
     training_flops(model, tokens, pairs), attention_pairs(idx, eot, blocks)
     MEMORY_PASSES, memory_widths(config), activation_bytes_per_token(config, padded_vocab, act_bytes)
     model.fp8_head, model.store_embeddings_in(dtype)   accepted, and do nothing (see GPT)
+    tp_plan(model), tp_sizes(config)           --tp: how the weights split, what --tp must divide
+    pp_stage(model, stage, n_stages), model.cross_entropy_sum(x, targets)   --pp: a pipeline stage's function,
+                                               and the loss on the last stage's output
     transformers_export / transformers_import  LlamaForCausalLM's config and weights (export_hf.py, --init_from)
 No sliding windows: windows are accepted and ignored; attention is dense, with a boolean document-causal mask,
 through scaled_dot_product_attention on every device. The mask holds B x T x T bools: train in rows of a few
@@ -44,6 +47,9 @@ import torch.nn.functional as F
 
 BLOCK_SIZE = 1  # no block structure: any row length works
 SEQ_MULTIPLE = 1
+# --tp: the plan splits the residual stream along the sequence between blocks (sequence_parallel_plan), so the
+# rows' length must divide by --tp
+SEQUENCE_PARALLEL = True
 VOCAB_MULTIPLE = 128  # embedding rows padded to a multiple of this for efficient matmuls
 INIT_STD = 0.02  # HF's initializer_range
 OPTIMIZER = "adamw"  # train_gpt.py's recipe for it: AdamW, warm-up + cosine (Llama 3's pre-training, torchtitan)
@@ -161,13 +167,27 @@ def tp_plan(model):
     """Tensor parallelism (gptlab/train/tensor_parallel.py; see model.py's tp_plan for the styles), Megatron's
     split: q, k, v and the MLP's gate and up by output rows ("colwise": each rank its query heads, the key/value
     heads they read, its SwiGLU units), o_proj and down_proj by input columns ("rowwise": the outputs summed). The
-    embedding, the untied head and the RMSNorms stay whole on every rank."""
+    embedding, the untied head and the RMSNorms stay whole on every rank, the activations between blocks split
+    along the sequence (sequence_parallel_plan)."""
     plan = {}
     for i in range(len(model.blocks)):
         plan.update({f"blocks.{i}.attn.{n}": "colwise" for n in ("q_proj", "k_proj", "v_proj")})
         plan.update({f"blocks.{i}.mlp.{n}": "colwise" for n in ("gate_proj", "up_proj")})
         plan.update({f"blocks.{i}.attn.o_proj": "rowwise", f"blocks.{i}.mlp.down_proj": "rowwise"})
+    plan.update(sequence_parallel_plan(model))
     return plan, []
+
+
+def sequence_parallel_plan(model):
+    """Sequence parallelism on top of tp_plan (gptlab/train/tensor_parallel.py's styles): between the blocks each
+    TP rank holds its share of the positions of the residual stream; the norms run on it, their outputs gathered
+    whole for the column-split layers and the head; attn.o_proj and mlp.down_proj reduce-scatter their sums into it;
+    the whole embed look-up is cut to it."""
+    plan = {"embed": "split_sequence", "norm": "sequence_norm"}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.{n}": "sequence_norm" for n in ("attn_norm", "mlp_norm")})
+        plan.update({f"blocks.{i}.{n}": "rowwise_to_sequence" for n in ("attn.o_proj", "mlp.down_proj")})
+    return plan
 
 
 class Attention(nn.Module):
@@ -257,6 +277,11 @@ class GPT(nn.Module):
         x = self.hidden_states(idx, masks, cache)
         if targets is None:
             return self.logits(x)
+        return self.cross_entropy_sum(x, targets)
+
+    def cross_entropy_sum(self, x, targets):
+        """The summed cross-entropy (nats) of final hidden states x (B, T, dim) against targets (B, T), over the
+        padded vocabulary: forward's loss, and --pp's on the last stage's output."""
         return F.cross_entropy(self.logits(x).flatten(0, 1), targets.flatten(), reduction="sum")
 
     def hidden_states(self, idx, masks, cache=None):
@@ -302,6 +327,25 @@ class GPT(nn.Module):
         """(long, short) windows for the tools that ask: none; a window of max_seq_len tokens stands for that
         (documents longer than the rows trained are still read whole: the masks have no window)."""
         return self.max_seq_len, self.max_seq_len
+
+
+def pp_stage(model, stage, n_stages):
+    """Pipeline parallelism (gptlab/train/pipeline.py, torch.distributed.pipelining): stage `stage` of n_stages as a
+    function forward(mask_args, *inputs) running an equal share of the blocks of `model` (mask_args: the step's
+    (eot, windows, flex)). What crosses a stage boundary: the residual stream and the token ids (each stage builds its
+    masks and rotary angles from them). The first stage takes the token ids and looks up their embeddings; the last
+    returns the final RMSNormed hidden states (the loss, model.cross_entropy_sum, applies the head)."""
+    per = model.num_layers // n_stages
+
+    def forward(mask_args, *inputs):
+        idx = inputs[-1]
+        masks = model.attention_masks(idx, *mask_args)
+        rope = rotary(masks["positions"], model.config.head_dim, model.config.rope_theta)
+        x = model.embed(idx) if stage == 0 else inputs[0]
+        for block in model.blocks[stage * per:(stage + 1) * per]:
+            x = block(x, rope, masks["mask"])
+        return model.norm(x) if stage == n_stages - 1 else (x, idx)
+    return forward
 
 
 def document_starts(idx, eot):

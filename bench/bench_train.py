@@ -83,6 +83,11 @@ def build_parser():
     p.add_argument("--tp", type=positive_int, nargs="+", default=[1],
                    help="train_gpt.py's --tp (torchrun; each value dividing the ranks): several compare the layouts' "
                    "memory per rank and step time, e.g. --tp 1 2")
+    p.add_argument("--pp", type=positive_int, nargs="+", default=[1],
+                   help="train_gpt.py's --pp (torchrun; 1F1B over its default 2 x pp micro-batches; each tp x pp "
+                   "dividing the ranks): several compare the layouts, e.g. --pp 1 2")
+    p.add_argument("--pp_microbatches", type=positive_int, default=None,
+                   help="train_gpt.py's --pp_microbatches for the --pp layouts above 1 (default: 2 x pp)")
     p.add_argument("--peak_tflops", type=float, default=None, help="peak for MFU (default: known GPU bf16 peak)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--estimate_only", action="store_true",
@@ -94,7 +99,7 @@ def build_parser():
     return p
 
 
-def resolve(args, device, world_size, fp8_head=None, tp=1):
+def resolve(args, device, world_size, fp8_head=None, tp=1, pp=1):
     """The benchmark's configuration as train_gpt.py's resolved flags (argparse.Namespace). fp8_head: the
     --estimate_only decision, which no local GPU can check."""
     # heavy (torch, ~1.5 s), here and below: imported after the flags, so --help and a bad flag answer at once
@@ -125,7 +130,7 @@ def resolve(args, device, world_size, fp8_head=None, tp=1):
         values["fp8_head"] = False
     values.update(val_seq_len=values["train_seq_len"], val_batch_size=None, head_dim=None, compile=None,
                   attention="auto", dtype=args.dtype, train_steps=max(values["train_steps"], 2), grad_acc_steps=None,
-                  tp=tp)
+                  tp=tp, pp=pp, pp_microbatches=args.pp_microbatches if pp > 1 else None)
     cfg = resolve_config(argparse.Namespace(**values), world_size, device, arch)
     if fp8_head is not None:
         cfg.fp8_head = fp8_head
@@ -203,7 +208,7 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     model, optimizers, grad_sync = build_model_and_optimizers(cfg, device, ctx.rank, ctx.world_size, ctx, shard)
-    dp_ctx = data_parallel(ctx, cfg.tp)  # the TP ranks of a replica read the same rows
+    dp_ctx = data_parallel(ctx, cfg.tp * cfg.pp)  # the TP ranks and PP stages of a replica read the same rows
     use_flex = cfg.attention == "flex"
     model_fwd = torch.compile(model, dynamic=False) if compiled else model
     amp_dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else None
@@ -219,8 +224,11 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
                                                                 dp_ctx.world_size, cfg.device_batch_size)
     loader = BOSAlignedLoader(shards, cfg.train_seq_len, cfg.batch_size, eot, dp_ctx.rank, dp_ctx.world_size,
                               cfg.grad_acc_steps)
+    from gptlab.train.pipeline import Pipeline  # torch
+
+    pipe = Pipeline(model, arch, ctx, cfg, eot, use_flex, autocast) if cfg.pp > 1 else None
     train_step = train_gpt.make_train_step(cfg, model, model_fwd, optimizers, grad_sync, loader, eot, use_flex,
-                                           autocast, device)
+                                           autocast, device, arch, pipe)
     last = cfg.train_steps - 1  # the end-of-training (largest) windows
 
     def sync():
@@ -265,7 +273,8 @@ def bench_one(cfg, ctx, compiled, shards, steps, warmup, hw=None, shard=False):
     mem = peak_memory(device)
     per_rank = dist_utils.all_gather_objects(ctx, {"state_gb": training_state_bytes(model, optimizers) / 1e9,
                                                    "peak_gb": mem["allocated_gb"]})
-    return {"compiled": compiled, "shard_params": shard, "tp": cfg.tp,
+    return {"compiled": compiled, "shard_params": shard, "tp": cfg.tp, "pp": cfg.pp,
+            "pp_microbatches": cfg.pp_microbatches if cfg.pp > 1 else None,
             "state_gb_per_rank": [r["state_gb"] for r in per_rank],
             "peak_mem_allocated_gb_per_rank": [r["peak_gb"] for r in per_rank], "step_time_s": step_s, "tokens_per_step": cfg.batch_size,
             "tokens_per_s": cfg.batch_size / step_s, "device_batch_size": cfg.device_batch_size,
@@ -401,8 +410,10 @@ def main(argv=None):
             shards = write_random_shards(folder, n_tokens, cfg.vocab_size, cfg.vocab_size - 1, args.doc_len)
             results = []
             modes = {"both": [False, True], "on": [True], "off": [False]}
-            for shard, tp, compiled in itertools.product(modes[args.shard_params], args.tp, modes[compile_mode]):
-                run_cfg = resolve(args, device, ctx.world_size, tp=tp) if tp > 1 else argparse.Namespace(**vars(cfg))
+            for shard, tp, pp, compiled in itertools.product(modes[args.shard_params], args.tp, args.pp,
+                                                             modes[compile_mode]):
+                run_cfg = (resolve(args, device, ctx.world_size, tp=tp, pp=pp) if tp * pp > 1 else
+                           argparse.Namespace(**vars(cfg)))
                 try:
                     r = bench_one(run_cfg, ctx, compiled, shards, steps, warmup, hw, shard)
                 except torch.cuda.OutOfMemoryError:
@@ -414,7 +425,8 @@ def main(argv=None):
                     mfu = lambda v: f"{100 * v:.1f}%" if v is not None else "n/a (no peak known)"  # noqa: E731
                     ana = mfu_text(r["mfu"], r["analytical"], why_not)
                     m = r["model_only"]
-                    print(f"{'--shard_params ' if shard else ''}{f'--tp {tp} ' if tp > 1 else ''}compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
+                    print(f"{'--shard_params ' if shard else ''}{f'--tp {tp} ' if tp > 1 else ''}"
+                          f"{f'--pp {pp} ' if pp > 1 else ''}compiled={compiled}: step {r['tokens_per_s']:,.0f} tokens/s ({1000 * r['step_time_s']:.1f} "
                           f"ms for {r['tokens_per_step']:,} tokens = {r['grad_acc_steps']} x "
                           f"{r['device_batch_size']:,} per GPU), {r['achieved_tflops']:.3f} TFLOP/s per GPU, MFU {ana}, "
                           f"attention {100 * r['attention_flops'] / r['flops_per_step']:.1f}% of FLOPs; model alone "
@@ -427,7 +439,7 @@ def main(argv=None):
             if args.shard_params == "both" and ctx.is_main:
                 for compiled in modes[compile_mode]:
                     off, on = (next(r for r in results if r["shard_params"] == s and r["compiled"] == compiled
-                                    and r["tp"] == args.tp[0])
+                                    and r["tp"] == args.tp[0] and r["pp"] == args.pp[0])
                                for s in (False, True))
                     print(f"compiled={compiled}: --shard_params holds {max(on['state_gb_per_rank']):.3f} GB of "
                           f"training state on its largest rank, {max(on['state_gb_per_rank']) / max(off['state_gb_per_rank']):.2f}x"

@@ -177,8 +177,36 @@ def state_entries(model, optimizers):
             for p in group["params"]:
                 for key, value in opt.state.get(p, {}).items():
                     if isinstance(value, torch.Tensor):
-                        optim[f"{i}.{names[id(p)]}.{key}"] = value
-    return {"model": model.state_dict(), "optim": optim}
+                        optim[f"{i}.{names[id(p)]}.{key}"] = _storable(value)
+    return {"model": {name: _storable(value) for name, value in model.state_dict().items()}, "optim": optim}
+
+
+def _strided(tensor):
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return any(isinstance(p, _StridedShard) for p in getattr(tensor, "placements", ()))
+
+
+def _storable(tensor):
+    """tensor as DCP can store it: a DTensor split in strided parts (gpt2.py's fused q/k/v under --tp: rank r holds
+    part r of each third) gathered whole along those mesh dimensions, since DCP records a block as one contiguous
+    chunk (two ranks' strided blocks would claim overlapping chunks and the save fails); anything else as it is."""
+    if not _strided(tensor):
+        return tensor
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return tensor.redistribute(placements=[Replicate() if isinstance(p, _StridedShard) else p
+                                           for p in tensor.placements])
+
+
+def _unstored(value, like):
+    """The inverse of _storable: `value` (read in _storable(like)'s layout) in like's layout."""
+    if not _strided(like):
+        return value
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(value.full_tensor(), like.device_mesh, like.placements, src_data_rank=None)
 
 
 def _param_groups(opt):
@@ -397,7 +425,8 @@ def restore(ckpt, model, optimizers, ctx):
     if "sharded_path" in ckpt:
         path, trusted = ckpt["sharded_path"], ckpt.get("sharded_trusted", False)
         metadata = read_index(path, ckpt["sharded"]["files"], trusted)
-        targets = {"model": model.state_dict(), "optim": {}}
+        saved_like = model.state_dict()
+        targets = {"model": {name: _storable(value) for name, value in saved_like.items()}, "optim": {}}
         for key, (size, dtype) in _saved_tensors(metadata).items():
             if key.startswith("optim."):
                 i, rest = key[len("optim."):].split(".", 1)
@@ -406,10 +435,13 @@ def restore(ckpt, model, optimizers, ctx):
                 if p is None:
                     raise ValueError(f"the optimizer state of {name} has no parameter of that name here")
                 like = torch.zeros_like(p, dtype=dtype) if size == tuple(p.shape) else torch.zeros(size, dtype=dtype)
-                targets["optim"][f"{i}.{name}.{state_key}"] = like
+                targets["optim"][f"{i}.{name}.{state_key}"] = _storable(like)
                 optim_state.setdefault((int(i), name), {})[state_key] = like
         _dcp_load(targets, path, metadata, trusted, no_dist=not ctx.is_distributed)  # fills them in place
-        model_state = targets["model"]
+        for (i, name), states in optim_state.items():
+            for state_key, like in states.items():
+                states[state_key] = _unstored(targets["optim"][f"{i}.{name}.{state_key}"], like)
+        model_state = {name: _unstored(value, saved_like[name]) for name, value in targets["model"].items()}
         rng = ckpt["sharded"]["rng_per_rank"]
         ckpt["rng"] = rng[ctx.rank] if ctx.rank < len(rng) else ckpt["rng"]  # this rank's generators where it had one
     else:  # one file of whole tensors into a sharded run

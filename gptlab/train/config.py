@@ -107,6 +107,10 @@ def resolve_config(args, world_size, device, model_module):
         if value % multiple:
             raise UserError(f"--{name} {value} is not a multiple of {multiple} (FlexAttention's block size; "
                             f"required on CPU too so configs stay portable); use {-(-value // multiple) * multiple}")
+        if cfg.tp > 1 and getattr(model_module, "SEQUENCE_PARALLEL", False) and value % cfg.tp:
+            raise UserError(f"--{name} {value} does not divide by --tp {cfg.tp} (sequence parallelism: each TP rank "
+                            f"holds an equal share of a row's positions); use a multiple of {cfg.tp}, e.g. "
+                            f"{-(-value // cfg.tp) * cfg.tp}, or another --tp")
     if cfg.device_batch_size == "auto" and cfg.grad_acc_steps is None:
         split_batch(cfg.batch_size, cfg.train_seq_len, world_size, cfg.train_seq_len)  # the batch divides at all
         if device.type != "cuda":  # no memory to probe: micro-batches of about 4096 tokens, at least one row
@@ -286,9 +290,9 @@ def check_layout(args, world_size, model_module):
         raise UserError(f"--pp {pp}: this architecture ({getattr(args, 'arch', 'its module')}) has no pipeline "
                         "stages (pp_stage in its module); drop --pp")
     # not built yet (docs/training.md "Tensor and pipeline parallelism" says what is left)
-    if pp > 1 and (tp > 1 or getattr(args, "shard_params", False)):
-        raise UserError(f"--pp {pp} with " + (f"--tp {tp}" if tp > 1 else "--shard_params") + " is not available "
-                        "yet (docs/training.md); use --pp with data parallelism only, or drop --pp")
+    if pp > 1 and getattr(args, "shard_params", False):
+        raise UserError(f"--pp {pp} with --shard_params is not available yet (docs/training.md); use --pp with data "
+                        "parallelism or --tp, or drop --pp")
     if getattr(args, "shard_params", False) and world_size == tp * pp and world_size > 1:
         raise UserError(f"--shard_params shards over the data-parallel ranks, and --tp {tp} x --pp {pp} uses all "
                         f"{world_size}; drop --shard_params, or launch more ranks")

@@ -1,12 +1,13 @@
-"""--pp N: pipeline parallelism with torch.distributed.pipelining, on a (dp, pp) device mesh.
+"""--pp N: pipeline parallelism with torch.distributed.pipelining, on a (dp, pp, tp) device mesh.
 
     pipe = Pipeline(model, module, ctx, cfg, eot, use_flex, autocast)   # this rank's stage: module.pp_stage(...)
     loss, pairs = pipe.run(batches, windows, use_flex, autocast, count_pairs)   # one step's forward/backward
 
-The architecture module says how it splits (pp_stage(model, stage, n_stages): a module whose outputs are the next
-stage's inputs); nothing here names a submodule. Schedule: 1F1B (torch's Schedule1F1B: after a warm-up of one
-forward per later stage, each stage alternates one forward and one backward, so at most `pp` micro-batches'
-activations are alive on a stage), over --pp_microbatches micro-batches that split this replica's rows of the step.
+The architecture module says how it splits (pp_stage(model, stage, n_stages): a module with a mask_args attribute,
+or a function forward(mask_args, *inputs), whose outputs are the next stage's inputs); nothing here names a
+submodule. Schedule: 1F1B (torch's Schedule1F1B: after a warm-up of one forward per later stage, each stage
+alternates one forward and one backward, so at most `pp` micro-batches' activations are alive on a stage), over
+--pp_microbatches micro-batches that split this replica's rows of the step.
 
 What it splits: the forward and backward work and the activations, stage by stage. What it does not: the weights
 and optimizer state. Every rank holds the whole model (as plain data parallelism does); a stage's backward fills
@@ -14,11 +15,32 @@ the gradients of the weights it used, the others stay empty, and the usual gradi
 (comm.GradientSync, after the schedule) adds the stages' parts and the replicas' batches together. So every rank
 takes the same optimizer step, weights tied across stages (value embeddings, U-net skip weights) need nothing
 special, checkpoints are the plain ones (any layout resumes them) and the curve is the 1-rank one to round-off.
-Ranks r = dp_rank x pp + stage (row-major); the stages of one replica read the same rows.
+Ranks r = (dp_rank x pp + stage) x tp + tp_rank (row-major over a (dp, pp, tp) mesh); the stages of one replica
+read the same rows. With --tp each stage runs its blocks tensor-parallel over its TP ranks (gptlab/train/
+tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, so each TP rank of a stage sends to the
+same TP rank of the next, and TPGradients' sum over the ranks of one TP rank (its (dp, tp) mesh's "dp": every
+replica and every stage) is the all-ranks sum above.
 """
 import torch
 
 from gptlab.core.errors import UserError
+
+
+class _FunctionStage(torch.nn.Module):
+    """A stage given as a function forward(mask_args, *inputs) (gpt2.py's, llama.py's pp_stage) as the module
+    torch's PipelineStage runs; it owns no parameters (the model's are used, and summed as the docstring says)."""
+
+    def __init__(self, forward):
+        super().__init__()
+        self.run, self.mask_args = forward, None
+
+    def forward(self, *inputs):
+        return self.run(self.mask_args, *inputs)
+
+
+def _as_module(stage):
+    """pp_stage's result as a module with a settable mask_args: model.py's is one already."""
+    return stage if isinstance(stage, torch.nn.Module) else _FunctionStage(stage)
 
 
 class Pipeline:
@@ -27,9 +49,11 @@ class Pipeline:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
         self.model, self.pp = model, cfg.pp
-        mesh = init_device_mesh(ctx.device.type, (ctx.world_size // cfg.pp, cfg.pp), mesh_dim_names=("dp", "pp"))
-        self.stage_index = ctx.rank % cfg.pp
-        stages = [module.pp_stage(model, s, cfg.pp) for s in range(cfg.pp)]
+        tp = getattr(cfg, "tp", 1)
+        mesh = init_device_mesh(ctx.device.type, (ctx.world_size // (cfg.pp * tp), cfg.pp, tp),
+                                mesh_dim_names=("dp", "pp", "tp"))
+        self.stage_index = ctx.rank // tp % cfg.pp
+        stages = [_as_module(module.pp_stage(model, s, cfg.pp)) for s in range(cfg.pp)]
         self.stage_module = stages[self.stage_index]
         # the tensors crossing this stage's boundaries, from the stages before it run here on a micro-batch of
         # <|endoftext|> rows: torch would otherwise infer them by running this stage on uninitialised token ids

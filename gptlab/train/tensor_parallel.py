@@ -10,7 +10,11 @@ Styles: "colwise" / "rowwise" are torch's ColwiseParallel / RowwiseParallel (Meg
 linear layers; an embedding's "rowwise" splits its vocabulary rows, "colwise" its columns), ("heads", name, dim):
 the parameter `name` split along `dim` (a merged q/k/v weight split by heads), the module's first input
 replicated, its gradient summed over the TP ranks in backward (what ColwiseParallel does for a Linear's input).
-Every other parameter stays whole on every rank.
+Sequence parallelism (Korthikanti et al. 2022): "sequence_norm" (torch's SequenceParallel: a norm on this rank's
+share of the positions, its weights whole, its output gathered whole), "rowwise_to_sequence" (RowwiseParallel whose
+sum is reduce-scattered to this rank's positions), "split_sequence" (a whole module's output cut to this rank's
+positions: the embeddings). A module whose plan uses them says so (SEQUENCE_PARALLEL = True): the rows' length must
+then divide by --tp (gptlab/train/config.py checks it). Every other parameter stays whole on every rank.
 
 Ranks r = dp_rank x tp + tp_rank (init_device_mesh's row-major order): the tp ranks of one data-parallel replica
 see the same data and compute the same loss; the replicas split the batch as plain data parallelism does.
@@ -19,9 +23,9 @@ Exactness: every activation and gradient is the 1-rank one up to summation order
 ranks' partial products in an all-reduce), so the curve is the 1-rank curve to round-off. Muon orthogonalises
 whole matrices (WholeMatricesTP: each rank gathers every matrix, runs Newton–Schulz on it, keeps its block) with
 the shape factor of the global shape (a DTensor's .shape): Newton–Schulz on a block would orthogonalise the block,
-not the matrix. Not done: sequence parallelism (the activations outside attention and MLP are whole on every TP
-rank), a vocabulary-parallel loss (the head is whole), and dealing Muon's matrices out over ranks (every rank
-orthogonalises every matrix, as one rank does).
+not the matrix. Not done: sequence parallelism for model.py (its norms are functions, not modules a style can
+wrap: its residual stream is whole on every TP rank), a vocabulary-parallel loss (the head is whole), and dealing
+Muon's matrices out over ranks (every rank orthogonalises every matrix, as one rank does).
 """
 import dataclasses
 import functools
@@ -82,12 +86,36 @@ def _heads_style(names, dim, groups=1):
     return HeadParallel()
 
 
-def _style(kind, module):
+def _sequence_norm_style():
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import SequenceParallel
+
+    class SequenceNorm(SequenceParallel):
+        """torch's SequenceParallel (the norm on this rank's positions, its weights whole), its output gathered
+        whole along the sequence for the column-split layers (or the head) that read it (Megatron's all-gather
+        after the norm); in backward the gradient is cut to this rank's positions."""
+
+        @staticmethod
+        def _prepare_output_fn(use_local_output, mod, outputs, device_mesh):
+            return outputs.redistribute(placements=[Replicate()]).to_local()
+
+    return SequenceNorm()
+
+
+def _style(kind, module):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleOutput, RowwiseParallel
 
     if isinstance(kind, tuple) and kind[0] == "heads":
         return _heads_style(*kind[1:])
+    # sequence parallelism: between blocks each rank holds its share of the positions (dim 1) of the residual
+    # stream; the norms run on it, a row-split layer reduce-scatters its sum into it, a whole embedding is cut to it
+    if kind == "sequence_norm":
+        return _sequence_norm_style()
+    if kind == "rowwise_to_sequence":
+        return RowwiseParallel(output_layouts=Shard(1))
+    if kind == "split_sequence":
+        return PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1))
     if kind == "colwise":
         return ColwiseParallel()  # input replicated, output this rank's columns (a plain tensor)
     if kind == "rowwise":  # input this rank's columns (an embedding: the token ids), output summed: whole
@@ -143,6 +171,12 @@ class TPGradients:
         for p in self.params:  # (a parameter no loss reached still takes part: every rank sends the same sizes)
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            elif getattr(p.grad, "placements", None) != getattr(p, "placements", None):
+                # a gradient in another layout than its weight's: the row-split embedding's comes back whole
+                # (Replicate: kept to this rank's rows, so every rank of the sum below, a --pp stage that never used
+                # it included, sends the same sizes), a sequence-parallel norm's as each TP rank's sum over its own
+                # positions (Partial: summed over the TP ranks here)
+                p.grad = p.grad.redistribute(placements=p.placements)
         tp_group = self.mesh["tp"].get_group()
         for p in self.partial:
             dist.all_reduce(local(p.grad), group=tp_group)
@@ -195,9 +229,10 @@ class WholeMatricesTP(WholeMatrices):
 
 
 def mixed(params):
-    """True when params mix DTensors (tensor-parallel blocks) and plain tensors (weights kept whole): torch's
-    foreach and fused optimizer and norm kernels refuse such a list."""
-    kinds = {hasattr(p, "device_mesh") for p in params}
+    """True when params mix DTensors (tensor-parallel blocks) and plain tensors (weights kept whole), or DTensors
+    on different meshes (--tp with --shard_params: the split weights on the (dp, tp) mesh, the whole ones on its
+    dp part): torch's foreach and fused optimizer and norm kernels refuse such a list."""
+    kinds = {getattr(p, "device_mesh", None) for p in params}
     return len(kinds) > 1
 
 

@@ -200,6 +200,26 @@ def test_bench_train_reports_the_memory_per_rank_and_step_time_of_each_tp_layout
     assert tp["step_time_s"] > 0 and tp["grad_acc_steps"] * tp["device_batch_size"] == 512
 
 
+def test_bench_train_reports_the_memory_per_rank_and_step_time_of_each_pp_layout(tmp_path):
+    """2 gloo ranks, plain data parallelism and --pp 2 (1F1B over 4 one-row micro-batches of the one replica's 512
+    tokens). docs/training.md's promise: every PP rank holds the whole model and the optimizer state data
+    parallelism holds, so the training state per rank is DP's exactly (PP splits compute and activations only)."""
+    from conftest import free_port
+
+    out = tmp_path / "bench.json"
+    proc = run_script(["torchrun", "--nproc_per_node=2", "--master_port", str(free_port()), "bench/bench_train.py",
+                       "--device", "cpu", "--num_layers", "2", "--model_dim", "64", "--num_heads", "2", "--seq_len",
+                       "128", "--device_batch_size", "128", "--steps", "1", "--warmup", "1", "--pp", "1", "2",
+                       "--out", str(out)], check=True)
+    assert "--pp 2 compiled=False: step" in proc.stdout
+    report = json.loads(out.read_text())
+    dp, pp = (next(r for r in report["results"] if r["pp"] == n) for n in (1, 2))
+    assert (pp["tp"], pp["pp_microbatches"], dp["pp_microbatches"]) == (1, 4, None)
+    assert len(pp["state_gb_per_rank"]) == len(pp["peak_mem_allocated_gb_per_rank"]) == 2
+    assert pp["state_gb_per_rank"] == dp["state_gb_per_rank"]
+    assert pp["step_time_s"] > 0 and pp["grad_acc_steps"] * pp["device_batch_size"] == 512
+
+
 # ------------------------------------------------------------------------------------------------ bench_anchor.py
 ANCHOR = os.path.join(os.path.dirname(SHARED_DATA), "anchors", "modded-nanogpt-345b2fb9", "train_gpt.py")
 ANCHOR_ASSERT = "assert world_size == 8 # this code is designed for 8xH100"
