@@ -200,6 +200,9 @@ def whole_matrices(param_groups, rank, world_size):
     comm.WholeMatrices (--shard_params alone)."""
     if any(is_tensor_parallel(p) for g in param_groups for p in g["params"]):
         return WholeMatricesTP(param_groups)
+    mesh = next(p.device_mesh for g in param_groups for p in g["params"] if hasattr(p, "device_mesh"))
+    if mesh.size() != world_size:  # --pp with --shard_params: the sharding is over each stage's data-parallel ranks
+        return WholeMatrices(param_groups, mesh.get_local_rank(), mesh.size(), mesh.get_group())
     return WholeMatrices(param_groups, rank, world_size)
 
 
