@@ -17,9 +17,9 @@ takes the same optimizer step, weights tied across stages (value embeddings, U-n
 special, checkpoints are the plain ones (any layout resumes them) and the curve is the 1-rank one to round-off.
 Ranks r = (dp_rank x pp + stage) x tp + tp_rank (row-major over a (dp, pp, tp) mesh); the stages of one replica
 read the same rows. With --tp each stage runs its blocks tensor-parallel over its TP ranks (gptlab/train/
-tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, so each TP rank of a stage sends to the
-same TP rank of the next, and TPGradients' sum over the ranks of one TP rank (its (dp, tp) mesh's "dp": every
-replica and every stage) is the all-ranks sum above.
+tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, or under sequence parallelism its
+share of the positions, so each TP rank of a stage sends to the same TP rank of the next, and TPGradients' sum
+over the ranks of one TP rank (its (dp, tp) mesh's "dp": every replica and every stage) is the all-ranks sum above.
 With --shard_params (FSDP2 over the mesh's "dp" dimension: each stage's ranks hold the same row blocks) the design is
 the same: during the schedule FSDP accumulates whole gradients (no reduce-scatter; the root's weights, which no
 stage's forward all-gathers, are all-gathered here), after it one reduce-scatter over "dp" per unit and a sum of
