@@ -38,6 +38,9 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 BLOCK_SIZE = 128  # FlexAttention's block size: every sequence length is a multiple of it, on every device
 SEQ_MULTIPLE = BLOCK_SIZE
+# --tp: the plan splits the residual stream along the sequence between blocks (tp_plan), so the rows' length must
+# divide by --tp
+SEQUENCE_PARALLEL = True
 # fixed attention temperature for QK-normed heads: 0.12 at head_dim 128 (modded-nanogpt, early-2025 records),
 # scaled so the largest logit (q = k: head_dim x scale = 15.36) is the same at any head_dim
 ATTN_SCALE_AT_128 = 0.12
@@ -459,14 +462,21 @@ def tp_plan(model):
     ("colwise"), c_proj's columns ("rowwise"). The token embedding splits its vocabulary rows ("rowwise"; a rank's
     look-up is zero outside its rows, so the sum is exact). The head, norms (parameter-free) and scalars stay whole
     on every rank. "partial": parameters used on this rank's heads only, whose gradient is a sum over the TP ranks
-    (the value/value-embedding mix)."""
-    plan = {"embed": "rowwise"}
+    (the value/value-embedding mix).
+    Sequence parallelism (Korthikanti et al. 2022): between the blocks, and in the x0 mixing and norms inside them,
+    each TP rank holds its share of the positions of the residual stream (and of x0): the token embedding's sum is
+    reduce-scattered to it, attention's and the MLP's inputs are gathered whole from it (their gradients'
+    sums reduce-scattered back) and their row-split outputs reduce-scattered into it; the last block's output is
+    gathered whole for the final norm and the head. So the scalars that mix the stream (the blocks' x0 lambdas, the
+    skip weights) see only a rank's positions: "partial" too. The value embeddings read the whole token ids."""
+    plan = {"embed": "rowwise_to_sequence", f"blocks.{len(model.blocks) - 1}": "gather_sequence"}
     plan.update({f"value_embeds.{i}": "colwise" for i in range(len(model.value_embeds))})
     for i in range(len(model.blocks)):
-        plan.update({f"blocks.{i}.attn": ("heads", "qkv_w", 1), f"blocks.{i}.attn.c_proj": "rowwise",
-                     f"blocks.{i}.mlp.c_fc": "colwise", f"blocks.{i}.mlp.c_proj": "rowwise"})
-    partial = [f"blocks.{i}.attn.lambdas" for i in range(len(model.blocks))]
-    return plan, partial
+        plan.update({f"blocks.{i}.attn": ("heads", "qkv_w", 1, 1, True), f"blocks.{i}.attn.c_proj":
+                     "rowwise_to_sequence", f"blocks.{i}.mlp.c_fc": "colwise_from_sequence",
+                     f"blocks.{i}.mlp.c_proj": "rowwise_to_sequence"})
+    partial = [f"blocks.{i}.{name}" for i in range(len(model.blocks)) for name in ("attn.lambdas", "lambdas")]
+    return plan, partial + (["skip_weights"] if model.num_skips else [])
 
 
 class PipelineStage(nn.Module):

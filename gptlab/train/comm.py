@@ -271,8 +271,8 @@ class WholeMatrices:
     result (torchtitan's and Dion's distributed Muon move matrices the same way). Each matrix is computed exactly as
     on one rank, so the update does not depend on the world size."""
 
-    def __init__(self, param_groups, rank=0, world_size=1):
-        self.rank, self.world_size = rank, world_size
+    def __init__(self, param_groups, rank=0, world_size=1, group=None):
+        self.rank, self.world_size, self.group = rank, world_size, group  # group: the sharding ranks (default: all)
         # per (shape, group): the params, which of them each rank owns (param i: rank i % world_size), each rank's
         # rows of a matrix, and the elements in one row
         self.groups = [(shape, g, params, [params[r::world_size] for r in range(world_size)],
@@ -333,7 +333,8 @@ class WholeMatrices:
         send = torch.cat([blocks[p].reshape(-1) for j in range(self.world_size) for p in owned[j]])
         received = blocks[params[0]].new_empty(mine * shape[0] * cols)
         handle = dist.all_to_all_single(received, send, [mine * r * cols for r in split],
-                                        [len(theirs) * split[self.rank] * cols for theirs in owned], async_op=True)
+                                        [len(theirs) * split[self.rank] * cols for theirs in owned], group=self.group,
+                                        async_op=True)
         return received, handle
 
     def _start_return(self, group, result):
@@ -342,7 +343,8 @@ class WholeMatrices:
         send = torch.cat([result[:, sum(split[:s]):sum(split[:s + 1])].reshape(-1) for s in range(self.world_size)])
         received = result.new_empty(len(params) * split[self.rank] * cols)
         handle = dist.all_to_all_single(received, send, [len(theirs) * split[self.rank] * cols for theirs in owned],
-                                        [len(owned[self.rank]) * r * cols for r in split], async_op=True)
+                                        [len(owned[self.rank]) * r * cols for r in split], group=self.group,
+                                        async_op=True)
         return received, handle
 
 

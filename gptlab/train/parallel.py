@@ -22,7 +22,12 @@ def distribute(model, module, ctx, cfg):
     if cfg.tp > 1:
         layout.mesh, layout.partial = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
     if cfg.shard_params:
-        fsdp.shard_model(model, ctx, layout.mesh["dp"] if layout.mesh is not None else None)
+        mesh = layout.mesh["dp"] if layout.mesh is not None else None
+        if cfg.pp > 1:  # the replicas of each stage (every stage's ranks hold the same row blocks)
+            from torch.distributed.device_mesh import init_device_mesh
+            mesh = init_device_mesh(ctx.device.type, (ctx.world_size // cfg.pp, cfg.pp),
+                                    mesh_dim_names=("dp", "pp"))["dp"]
+        fsdp.shard_model(model, ctx, mesh)
     return layout
 
 

@@ -17,9 +17,13 @@ takes the same optimizer step, weights tied across stages (value embeddings, U-n
 special, checkpoints are the plain ones (any layout resumes them) and the curve is the 1-rank one to round-off.
 Ranks r = (dp_rank x pp + stage) x tp + tp_rank (row-major over a (dp, pp, tp) mesh); the stages of one replica
 read the same rows. With --tp each stage runs its blocks tensor-parallel over its TP ranks (gptlab/train/
-tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, so each TP rank of a stage sends to the
-same TP rank of the next, and TPGradients' sum over the ranks of one TP rank (its (dp, tp) mesh's "dp": every
-replica and every stage) is the all-ranks sum above.
+tensor_parallel.py): what crosses a stage boundary is whole on every TP rank, or under sequence parallelism its
+share of the positions, so each TP rank of a stage sends to the same TP rank of the next, and TPGradients' sum
+over the ranks of one TP rank (its (dp, tp) mesh's "dp": every replica and every stage) is the all-ranks sum above.
+With --shard_params (FSDP2 over the mesh's "dp" dimension: each stage's ranks hold the same row blocks) the design is
+the same: during the schedule FSDP accumulates whole gradients (no reduce-scatter; the root's weights, which no
+stage's forward all-gathers, are all-gathered here), after it one reduce-scatter over "dp" per unit and a sum of
+the row blocks over "pp" add the replicas' and the stages' parts.
 """
 import torch
 
@@ -43,6 +47,12 @@ def _as_module(stage):
     return stage if isinstance(stage, torch.nn.Module) else _FunctionStage(stage)
 
 
+def _fsdp_state(model):
+    """The root FSDP2 state of a --shard_params model (None otherwise)."""
+    get = getattr(model, "_get_fsdp_state", None)
+    return get() if get is not None else None
+
+
 class Pipeline:
     def __init__(self, model, module, ctx, cfg, eot, use_flex, autocast):
         from torch.distributed.device_mesh import init_device_mesh
@@ -53,6 +63,10 @@ class Pipeline:
         mesh = init_device_mesh(ctx.device.type, (ctx.world_size // (cfg.pp * tp), cfg.pp, tp),
                                 mesh_dim_names=("dp", "pp", "tp"))
         self.stage_index = ctx.rank // tp % cfg.pp
+        self.pp_group, self.fsdp = mesh["pp"].get_group(), _fsdp_state(model)
+        if self.fsdp is not None:  # the root is the model, not the first block a stage runs
+            self.fsdp._lazy_init()
+            model.unshard()
         stages = [_as_module(module.pp_stage(model, s, cfg.pp)) for s in range(cfg.pp)]
         self.stage_module = stages[self.stage_index]
         # the tensors crossing this stage's boundaries, from the stages before it run here on a micro-batch of
@@ -67,6 +81,8 @@ class Pipeline:
             for s in stages[:self.stage_index + 1]:
                 s.mask_args = (eot, model.final_windows(), use_flex)
                 examples, inputs = inputs, s(*inputs)
+        if self.fsdp is not None:
+            model.reshard()
         # (floats carry gradients across the boundary: the example tensors must say so)
         examples, outputs = ([t.requires_grad_(t.is_floating_point()) for t in ts]
                              for ts in (examples, inputs if isinstance(inputs, tuple) else (inputs,)))
@@ -97,6 +113,9 @@ class Pipeline:
         y = torch.cat([b[1] for b in batches])
         self.stage_module.mask_args = (eot, windows, use_flex)
         losses = []
+        if self.fsdp is not None:  # the root's own weights (head, scalars), whole until the gradients are summed
+            self.model.unshard()
+            self.model.set_reshard_after_backward(False, recurse=False)
         with autocast():
             if self.first:
                 self.schedule.step(x)
@@ -104,7 +123,26 @@ class Pipeline:
                 self.schedule.step(target=y, losses=losses)
             else:
                 self.schedule.step()
+        if self.fsdp is not None:
+            self._sum_sharded_gradients()
         if not self.last:
             return x.new_zeros((), dtype=torch.float32), x.new_zeros(2)
         pairs = torch.stack([attention_pairs(x, eot, blocks) for blocks in windows])
         return torch.stack([loss.detach().float() for loss in losses]).sum(), pairs
+
+    def _sum_sharded_gradients(self):
+        """--shard_params: FSDP's reduce-scatter over "dp" of the gradients accumulated whole during the schedule
+        (its own end-of-backward step, run once here), then the sum of each row block over the stages."""
+        import torch.distributed as dist
+
+        model = self.model
+        model.set_reshard_after_backward(True, recurse=False)
+        model.set_requires_gradient_sync(True)
+        model.set_is_last_backward(True)
+        self.fsdp._root_post_backward_final_callback()
+        model.set_requires_gradient_sync(False)  # (as train_step's ShardedGradients.armed = False left it)
+        for p in model.parameters():
+            if p.requires_grad:
+                if p.grad is None:  # a block of another stage
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad, group=self.pp_group)

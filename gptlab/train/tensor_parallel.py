@@ -12,9 +12,12 @@ the parameter `name` split along `dim` (a merged q/k/v weight split by heads), t
 replicated, its gradient summed over the TP ranks in backward (what ColwiseParallel does for a Linear's input).
 Sequence parallelism (Korthikanti et al. 2022): "sequence_norm" (torch's SequenceParallel: a norm on this rank's
 share of the positions, its weights whole, its output gathered whole), "rowwise_to_sequence" (RowwiseParallel whose
-sum is reduce-scattered to this rank's positions), "split_sequence" (a whole module's output cut to this rank's
-positions: the embeddings). A module whose plan uses them says so (SEQUENCE_PARALLEL = True): the rows' length must
-then divide by --tp (gptlab/train/config.py checks it). Every other parameter stays whole on every rank.
+sum is reduce-scattered to this rank's positions; an embedding's too), "split_sequence" (a whole module's
+output cut to this rank's positions: the embeddings), "gather_sequence" (the reverse: a module's output gathered
+whole), "colwise_from_sequence" (ColwiseParallel whose input is gathered from this rank's positions), ("heads",
+name, dim, 1, True) (a "heads" module whose input is gathered so). A module whose plan uses them says so
+(SEQUENCE_PARALLEL = True): the rows' length must then divide by --tp (gptlab/train/config.py checks it). Every
+other parameter stays whole on every rank.
 
 Ranks r = dp_rank x tp + tp_rank (init_device_mesh's row-major order): the tp ranks of one data-parallel replica
 see the same data and compute the same loss; the replicas split the batch as plain data parallelism does.
@@ -23,8 +26,7 @@ Exactness: every activation and gradient is the 1-rank one up to summation order
 ranks' partial products in an all-reduce), so the curve is the 1-rank curve to round-off. Muon orthogonalises
 whole matrices (WholeMatricesTP: each rank gathers every matrix, runs Newton–Schulz on it, keeps its block) with
 the shape factor of the global shape (a DTensor's .shape): Newton–Schulz on a block would orthogonalise the block,
-not the matrix. Not done: sequence parallelism for model.py (its norms are functions, not modules a style can
-wrap: its residual stream is whole on every TP rank), a vocabulary-parallel loss (the head is whole), and dealing
+not the matrix. Not done: a vocabulary-parallel loss (the head is whole), and dealing
 Muon's matrices out over ranks (every rank orthogonalises every matrix, as one rank does).
 """
 import dataclasses
@@ -51,16 +53,18 @@ def build_mesh(ctx, tp):
     return init_device_mesh(ctx.device.type, (ctx.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
 
 
-def _replicated_input(module, args, mesh):
+def _replicated_input(module, args, mesh, sequence=False):
     """Forward pre-hook of a "heads" module: its first input as the whole (replicated) tensor it is, whose
-    gradient (each rank's from its own heads) is summed over the TP ranks in backward."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate
+    gradient (each rank's from its own heads) is summed over the TP ranks in backward. sequence: the input is this
+    rank's share of the positions, gathered whole here (its gradient's sum then reduce-scattered back)."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
-    x = DTensor.from_local(args[0], mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
-    return (x, *args[1:])
+    x = (DTensor.from_local(args[0], mesh, [Shard(1)], run_check=False).redistribute(placements=[Replicate()])
+         if sequence else DTensor.from_local(args[0], mesh, [Replicate()], run_check=False))
+    return (x.to_local(grad_placements=[Partial()]), *args[1:])
 
 
-def _heads_style(names, dim, groups=1):
+def _heads_style(names, dim, groups=1, sequence=False):
     from torch.distributed.tensor import Shard, distribute_tensor
     from torch.distributed.tensor.parallel import ParallelStyle
     from torch.distributed.tensor.placement_types import _StridedShard
@@ -80,7 +84,7 @@ def _heads_style(names, dim, groups=1):
                 if param is not None:
                     owner.register_parameter(leaf, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
                                                                 requires_grad=param.requires_grad))
-            module.register_forward_pre_hook(functools.partial(_replicated_input, mesh=mesh))
+            module.register_forward_pre_hook(functools.partial(_replicated_input, mesh=mesh, sequence=sequence))
             return module
 
     return HeadParallel()
@@ -112,10 +116,15 @@ def _style(kind, module):
     # stream; the norms run on it, a row-split layer reduce-scatters its sum into it, a whole embedding is cut to it
     if kind == "sequence_norm":
         return _sequence_norm_style()
-    if kind == "rowwise_to_sequence":
-        return RowwiseParallel(output_layouts=Shard(1))
+    if kind == "rowwise_to_sequence":  # (an embedding's input: the whole token ids)
+        return RowwiseParallel(input_layouts=Replicate() if isinstance(module, nn.Embedding) else Shard(-1),
+                               output_layouts=Shard(1))
     if kind == "split_sequence":
         return PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1))
+    if kind == "gather_sequence":  # a module's output on this rank's positions gathered whole (before a head)
+        return PrepareModuleOutput(output_layouts=Shard(1), desired_output_layouts=Replicate())
+    if kind == "colwise_from_sequence":  # input gathered from this rank's positions (reduce-scatter in backward)
+        return ColwiseParallel(input_layouts=Shard(1))
     if kind == "colwise":
         return ColwiseParallel()  # input replicated, output this rank's columns (a plain tensor)
     if kind == "rowwise":  # input this rank's columns (an embedding: the token ids), output summed: whole
@@ -200,6 +209,9 @@ def whole_matrices(param_groups, rank, world_size):
     comm.WholeMatrices (--shard_params alone)."""
     if any(is_tensor_parallel(p) for g in param_groups for p in g["params"]):
         return WholeMatricesTP(param_groups)
+    mesh = next(p.device_mesh for g in param_groups for p in g["params"] if hasattr(p, "device_mesh"))
+    if mesh.size() != world_size:  # --pp with --shard_params: the sharding is over each stage's data-parallel ranks
+        return WholeMatrices(param_groups, mesh.get_local_rank(), mesh.size(), mesh.get_group())
     return WholeMatrices(param_groups, rank, world_size)
 
 
