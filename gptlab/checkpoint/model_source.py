@@ -191,7 +191,7 @@ def _dynamo_not_imported():
         if sys.modules.get("torch._dynamo") is stand_in:
             del sys.modules["torch._dynamo"]
         for fn in passed:  # (torch caches what disable gave on the function)
-            vars(fn).pop("__dynamo_disable", None)
+            getattr(fn, "__dict__", {}).pop("__dynamo_disable", None)
 
 
 def _meta_model(module, model_config, state):
