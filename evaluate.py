@@ -15,7 +15,8 @@ Metrics and the task files: docs/evals.md.
 import os
 import sys
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, positive_int
+from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, chosen_threads, non_negative_int, positive_int,
+                             threads_flag)
 from gptlab.core.errors import UserError, run_cli
 from gptlab.evals.task_spec import DATA_DIR
 from gptlab.train.records import latest_checkpoint as resolve_checkpoint  # (a run folder: its latest)
@@ -39,6 +40,10 @@ def build_parser():
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                    help="the model's matrix products (auto: bfloat16 autocast on CUDA, as training and --evals run "
                         "them; float32 elsewhere, as lm-eval's figures in docs/evals.md)")
+    p.add_argument("--threads", type=threads_flag, default="auto",
+                   help=f"CPU threads torch uses, 1 to {MAX_THREADS} (auto: $OMP_NUM_THREADS when set, else 1: on "
+                   "shared or busy cores a second thread that the first waits for costs far more than it gives; "
+                   "docs/evals.md)")
     p.add_argument("--trust_model_code", action="store_true",
                    help="run the model code of a checkpoint trained on another machine (read it first)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -92,6 +97,9 @@ def evaluate(argv=None):
     from gptlab.checkpoint import checkpointing
     from gptlab.checkpoint.model_source import load_model, logits_fn
 
+    threads = chosen_threads(args.threads, os.environ)
+    if threads is not None:
+        torch.set_num_threads(threads)
     ctx = distributed.setup(args.device)
     try:
         model, _, ckpt = load_model(checkpoint, ctx.device, args.trust_model_code)

@@ -306,10 +306,18 @@ class GPT(nn.Module):
         return self.lm_head(x).float()
 
     @torch.no_grad()
-    def predict(self, tokens, eot, windows=None, positions=None):
+    def predict(self, tokens, eot, windows=None, positions=None, tree=None):
         """Float logits (B, T, vocab_size) of tokens (B, T) of any length; windows: ignored. positions: (rows,
-        columns), two LongTensors (N,): only the logits there, (N, vocab_size)."""
-        x = self.hidden_states(tokens, self.attention_masks(tokens, eot, windows))
+        columns), two LongTensors (N,): only the logits there, (N, vocab_size). tree: (position ids, branch ids),
+        two LongTensors (B, T): documents that are a shared start (branch 0) and branches 1, 2, ... that each see
+        the start and themselves only, each token at its position in the sequence it belongs to (evaluations: an
+        example's choices after one copy of its context)."""
+        masks = self.attention_masks(tokens, eot, windows)
+        if tree is not None:  # a query sees no key of another branch (keys of the start, branch 0, it does)
+            pos, branches = tree
+            elsewhere = (branches[:, None, :] != 0) & (branches[:, :, None] != branches[:, None, :])
+            masks = {"mask": masks["mask"] & ~elsewhere[:, None], "positions": pos}
+        x = self.hidden_states(tokens, masks)
         if positions is not None:
             x = x[positions[0], positions[1]]
         return self.logits(x)[..., :self.vocab_size]

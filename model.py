@@ -284,10 +284,12 @@ class Block(nn.Module):
         # x0 residual mixing: x = a*x + b*x0 with learned a, b (modded-nanogpt, late-2024 records)
         self.lambdas = nn.Parameter(torch.tensor([1.0, 0.0]))
 
-    def forward(self, x, x0, ve, mask, cache=None, positions=None):
+    def forward(self, x, x0, ve, mask, cache=None, positions=None, read_at=None):
         a, b = self.lambdas.to(x.dtype)  # keep the residual stream in its (autocast) dtype
         x = a * x + b * x0
         x = x + self.attn(norm(x), ve, mask, cache, positions)
+        if read_at is not None:  # (rows, columns): the only outputs read (GPT.predict's last block), (N, dim)
+            x = x[read_at[0], read_at[1]]
         return x + self.mlp(norm(x))
 
 
@@ -365,7 +367,8 @@ class GPT(nn.Module):
             x = self.blocks[i](x, x0, None if self.ve_index[i] is None else ve[self.ve_index[i]],
                                None if masks is None else masks[self.layer_window[i]],
                                None if cache is None else cache.layer(i),
-                               None if masks is None else masks.get("positions"))  # (tree rows: GPT.predict)
+                               None if masks is None else masks.get("positions"),  # (tree rows: GPT.predict)
+                               masks.get("read_at") if masks is not None and i == self.num_layers - 1 else None)
             if i < self.num_skips:
                 skips.append(x)
         return x, skips
@@ -434,8 +437,10 @@ class GPT(nn.Module):
                 tree = [F.pad(t, (0, padded - T)) for t in tree]
         windows = windows or self.final_windows()
         masks = self.attention_masks(tokens, eot, windows) if tree is None else tree_masks(tokens, eot, windows, *tree)
+        if positions is not None:  # the last block's MLP runs at these positions only (it sees no other token)
+            masks["read_at"] = positions
         x = self.hidden_states(tokens, masks)
-        x = x[:, :T] if positions is None else x[positions[0], positions[1]]
+        x = x[:, :T] if positions is None else x  # ((N, dim) already)
         return self.logits(x)[..., :self.vocab_size].float()
 
     def attention_masks(self, idx, eot, windows, flex=False):

@@ -16,12 +16,10 @@ the continuation starts on the line after the one typed; Ctrl-C stops the genera
 import sys
 import time
 
-from gptlab.core.cli import ArgumentParser, FlagValueError, HelpFormatter, float_in, int_in, positive_int, path
+from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, float_in, int_in, path, positive_int,
+                             threads_flag)
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
-
-MAX_THREADS = 1024  # above any machine's cores (more only slows a token at a time); 100000 crashed torch's pool
-
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -45,18 +43,6 @@ def build_parser():
     p.add_argument("--trust_model_code", action="store_true", help="run the model code of a checkpoint trained on "
                    "another machine (it differs from model.py; read it first)")
     return p
-
-
-def threads_flag(text):
-    if text == "auto":
-        return text
-    count = int(text) if text.isascii() and text.isdigit() else 0
-    if count > MAX_THREADS:
-        raise FlagValueError(f"must be at most {MAX_THREADS} (more threads than cores only slow generation), got "
-                             f"{text!r}")
-    if count > 0:
-        return count
-    raise FlagValueError(f"must be auto or a positive integer, got {text!r}")
 
 
 def check_flags(args):

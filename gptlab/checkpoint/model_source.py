@@ -17,6 +17,7 @@ import inspect
 import os
 import sys
 import tempfile
+import types
 
 import torch
 
@@ -166,6 +167,33 @@ class _BeyondTheWeights(Exception):
     pass
 
 
+@contextlib.contextmanager
+def _dynamo_not_imported():
+    """Within: torch's `_disable_dynamo`-wrapped functions (the Python meta kernels of ops such as normal_, cos or
+    torch.cat) call through without importing torch._dynamo (~1.5 s of CPU, at every start of evaluate.py and
+    sample.py), from a stand-in whose disable(fn) is fn: what dynamo's gives outside torch.compile (it only turns
+    off compilation within fn). Afterwards they import the real one again. Nothing changes where it is imported."""
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    passed = []
+
+    def disable(fn=None, recursive=True, **_):
+        passed.append(fn)
+        return fn
+
+    stand_in = types.ModuleType("torch._dynamo")
+    stand_in.disable = disable
+    sys.modules["torch._dynamo"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch._dynamo") is stand_in:
+            del sys.modules["torch._dynamo"]
+        for fn in passed:  # (torch caches what disable gave on the function)
+            getattr(fn, "__dict__", {}).pop("__dynamo_disable", None)
+
+
 def _meta_model(module, model_config, state):
     """module.GPT(config) on torch's meta device (no memory), aborted as soon as it registers more parameters or
     elements than the checkpoint's weights could belong to (so its Python-side cost is bounded too)."""
@@ -186,8 +214,15 @@ def _meta_model(module, model_config, state):
              torch.nn.modules.module.register_module_buffer_registration_hook(
                  lambda _module, _name, buffer: count(buffer, False))]
     try:
-        with torch.device("meta"):
-            return module.GPT(module.GPTConfig(**model_config))
+        try:
+            with _dynamo_not_imported(), torch.device("meta"):
+                return module.GPT(module.GPTConfig(**model_config))
+        except _BeyondTheWeights:
+            raise
+        except Exception:  # noqa: BLE001 (whatever it was, the build as torch makes it says it)
+            seen.update(params=0, elements=0)
+            with torch.device("meta"):
+                return module.GPT(module.GPTConfig(**model_config))
     finally:
         for hook in hooks:
             hook.remove()

@@ -140,6 +140,33 @@ def or_auto(kind):
     return convert
 
 
+MAX_THREADS = 1024  # above any machine's cores (more only slows a run); 100000 crashed torch's pool
+
+
+def threads_flag(text):
+    """--threads: auto, or a count of CPU threads from 1 to MAX_THREADS."""
+    if text == "auto":
+        return text
+    count = int(text) if text.isascii() and text.isdigit() else 0
+    if count > MAX_THREADS:
+        raise FlagValueError(f"must be at most {MAX_THREADS} (more threads than cores only slow it down), got "
+                             f"{text!r}")
+    if count > 0:
+        return count
+    raise FlagValueError(f"must be auto or a positive integer, got {text!r}")
+
+
+def chosen_threads(flag, environ):
+    """The threads torch should use for a --threads value, or None to keep torch's own count: a count given wins;
+    auto is $OMP_NUM_THREADS when it is a positive integer (torch read it at start-up: kept), else 1."""
+    if flag != "auto":
+        return flag
+    omp = environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) > 0:
+        return None
+    return 1
+
+
 def one_line_path(path):
     """A path flag whose value is read back from a line of output: not empty, no control character (a newline)."""
     if not path:

@@ -13,6 +13,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from gptlab.core.cli import chosen_threads
+
 DEFAULT_PROMPTS = ["The", "Once upon a time,", "In this lesson we will learn"]
 
 
@@ -22,12 +24,7 @@ def generation_threads(flag, environ=os.environ):
     else 1. One token at a time is latency-bound: each step is a few small matrix products, and on a shared CPU a
     second thread that the first one waits for makes it slower (the quickstart model: 180-220 tokens/s on 1 thread
     against 14-28 on torch's default 2, on this project's busy 2-core machine; docs/using-a-model.md)."""
-    if flag != "auto":
-        return flag
-    omp = environ.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) > 0:
-        return None
-    return 1
+    return chosen_threads(flag, environ)
 
 
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):

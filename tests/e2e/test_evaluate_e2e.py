@@ -165,3 +165,25 @@ def test_help_and_a_bad_flag(script):
     proc = run_script([script, "--no_such_flag"] + (["c.pt"] if script == "evaluate.py" else []))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: unrecognized arguments: --no_such_flag (see {script} --help)", proc.stderr
+
+
+PROBE = """
+import sys
+import evaluate
+evaluate.main(sys.argv[1:])
+print("dynamo after evaluate:", "torch._dynamo" in sys.modules)
+import torch
+torch.empty(2, device="meta").cos()  # a meta op whose kernel runs under dynamo's disable: the real one now
+print("real dynamo after a meta op:", hasattr(sys.modules.get("torch._dynamo"), "reset"))
+"""
+
+
+def test_evaluate_never_imports_torch_dynamo_and_leaves_it_to_import_later(setup, tmp_path):
+    """Checking the weights on torch's meta device pulled in torch._dynamo (~1.5 s of CPU at every start); the
+    figures are those of a run that imports it (test_two_ranks_write_what_one_rank_writes: every other test)."""
+    _, ckpt, data = setup
+    proc = run_script(["-c", PROBE, ckpt, "--tasks", "copa", "--data_dir", data, "--out", tmp_path / "out", "--quiet"],
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "dynamo after evaluate: False" in proc.stdout
+    assert "real dynamo after a meta op: True" in proc.stdout

@@ -48,3 +48,29 @@ def test_a_run_folder_trained_without_save_model_says_so(tmp_path):
                                         r"with --save_model"):
         evaluate.resolve_checkpoint(str(run))
     assert evaluate.resolve_checkpoint(str(tmp_path)) == str(tmp_path)  # not a run: taken as a (sharded) checkpoint
+
+
+def test_threads_is_one_unless_omp_num_threads_or_the_flag_says_otherwise(tmp_path, monkeypatch):
+    """On a CPU the forwards run on one thread by default: on shared cores torch's default (one per core) cost
+    the quickstart suite several times the CPU and wall time (docs/evals.md). $OMP_NUM_THREADS (torch read it at
+    start-up) is kept, and --threads N wins over both."""
+    import torch
+
+    from helpers.eval_tasks import data_dir_with, tiny_checkpoint
+
+    ckpt, _ = tiny_checkpoint(str(tmp_path))
+    data = data_dir_with(tmp_path / "data", ["copa"], limit=2)
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    for n, (env, flag, want) in enumerate([(None, [], [1]), ("3", [], []), ("3", ["--threads", "2"], [2]),
+                                           ("junk", [], [1])]):
+        if env is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", env)
+        calls.clear()
+        evaluate.main([ckpt, "--tasks", "copa", "--data_dir", data, "--out", str(tmp_path / f"out{n}"), "--quiet",
+                       "--device", "cpu", *flag])
+        assert calls == want, (env, flag)
+    with pytest.raises(UserError, match=r"^--threads must be auto or a positive integer, got '0' \(see "):
+        evaluate.build_parser().parse_args(["c.pt", "--threads", "0"])

@@ -59,6 +59,22 @@ def test_a_branch_that_saw_its_sibling_would_be_told_apart(gpt):
     assert (seen[columns[1]][20:] - alone[20:]).abs().max() > 1e-2
 
 
+def test_logits_at_positions_are_the_whole_logits_there(gpt):
+    """predict(positions=) runs the last block's MLP and the head at those positions only: the logits equal the
+    whole row's at those (row, column) pairs, in any order and with repeats, on plain and tree rows."""
+    g = torch.Generator().manual_seed(5)
+    tokens = torch.randint(0, EOT, (3, 200), generator=g)
+    tokens[:, 0], tokens[1, 77], tokens[2, 150] = EOT, EOT, EOT
+    rows = torch.tensor([2, 0, 1, 1, 0, 2, 2])
+    cols = torch.tensor([199, 0, 77, 76, 130, 5, 199])
+    torch.testing.assert_close(gpt.predict(tokens, EOT, positions=(rows, cols)),
+                               gpt.predict(tokens, EOT)[rows, cols], rtol=0, atol=1e-5)
+    tree = (torch.arange(200).repeat(3, 1), torch.zeros(3, 200, dtype=torch.long))
+    tree[1][:, 120:] = 1
+    torch.testing.assert_close(gpt.predict(tokens, EOT, positions=(rows, cols), tree=tree),
+                               gpt.predict(tokens, EOT, tree=tree)[rows, cols], rtol=0, atol=1e-5)
+
+
 class Recorder:
     """A logits_fn with .at and .trees (as model_source.ModelLogits of a model whose predict takes tree=): records
     the rows, positions and branches it is given, and answers logits that favour token 4 everywhere."""

@@ -172,6 +172,20 @@ def test_a_packed_document_scores_as_it_does_alone():
     assert model.attention_masks(torch.tensor([[3, EOT, 5, 6]]), EOT)["positions"].tolist() == [[0, 0, 1, 2]]
 
 
+def test_a_tree_row_scores_each_branch_as_its_sequence_alone():
+    """predict(tree=), as model.py's and gpt2.py's: a shared start once and three branches after it, behind another
+    document in the row: each sequence's logits are those it has alone (rotary angles of its positions, not its
+    columns; no branch sees another), against the sequences in rows of their own (tests/helpers/tree_rows.py)."""
+    from gptlab.checkpoint.model_source import logits_fn
+    from helpers.tree_rows import assert_tree_scores_as_alone
+
+    model = tiny_model()
+    start = [EOT] + tokens(9, 1, 9)[0].tolist()
+    sequences = [start + tokens(10 + k, 1, 3 + k)[0].tolist() for k in range(3)]
+    assert_tree_scores_as_alone(model.predict, EOT, sequences, 10, before=[EOT, 3, 4, 5])
+    assert logits_fn(model, EOT, VOCAB).trees  # so the scorers lay out trees for it
+
+
 def test_predict_at_positions_and_the_summed_cross_entropy():
     model = tiny_model()
     x, y = tokens(2, 3, 20), tokens(7, 3, 20)
