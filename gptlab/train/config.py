@@ -289,10 +289,6 @@ def check_layout(args, world_size, model_module):
     if pp > 1 and getattr(model_module, "pp_stage", None) is None:
         raise UserError(f"--pp {pp}: this architecture ({getattr(args, 'arch', 'its module')}) has no pipeline "
                         "stages (pp_stage in its module); drop --pp")
-    # not built yet (docs/training.md "Tensor and pipeline parallelism" says what is left)
-    if pp > 1 and tp > 1 and getattr(args, "shard_params", False):
-        raise UserError(f"--pp {pp} with --tp {tp} and --shard_params together is not available yet "
-                        "(docs/training.md); drop one of the three")
     if getattr(args, "shard_params", False) and world_size == tp * pp and world_size > 1:
         raise UserError(f"--shard_params shards over the data-parallel ranks, and --tp {tp} x --pp {pp} uses all "
                         f"{world_size}; drop --shard_params, or launch more ranks")

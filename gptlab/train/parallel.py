@@ -10,7 +10,7 @@ from gptlab.train.comm import GradientSync
 
 @dataclasses.dataclass
 class Layout:
-    mesh: object = None     # --tp: the (dp, tp) device mesh
+    mesh: object = None     # --tp: the (dp, tp) device mesh (with --pp and --shard_params: (dp, pp, tp))
     partial: object = None  # --tp: the parameters whose gradients are partial sums over the TP ranks
 
 
@@ -18,15 +18,18 @@ def distribute(model, module, ctx, cfg):
     """Lay `model` out in place as the flags ask: --tp gives each rank its heads and MLP units of every block
     (gptlab/train/tensor_parallel.py), --shard_params then cuts every parameter into row blocks over the
     data-parallel ranks (FSDP2, gptlab/train/fsdp.py). Returns the Layout for gradient_sync."""
+    from torch.distributed.device_mesh import init_device_mesh
+
     layout = Layout()
+    # --pp with --shard_params: FSDP over the replicas of each stage (and TP rank), on a (dp, pp, tp) mesh whose
+    # "tp" TP's plan also uses (FSDP2 joins a TP weight's mesh and its own only when both slice one root mesh)
+    staged = (init_device_mesh(ctx.device.type, (ctx.world_size // (cfg.pp * cfg.tp), cfg.pp, cfg.tp),
+                               mesh_dim_names=("dp", "pp", "tp")) if cfg.pp > 1 and cfg.shard_params else None)
     if cfg.tp > 1:
-        layout.mesh, layout.partial = tensor_parallel.parallelize(model, module, ctx, cfg.tp)
+        layout.mesh, layout.partial = tensor_parallel.parallelize(model, module, ctx, cfg.tp, staged)
     if cfg.shard_params:
-        mesh = layout.mesh["dp"] if layout.mesh is not None else None
-        if cfg.pp > 1:  # the replicas of each stage (every stage's ranks hold the same row blocks)
-            from torch.distributed.device_mesh import init_device_mesh
-            mesh = init_device_mesh(ctx.device.type, (ctx.world_size // cfg.pp, cfg.pp),
-                                    mesh_dim_names=("dp", "pp"))["dp"]
+        mesh = staged if staged is not None else layout.mesh
+        mesh = mesh["dp"] if mesh is not None else None
         fsdp.shard_model(model, ctx, mesh)
     return layout
 

@@ -23,7 +23,8 @@ over the ranks of one TP rank (its (dp, tp) mesh's "dp": every replica and every
 With --shard_params (FSDP2 over the mesh's "dp" dimension: each stage's ranks hold the same row blocks) the design is
 the same: during the schedule FSDP accumulates whole gradients (no reduce-scatter; the root's weights, which no
 stage's forward all-gathers, are all-gathered here), after it one reduce-scatter over "dp" per unit and a sum of
-the row blocks over "pp" add the replicas' and the stages' parts.
+the row blocks over "pp" add the replicas' and the stages' parts. With --tp as well the row blocks are of TP's
+blocks (one (dp, pp, tp) mesh for both: gptlab/train/parallel.py), and TPGradients then sums the partial ones over "tp".
 """
 import torch
 

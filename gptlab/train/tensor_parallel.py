@@ -132,12 +132,12 @@ def _style(kind, module):
     raise ValueError(f"unknown tensor-parallel style {kind!r} in the model's tp_plan")
 
 
-def parallelize(model, module, ctx, tp):
-    """Apply `module.tp_plan(model)` to `model` in place on a (dp, tp) mesh. Returns (mesh, the names of the
-    parameters whose gradient each TP rank holds only its part of)."""
+def parallelize(model, module, ctx, tp, mesh=None):
+    """Apply `module.tp_plan(model)` to `model` in place on a (dp, tp) mesh (or the given mesh's "tp" dimension).
+    Returns (mesh, the names of the parameters whose gradient each TP rank holds only its part of)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    mesh = build_mesh(ctx, tp)
+    mesh = mesh or build_mesh(ctx, tp)
     plan, partial = module.tp_plan(model)
     styles = {path: _style(kind, model.get_submodule(path)) for path, kind in plan.items()}
     parallelize_module(model, mesh["tp"], styles)

@@ -2,7 +2,7 @@
 TP 2 x PP 2 follow the 1-rank curve (model.py; gpt2.py and llama.py: TP 2 with sequence parallelism, PP 2, gpt2's
 TP 2 x FSDP 2), and checkpoints resume across layouts (TP 2 -> 1 rank, 1 rank -> TP 2, FSDP <-> TP + FSDP, PP 2 ->
 DP 2, PP 2 x FSDP 2 -> 1 rank and -> FSDP 2, gpt2's PP 2 -> DP 2 and TP 2 -> TP 2). PP 2 x FSDP 2 measured 6.8e-7
-(train, step 4) and 2.9e-7 (val).
+(train, step 4) and 2.9e-7 (val); TP 2 x PP 2 x FSDP 2 (8 ranks) 2.0e-7 (train, step 3) and 2.4e-7 (val, step 4).
 
 Tolerances. Every layout takes the same 512-token steps (4 rows of 128), so in exact arithmetic the curves are
 the same; float32 makes them differ by summation order only (a row-split matmul sums two partial products in an
@@ -179,6 +179,19 @@ def sharded(runs, tiny):
     torchrun(4, tiny_args(tiny, base / "ppfsdp", pp=2, pp_microbatches=2, shard_params=True, checkpoint_every=2,
                           **FLAGS))
     return dict(runs, **{name: only_run_dir(base / name) for name in ("fsdp", "tpfsdp", "ppfsdp")})
+
+
+def test_tp2_by_pp2_by_fsdp2_follows_the_one_rank_curve(runs, tiny):
+    """8 ranks on a (dp 2, pp 2, tp 2) mesh: each stage's blocks split over its TP ranks, every weight then cut in
+    row blocks over the stage's 2 replicas (FSDP2 on the 2-D (dp, tp) DTensors), 2 pipeline micro-batches of each
+    replica's 2 rows."""
+    torchrun(8, tiny_args(tiny, runs["base"] / "tpppfsdp", tp=2, pp=2, pp_microbatches=2, shard_params=True,
+                          **FLAGS))
+    run = only_run_dir(runs["base"] / "tpppfsdp")
+    config = run_json(run, records.CONFIG_FILE)
+    assert (config["tp"], config["pp"], config["shard_params"], config["world_size"]) == (2, 2, True, 8)
+    assert same_curve(run, runs["one"], 1e-4) == {}
+    assert same_curve(run, runs["one"], 1e-4, "val_loss") == {}
 
 
 @pytest.mark.parametrize("name, tp, pp", [("tpfsdp", 2, 1), ("ppfsdp", 1, 2)])

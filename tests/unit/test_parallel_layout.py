@@ -22,7 +22,8 @@ from gptlab.train.tensor_parallel import data_parallel
     ("2", dict(pp=2, num_layers=3), ["--pp 2 does not divide --num_layers 3"]),
     ("2", dict(pp=2, pp_microbatches=1), ["--pp_microbatches 1 is fewer than the --pp 2 stages", "at least 2"]),
     ("1", dict(pp_microbatches=4), ["--pp_microbatches 4 is a setting of pipeline parallelism", "--pp is 1"]),
-    ("8", dict(pp=2, tp=2, shard_params=True), ["--pp 2 with --tp 2 and --shard_params together is not available"]),
+    # (dp, pp, tp) = (1, 2, 2): nothing left for --shard_params to shard over (8 ranks run it: the e2e test)
+    ("4", dict(pp=2, tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 4"]),
     # tiny: 1024-token steps of 128-token rows, 8 rows for the one replica of 2 stages
     ("2", dict(pp=2, pp_microbatches=3), ["--pp_microbatches 3 does not divide the 8 rows"]),
     ("2", dict(tp=2, shard_params=True), ["--shard_params shards over the data-parallel ranks", "uses all 2"]),
