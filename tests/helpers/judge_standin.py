@@ -48,6 +48,9 @@ class JudgeStandin:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with standin.lock:
+                    if standin.stop_after is not None and standin.answers >= standin.stop_after:
+                        self.close_connection = True  # closing: a question that comes before the port is shut
+                        return  # gets no answer, as at a closed port (the client sees the connection dropped)
                     standin.questions.append(parts(body["messages"]))
                     standin.authorizations.append(self.headers.get("Authorization"))
                     failure = standin.failures.pop(0) if standin.failures else None
@@ -63,13 +66,13 @@ class JudgeStandin:
                     time.sleep(failure[1])
                 answer = standin.rule(*parts(body["messages"]))
                 message = answer if isinstance(answer, dict) else {"role": "assistant", "content": answer}
-                self.reply(200, json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
-                                            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                            "usage": {**USAGE, "total_tokens": sum(USAGE.values())}}).encode())
-                with standin.lock:
+                with standin.lock:  # counted before the client has the answer, so its next question sees the count
                     standin.answers += 1
                     if standin.stop_after is not None and standin.answers >= standin.stop_after:
                         threading.Thread(target=standin.close).start()
+                self.reply(200, json.dumps({"id": "x", "object": "chat.completion", "model": body["model"],
+                                            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                                            "usage": {**USAGE, "total_tokens": sum(USAGE.values())}}).encode())
 
             def reply(self, status, data):
                 try:
