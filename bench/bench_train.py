@@ -163,7 +163,7 @@ def build_model_and_optimizers(cfg, device, rank, world_size, ctx=None, shard=Fa
         model = train_gpt.build_model(arch, model_config_of(cfg, arch.GPTConfig), cfg, device)
     from gptlab.train import parallel  # torch
 
-    layout_flags = argparse.Namespace(tp=getattr(cfg, "tp", 1), shard_params=shard)
+    layout_flags = argparse.Namespace(tp=getattr(cfg, "tp", 1), pp=getattr(cfg, "pp", 1), shard_params=shard)
     layout = parallel.distribute(model, arch, ctx, layout_flags)
     optimizers = train_gpt.build_optimizers(model, rank, world_size)
     if str(device) == "meta":
