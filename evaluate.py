@@ -13,7 +13,6 @@ gold-answer bpb). OUT defaults to RUN/evals/<checkpoint name> (or <checkpoint>_e
 Metrics and the task files: docs/evals.md.
 """
 import os
-import sys
 
 from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, chosen_threads, non_negative_int, positive_int,
                              threads_flag)

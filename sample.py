@@ -21,6 +21,7 @@ from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, float_i
 from gptlab.core.distributed import resolve_device
 from gptlab.core.errors import UserError, run_cli
 
+
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("checkpoint", type=path,
