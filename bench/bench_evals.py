@@ -22,10 +22,11 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, positive_int  # noqa: E402
+from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, positive_int  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 from gptlab.evals.lm_eval_task import LM_EVAL_FILES  # noqa: E402 (our task → lm-eval's task file)
 
@@ -45,6 +46,9 @@ def build_parser():
                    help="lm-eval's --batch_size values to try (the fastest counts)")
     p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
     p.add_argument("--work_dir", default=None, help="folder for the export and the outputs (default: a temporary one)")
+    p.add_argument("--referee", type=non_negative_int, default=3,
+                   help="the examples (those furthest apart) whose continuations are scored again in float64, each "
+                        "sequence alone, to tell whose float32 rounding a difference is (0: none)")
     return p
 
 
@@ -142,14 +146,16 @@ def main(argv=None):
     print(f"ratio ours / lm-eval (its best, --batch_size {best[1]}): {ours_s / best[0]:.3f}")
     print(f"ratio of CPU time, ours / the same lm-eval run: {ours_cpu / best[3]:.3f} (load average "
           f"{os.getloadavg()[0]:.1f} at the end)")
-    compare(tasks, lm_tasks, ours_dir, best[2])
+    furthest = compare(tasks, lm_tasks, ours_dir, best[2])
+    referee(args.checkpoint, tasks, [f for f in furthest[:args.referee] if f[0] > 0], args.data_dir)
     return 0
 
 
 def compare(tasks, lm_tasks, ours_dir, lm_dir):
     """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
-    many acc predictions differ."""
-    worst, examples, preds_differ = (0.0, None), 0, 0
+    many acc predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of every example,
+    the largest difference first."""
+    worst, examples, preds_differ, apart = (0.0, None), 0, 0, []
     for task in tasks:
         theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
         with open(os.path.join(ours_dir, f"{task.NAME}.jsonl"), encoding="utf-8") as f:
@@ -162,16 +168,64 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
             if len(lls) != len(rec["logprob"]):
                 raise UserError(f"{task.NAME} example {rec['index']}: {len(lls)} continuations in lm-eval, "
                                 f"{len(rec['logprob'])} in ours")
-            diff = max(abs(a - b) for a, b in zip(lls, rec["logprob"]))
+            diff, value = max((abs(a - b), a) for a, b in zip(lls, rec["logprob"]))
             task_worst = max(task_worst, diff)
+            apart.append((diff, task.NAME, rec["index"], rec["logprob"], lls))
             if diff > worst[0]:
-                worst = (diff, f"{task.NAME} example {rec['index']}")
+                worst = (diff, f"{task.NAME} example {rec['index']}", value)
             pred = max(range(len(lls)), key=lambda k: (lls[k], -k))
             preds_differ += pred != rec["pred"] and task.KIND != "greedy"
             examples += 1
         print(f"  {task.NAME:<16} {len(ours):>5} examples, largest |log-likelihood difference| {task_worst:.2e}")
     print(f"largest per-example log-likelihood difference: {worst[0]:.2e} nats ({worst[1]}) over {examples} "
           f"examples; acc predictions that differ: {preds_differ}")
+    if worst[1] is not None:  # lm-eval sums a continuation's log-probabilities in float32
+        print(f"  (lm-eval's figure there, {worst[2]:.4f}, is a float32 sum: float32 numbers that large lie "
+              f"{float(np.spacing(np.float32(abs(worst[2])))):.2e} apart)")
+    return sorted(apart, key=lambda a: -a[0])
+
+
+def float64_logprobs(model, encoding, eot, request):
+    """Each continuation's log-likelihood (nats) of one request, its sequence alone through the model (already in
+    float64): one forward per continuation, no rows, no shared context."""
+    import torch
+
+    from gptlab.evals import score
+    from gptlab.evals.suite import checked_encoder
+
+    encode = checked_encoder(encoding, lambda: "a referee row")
+    out = []
+    for context, continuation in zip(request["contexts"], request["continuations"]):
+        tokens, start = score.build_sequences(encode, eot, [(context, continuation)])[0]
+        logits = model.predict(torch.tensor([tokens]), eot)[0].double()
+        logp = torch.log_softmax(logits[:, :encoding.n_vocab], dim=-1)
+        picked = logp[torch.arange(start - 1, len(tokens) - 1), torch.tensor(tokens[start:])]
+        out.append(float(picked.sum()))
+    return out
+
+
+def referee(checkpoint, tasks, furthest, data_dir):
+    """Score the examples furthest apart again in float64 (our model; each sequence alone) and print how far each
+    side's float32 figure is from that: which side's rounding the difference is."""
+    if not furthest:
+        return
+    import torch
+
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint.model_source import load_model
+    from gptlab.evals.suite import task_requests
+
+    model, _, ckpt = load_model(checkpoint, "cpu")
+    model.double()
+    tok = checkpointing.checkpoint_tokenizer(ckpt, checkpoint)
+    by_name = {t.NAME: t for t in tasks}
+    with torch.no_grad():
+        for diff, name, index, ours, theirs in furthest:
+            exact = float64_logprobs(model, tok.encoding, tok.eot, task_requests(by_name[name], 0, index + 1,
+                                                                                 data_dir)[1][index])
+            print(f"  float64 ({name} example {index}, difference {diff:.2e}): ours within "
+                  f"{max(abs(a - b) for a, b in zip(ours, exact)):.2e} of it, lm-eval within "
+                  f"{max(abs(a - b) for a, b in zip(theirs, exact)):.2e}")
 
 
 if __name__ == "__main__":

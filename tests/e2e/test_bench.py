@@ -446,6 +446,15 @@ def test_bench_evals_times_ours_against_lm_eval_and_reads_its_per_example_log_li
     worst = re.search(r"^largest per-example log-likelihood difference: (\S+) nats \(.*\) over 6 examples; acc "
                       r"predictions that differ: 0$", proc.stdout, re.M)
     assert worst and float(worst.group(1)) <= 1e-4, proc.stdout
+    # the referee: the examples furthest apart, each continuation alone through the model in float64, which both
+    # float32 figures must be near (a continuation scored one token off would be nats away)
+    refereed = re.findall(r"^  float64 \((\w+) example (\d+), difference \S+\): ours within (\S+) of it, lm-eval "
+                          r"within (\S+)$", proc.stdout, re.M)
+    assert refereed and len(refereed) <= 3, proc.stdout
+    for _, _, ours, theirs in refereed:
+        assert float(ours) <= 1e-4 and float(theirs) <= 2e-4, proc.stdout
+    assert re.search(r"^  \(lm-eval's figure there, \S+, is a float32 sum: float32 numbers that large lie \S+ apart\)$",
+                     proc.stdout, re.M), proc.stdout
 
 
 # ------------------------------------------------------------------------------------------------ bench_comm.py
