@@ -155,7 +155,7 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
     """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
     many acc predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of every example,
     the largest difference first."""
-    worst, examples, preds_differ, apart = (0.0, None), 0, 0, []
+    worst, examples, preds_differ, apart, over = (0.0, None), 0, 0, [], []
     for task in tasks:
         theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
         with open(os.path.join(ours_dir, f"{task.NAME}.jsonl"), encoding="utf-8") as f:
@@ -169,6 +169,7 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
                 raise UserError(f"{task.NAME} example {rec['index']}: {len(lls)} continuations in lm-eval, "
                                 f"{len(rec['logprob'])} in ours")
             diff, value = max((abs(a - b), a) for a, b in zip(lls, rec["logprob"]))
+            over += [(a - b, a) for a, b in zip(lls, rec["logprob"]) if abs(a - b) > 1e-4]
             task_worst = max(task_worst, diff)
             apart.append((diff, task.NAME, rec["index"], rec["logprob"], lls))
             if diff > worst[0]:
@@ -179,6 +180,10 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
         print(f"  {task.NAME:<16} {len(ours):>5} examples, largest |log-likelihood difference| {task_worst:.2e}")
     print(f"largest per-example log-likelihood difference: {worst[0]:.2e} nats ({worst[1]}) over {examples} "
           f"examples; acc predictions that differ: {preds_differ}")
+    if over:  # how many of lm-eval's float32 steps each such difference spans
+        steps = max(abs(d) / float(np.spacing(np.float32(abs(v)))) for d, v in over)
+        print(f"  {len(over)} continuations differ by more than 1e-4, none by more than {steps:.2f} steps of float32 "
+              "at lm-eval's figure")
     if worst[1] is not None:  # lm-eval sums a continuation's log-probabilities in float32
         print(f"  (lm-eval's figure there, {worst[2]:.4f}, is a float32 sum: float32 numbers that large lie "
               f"{float(np.spacing(np.float32(abs(worst[2])))):.2e} apart)")
