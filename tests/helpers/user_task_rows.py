@@ -15,6 +15,7 @@ LM_EVAL_YAML = {
     "mmlu_anatomy": "mmlu/default/mmlu_anatomy.yaml",  # description; shots the first K of the dev split
     "blimp_adjunct_island": "blimp/adjunct_island.yaml",  # an empty context; the train split scored
     "wsc273": "wsc273/default.yaml",  # partial scoring (one context per option) after lm-eval's process_docs
+    "arithmetic_1dc": "arithmetic/arithmetic_1dc.yaml",  # greedy match, no delimiter; shots from the scored split
 }
 
 _OPTIONS = ["a ) 38 , b ) 27.675 , c ) 30 , d ) data inadequate , e ) none of these",
@@ -75,6 +76,9 @@ def _row(name, i, tag):
                 f"Derek hug Richard after shocking? {i}", "field": "syntax", "linguistics_term": "island_effects",
                 "UID": "adjunct_island", "simple_LM_method": True, "one_prefix_method": False,
                 "two_prefix_method": False, "lexically_identical": True, "pair_id": i}
+    if name == "arithmetic_1dc":
+        a, b, c = i + 2, 9 - i, i % 3 + 1
+        return {"context": f"\n\nQ: What is ({a} + {b}) * {c}?\n\nA:", "completion": f" {(a + b) * c}"}
     text, pronoun, options, label = _WSC[i]
     loc = text.index(f" {pronoun} ") + 1
     return {"text": text, "pronoun": pronoun, "pronoun_loc": loc, "quote": text[loc:loc + 20], "quote_loc": loc,

@@ -18,7 +18,9 @@ TEMPLATE = os.path.join(task_spec.TASKS_DIR, "_template.py")
 
 def lm_eval_golds(task):
     """lm-eval's gold index of each scored doc (a multiple-input task's: its doc_to_text)."""
-    docs = task.test_docs() if task.has_test_docs() else task.validation_docs()
+    docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
+    if task.OUTPUT_TYPE == "loglikelihood":  # one continuation: its own
+        return [0] * len(docs)
     golds = []
     for doc in docs:
         target = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
