@@ -34,6 +34,8 @@ the lab's fixed suite only when its file says so), and the few-shot source (--fe
     FEWSHOT_SAMPLER  "default" (lm-eval's default sampler: drawn at random, as below) or "first_n" (lm-eval's
                      fewshot_config sampler first_n, as MMLU's: the first K rows of the split, in order, less every
                      copy of the row itself under FEWSHOT_EXCLUDE_SELF)
+    KEEP_ROW         a function of a row: False leaves the row out of the examples and of the shots' pool
+                     (lm-eval's process_docs where it filters the rows, as winogender_male's); None (default): all
     DESCRIPTION      lm-eval's description: text put once before the shots and the row's context ("" by default), or
                      a function of the row giving it (where lm-eval's description is a template of the row)
 
@@ -58,7 +60,8 @@ REQUIRED = ("NAME", "HUB_REPO", "HUB_CONFIG", "HUB_SPLIT", "HUB_FILES", "REVISIO
             "RANDOM_BASELINE", "render")
 DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": False,
             "FEWSHOT_SPLIT": None, "FEWSHOT_FILES": None, "FEWSHOT_SHA256": None, "FEWSHOT_EXCLUDE_SELF": True,
-            "FEWSHOT_TARGET_DELIMITER": None, "FEWSHOT_SAMPLER": "default", "DESCRIPTION": ""}
+            "FEWSHOT_TARGET_DELIMITER": None, "FEWSHOT_SAMPLER": "default", "DESCRIPTION": "",
+            "KEEP_ROW": None}
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (lm_eval.evaluator.simple_evaluate)
 KINDS = ("multiple_choice", "greedy")
 SAMPLERS = ("default", "first_n")  # lm-eval 0.4.13's samplers that draw (its balanced and manual ones raise)
@@ -144,6 +147,9 @@ def _problem(module, name):
             return f"{field} must be a string"
     if not isinstance(getattr(module, "CORE", False), bool):
         return "CORE must be True or False"
+    keep = getattr(module, "KEEP_ROW", None)
+    if keep is not None and not callable(keep):
+        return "KEEP_ROW must be a function of a row giving True or False, or None"
     description = getattr(module, "DESCRIPTION", "")
     if not (isinstance(description, str) or callable(description)):
         return "DESCRIPTION must be a string or a function of a row giving one"
@@ -290,14 +296,31 @@ def load_rows(task, data_dir=DATA_DIR, fewshot=False):
                     raise UserError(f"{where}: not valid JSON ({err.msg}); re-download it: python download_evals.py "
                                     f"--tasks {task.NAME} --overwrite") from None
                 check_row(task, row, where)
-                rows.append(row)
+                if task.KEEP_ROW is None or _kept(task, row, where):
+                    rows.append(row)
     except (UnicodeDecodeError, OSError) as err:
         raise UserError(f"cannot read {path} ({err}); re-download it: python download_evals.py --tasks "
                         f"{task.NAME} --overwrite") from None
     if not rows:
+        if task.KEEP_ROW is not None:
+            raise UserError(f"{path}: {task.path}'s KEEP_ROW keeps none of its rows; check KEEP_ROW, or that the "
+                            "file is this task's")
         raise UserError(f"{path} holds no rows; re-download it: python download_evals.py --tasks {task.NAME} "
                         "--overwrite")
     return rows
+
+
+def _kept(task, row, where):
+    """KEEP_ROW(row), checked: lm-eval's process_docs where it filters the rows."""
+    try:
+        keep = task.KEEP_ROW(row)
+    except Exception as err:  # the spec's code on a row it does not fit: name both
+        raise UserError(f"{where}: {task.path}'s KEEP_ROW failed on this row ({type(err).__name__}: {err}); the row "
+                        "does not have the layout the spec expects") from None
+    if not isinstance(keep, bool):
+        raise UserError(f"{where}: {task.path}'s KEEP_ROW gave {type(keep).__name__}; it must give True (score the "
+                        "row) or False (leave it out)")
+    return keep
 
 
 # ---- rendering

@@ -16,6 +16,7 @@ LM_EVAL_YAML = {
     "blimp_adjunct_island": "blimp/adjunct_island.yaml",  # an empty context; the train split scored
     "wsc273": "wsc273/default.yaml",  # partial scoring (one context per option) after lm-eval's process_docs
     "arithmetic_1dc": "arithmetic/arithmetic_1dc.yaml",  # greedy match, no delimiter; shots from the scored split
+    "winogender_male": "winogender/winogender_male.yaml",  # lm-eval's process_docs keeps some rows: KEEP_ROW
 }
 
 _OPTIONS = ["a ) 38 , b ) 27.675 , c ) 30 , d ) data inadequate , e ) none of these",
@@ -76,6 +77,11 @@ def _row(name, i, tag):
                 f"Derek hug Richard after shocking? {i}", "field": "syntax", "linguistics_term": "island_effects",
                 "UID": "adjunct_island", "simple_LM_method": True, "one_prefix_method": False,
                 "two_prefix_method": False, "lexically_identical": True, "pair_id": i}
+    if name == "winogender_male":
+        gender, pronoun = [("male", "he"), ("female", "she"), ("neutral", "they")][i % 3]
+        return {"sentid": f"technician.customer.{i}.{gender}.txt", "sentence": f"The technician told the customer "
+                f"that {pronoun} could pay with cash. ({i})", "pronoun": pronoun, "occupation": "technician",
+                "participant": "customer", "gender": gender, "target": "customer", "label": i % 2}
     if name == "arithmetic_1dc":
         a, b, c = i + 2, 9 - i, i % 3 + 1
         return {"context": f"\n\nQ: What is ({a} + {b}) * {c}?\n\nA:", "completion": f" {(a + b) * c}"}
@@ -86,10 +92,10 @@ def _row(name, i, tag):
 
 
 def user_task_rows(name):
-    """(scored rows, few-shot rows or None) of a task: 6 rows each (WSC273: its 4)."""
+    """(scored rows, few-shot rows or None) of a task: 6 rows each (WSC273: its 4; WinoGender: 9, 3 of them male)."""
     from gptlab.evals import task_spec
 
-    n = len(_WSC) if name == "wsc273" else 6
+    n = {"wsc273": len(_WSC), "winogender_male": 9}.get(name, 6)
     scored = [_row(name, i, "") for i in range(n)]
     task = task_spec.load_task(name, USER_TASKS_DIR)
     return scored, ([_row(name, i, f"(shot {i}) ") for i in range(5)] if task.fewshot_file() else None)

@@ -5,10 +5,11 @@ default seed) for every request of every row at K = 0, 1, 2; the samplers and th
 lm-eval's sampler code and the docs' promises."""
 import importlib.util
 import os
+import re
 
 import pytest
 
-from helpers.eval_tasks import lm_eval_built
+from helpers.eval_tasks import lm_eval_built, write_rows
 from helpers.user_task_rows import LM_EVAL_YAML, USER_TASKS_DIR, user_task_data
 from gptlab.core.errors import UserError
 from gptlab.evals import suite, task_spec
@@ -88,6 +89,26 @@ def test_description_comes_once_before_the_shots_and_the_context(tmp_path):
     assert task_spec.requests(per_row, ROWS, 3)["contexts"][0] == "On q3: Question: q3\nAnswer:"
     with pytest.raises(UserError, match="DESCRIPTION must be a string or a function"):
         task_file(tmp_path, "bad_description", DESCRIPTION="3")
+
+
+def test_keep_row_leaves_rows_out_of_the_examples_and_the_shots(tmp_path):
+    """lm-eval's process_docs filter: --limit N counts the rows kept, and the shots come from the rows kept."""
+    task = task_file(tmp_path / "tasks", "evens", KEEP_ROW="lambda row: row['answer'] == 0",
+                     FEWSHOT_SAMPLER='"first_n"')
+    data = tmp_path / "data"
+    write_rows(data, "evens", ROWS)
+    write_rows(data, "evens.fewshot", ROWS[::-1])
+    _, reqs = suite.task_requests(task, 1, 2, str(data))
+    # kept: q0, q2, q4 (answer 0); shots pool reversed and kept: q4, q2, q0; first_n: q4
+    assert [r["contexts"][0] for r in reqs] == [f"Question: q4\nAnswer: x\n\nQuestion: q{i}\nAnswer:" for i in (0, 2)]
+    for keep, message in (("lambda row: 1", "KEEP_ROW gave int; it must give True"),
+                          ("lambda row: row['nope']", "KEEP_ROW failed on this row (KeyError"),
+                          ("lambda row: False", "KEEP_ROW keeps none of its rows")):
+        task = task_file(tmp_path / "tasks", "evens", KEEP_ROW=keep)
+        with pytest.raises(UserError, match=re.escape(message)):
+            suite.task_requests(task, 0, None, str(data))
+    with pytest.raises(UserError, match="KEEP_ROW must be a function of a row"):
+        task_file(tmp_path / "tasks", "evens", KEEP_ROW="True")
 
 
 def test_a_column_that_may_be_null(tmp_path):
