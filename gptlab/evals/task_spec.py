@@ -216,7 +216,12 @@ def load_task(name, extra_dir=None):
         raise UserError(f"task spec {path} does not load ({type(err).__name__}: {err}); fix the file") from None
     problem = _problem(module, name)
     if problem:
-        raise UserError(f"task spec {path} {problem}; see {os.path.join(os.path.relpath(TASKS_DIR), '_template.py')}")
+        template = _shown(os.path.join(TASKS_DIR, "_template.py"))
+        if not hasattr(module, "NAME") and not hasattr(module, "render"):  # a helper, not a task
+            raise UserError(f"{path} is in a tasks folder but is no task file (no NAME, no render): a task is one "
+                            f"file (copy what it needs into it, see {template}); rename a file that is no task to "
+                            f"start with _, or move it out")
+        raise UserError(f"task spec {path} {problem}; see {template}")
     return Task(module, path)
 
 
@@ -358,15 +363,21 @@ def render(task, row, where):
     return {"contexts": contexts, "choices": choices, "gold": gold}
 
 
+def _shown(path):
+    """A path as a message shows it: relative to here when under here, else as it is."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def check_fewshot(tasks, k):
     """A UserError naming the tasks that have no few-shot split, when k > 0."""
     without = [t for t in tasks if t.FEWSHOT_SPLIT is None]
     if k > 0 and without:
         names = ", ".join(t.NAME for t in without)
         raise UserError(f"--fewshot {k}: task {names} {'has' if len(without) == 1 else 'have'} no few-shot split "
-                        f"(FEWSHOT_SPLIT is None in {', '.join(os.path.relpath(t.path) for t in without)}; its "
-                        "lm-eval task has no split to draw shots from but the one scored); score it with --fewshot 0, "
-                        "or leave it out of --tasks")
+                        f"(FEWSHOT_SPLIT is None in {', '.join(_shown(t.path) for t in without)}: its "
+                        "lm-eval task draws no shots but from the rows it scores, or is 0-shot only); score it with "
+                        "--fewshot 0, or leave it out of --tasks")
 
 
 def fewshot_pool(task, rows, k, data_dir=DATA_DIR):

@@ -164,3 +164,23 @@ def test_an_unknown_task_names_where_to_add_it(tmp_path):
         task_spec.resolve_tasks("sciq")
     with pytest.raises(UserError, match=rf"add one: a file sciqq\.py in {USER_TASKS_DIR} \(your --tasks_dir\)"):
         task_spec.resolve_tasks("sciqq", USER_TASKS_DIR)
+
+
+def test_a_helper_file_in_the_tasks_folder_says_it_is_no_task(tmp_path):
+    (tmp_path / "utils.py").write_text("def doc_to_text(doc):\n    return doc['q']\n")  # as lm-eval's beside a YAML
+    task_file(tmp_path, "mine")
+    assert task_spec.load_task("mine", str(tmp_path)).NAME == "mine"  # named alone: the helper is not read
+    with pytest.raises(UserError, match=rf"{re.escape(str(tmp_path / 'utils.py'))} is in a tasks folder but is no "
+                                        r"task file .*rename a file that is no task to start with _"):
+        task_spec.resolve_tasks("all", str(tmp_path))
+    (tmp_path / "utils.py").rename(tmp_path / "_utils.py")
+    assert "mine" in {t.NAME for t in task_spec.resolve_tasks("all", str(tmp_path))}
+
+
+def test_fewshot_on_a_task_without_a_few_shot_split_names_its_file_as_given(tmp_path):
+    """A file outside the working folder is named by its own path, not a relative one of ../.. steps."""
+    task = task_file(tmp_path, "zero_shot", FEWSHOT_SPLIT="None", FEWSHOT_FILES="None")
+    with pytest.raises(UserError) as err:
+        task_spec.check_fewshot([task], 2)
+    assert (f"task zero_shot has no few-shot split (FEWSHOT_SPLIT is None in {task.path}: its lm-eval task draws "
+            "no shots but from the rows it scores, or is 0-shot only)") in str(err.value)
