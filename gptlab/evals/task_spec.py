@@ -315,13 +315,18 @@ def load_rows(task, data_dir=DATA_DIR, fewshot=False):
     return rows
 
 
+def _spec_call(task, field, row, where):
+    """The task file's function `field` on a row; any error in it is a UserError naming both."""
+    try:
+        return getattr(task, field)(row)
+    except Exception as err:  # the spec's code on a row it does not fit: name both
+        raise UserError(f"{where}: {task.path}'s {field} failed on this row ({type(err).__name__}: {err}); the row "
+                        "does not have the layout the spec expects") from None
+
+
 def _kept(task, row, where):
     """KEEP_ROW(row), checked: lm-eval's process_docs where it filters the rows."""
-    try:
-        keep = task.KEEP_ROW(row)
-    except Exception as err:  # the spec's code on a row it does not fit: name both
-        raise UserError(f"{where}: {task.path}'s KEEP_ROW failed on this row ({type(err).__name__}: {err}); the row "
-                        "does not have the layout the spec expects") from None
+    keep = _spec_call(task, "KEEP_ROW", row, where)
     if not isinstance(keep, bool):
         raise UserError(f"{where}: {task.path}'s KEEP_ROW gave {type(keep).__name__}; it must give True (score the "
                         "row) or False (leave it out)")
@@ -332,11 +337,7 @@ def _kept(task, row, where):
 
 def render(task, row, where):
     """task.render(row), checked: {"contexts": [str] (one per choice), "choices": [str], "gold": int}."""
-    try:
-        out = task.render(row)
-    except Exception as err:  # the spec's code on a row it does not fit: name both
-        raise UserError(f"{where}: {task.path}'s render failed on this row ({type(err).__name__}: {err}); the row "
-                        "does not have the layout the spec expects") from None
+    out = _spec_call(task, "render", row, where)
     shape = 'return {"context": str, "choices": [str], "gold": the right choice\'s index}'
     if not isinstance(out, dict) or not {"context", "choices", "gold"} <= set(out):
         got = f"a dict with {', '.join(map(str, out)) or 'no keys'}" if isinstance(out, dict) else type(out).__name__
@@ -441,11 +442,7 @@ def description(task, row, where):
     """The text put before a row's shots and context: DESCRIPTION, or what it gives for the row."""
     if not callable(task.DESCRIPTION):
         return task.DESCRIPTION
-    try:
-        text = task.DESCRIPTION(row)
-    except Exception as err:  # the spec's code on a row it does not fit: name both
-        raise UserError(f"{where}: {task.path}'s DESCRIPTION failed on this row ({type(err).__name__}: {err}); the "
-                        "row does not have the layout the spec expects") from None
+    text = _spec_call(task, "DESCRIPTION", row, where)
     if not isinstance(text, str):
         raise UserError(f"{where}: {task.path}'s DESCRIPTION gave {type(text).__name__}, not a string")
     return text
