@@ -200,8 +200,8 @@ def load_task(name, extra_dir=None):
     """The Task of the file of that name; an unknown name or a spec with a missing or bad field is a UserError."""
     files = task_files(extra_dir)
     if name not in files:
-        where = f"{extra_dir} (your --tasks_dir)" if extra_dir else f"{os.path.relpath(TASKS_DIR)}, or in a folder of "\
-            "your own passed as --tasks_dir"
+        where = f"{extra_dir} (your --tasks_dir)" if extra_dir else f"{_shown(TASKS_DIR)}, or in a folder of your " \
+            "own passed as --tasks_dir"
         raise UserError(f"unknown task {name!r}; the tasks are {', '.join(sorted(files))} (add one: a file {name}.py "
                         f"in {where}; see docs/evals.md, \"Add a task\")")
     path = files[name]
