@@ -108,7 +108,8 @@ def task_files(extra_dir=None):
             if n.endswith(".py") and not n.startswith("_"):
                 if n[:-3] in files:
                     raise UserError(f"task {n[:-3]} is defined twice ({files[n[:-3]]} and {os.path.join(folder, n)}); "
-                                    "rename yours")
+                                    f"rename yours: another file name, and the same name as its NAME (e.g. "
+                                    f"{n[:-3]}_mine.py with NAME = \"{n[:-3]}_mine\")")
                 files[n[:-3]] = os.path.join(folder, n)
     return files
 

@@ -184,3 +184,12 @@ def test_fewshot_on_a_task_without_a_few_shot_split_names_its_file_as_given(tmp_
         task_spec.check_fewshot([task], 2)
     assert (f"task zero_shot has no few-shot split (FEWSHOT_SPLIT is None in {task.path}: its lm-eval task draws "
             "no shots but from the rows it scores, or is 0-shot only)") in str(err.value)
+
+
+def test_a_task_of_yours_named_as_a_built_in_one_says_how_to_rename_it(tmp_path):
+    task_file(tmp_path, "mine")
+    (tmp_path / "winogrande.py").write_bytes(open(task_spec.load_task("winogrande").path, "rb").read())
+    with pytest.raises(UserError, match=r"task winogrande is defined twice .*rename yours: another file name, and the "
+                                        r"same name as its NAME \(e\.g\. winogrande_mine\.py with NAME = "
+                                        r"\"winogrande_mine\"\)"):
+        task_spec.resolve_tasks("mine", str(tmp_path))
