@@ -90,7 +90,7 @@ def test_a_task_added_as_one_file_scores(setup, tmp_path):
 
 
 def test_benchmarks_added_as_the_docs_say_score_with_their_own_shots(setup, tmp_path):
-    """docs/evals.md's "Add a task" followed for eleven benchmarks we do not ship (tests/helpers/user_tasks/, a
+    """docs/evals.md's "Add a task" followed for thirteen benchmarks we do not ship (tests/helpers/user_tasks/, a
     --tasks_dir; their rendering against lm-eval's: tests/unit/test_eval_user_tasks.py): each scores, summary.json
     records MMLU's shots as its dev split's by the first_n sampler, and a test-only task refuses --fewshot."""
     _, ckpt, _ = setup

@@ -17,6 +17,8 @@ LM_EVAL_YAML = {
     "wsc273": "wsc273/default.yaml",  # partial scoring (one context per option) after lm-eval's process_docs
     "arithmetic_1dc": "arithmetic/arithmetic_1dc.yaml",  # greedy match, no delimiter; shots from the scored split
     "winogender_male": "winogender/winogender_male.yaml",  # lm-eval's process_docs keeps some rows: KEEP_ROW
+    "anli_r1": "anli/anli_r1.yaml",  # splits named train_r1, test_r1; fixed choices
+    "pubmedqa": "pubmedqa/pubmedqa.yaml",  # a list of passages joined; the target the answer's text
 }
 
 _OPTIONS = ["a ) 38 , b ) 27.675 , c ) 30 , d ) data inadequate , e ) none of these",
@@ -82,6 +84,14 @@ def _row(name, i, tag):
         return {"sentid": f"technician.customer.{i}.{gender}.txt", "sentence": f"The technician told the customer "
                 f"that {pronoun} could pay with cash. ({i})", "pronoun": pronoun, "occupation": "technician",
                 "participant": "customer", "gender": gender, "target": "customer", "label": i % 2}
+    if name == "anli_r1":
+        return {"uid": f"u{i}", "premise": f"{tag}The Parma trolleybus system ({i}) is part of the transport network.",
+                "hypothesis": "It is old.", "label": i % 3, "reason": ""}
+    if name == "pubmedqa":
+        return {"QUESTION": f"{tag}Do mitochondria remodel lace plant leaves ({i})?", "CONTEXTS": ["Cell death.",
+                f"Leaves {i}."], "LABELS": ["BACKGROUND", "RESULTS"], "MESHES": ["Cell"], "YEAR": "2011",
+                "reasoning_required_pred": "yes", "reasoning_free_pred": "yes",
+                "final_decision": ["yes", "no", "maybe"][i % 3], "LONG_ANSWER": "Results."}
     if name == "arithmetic_1dc":
         a, b, c = i + 2, 9 - i, i % 3 + 1
         return {"context": f"\n\nQ: What is ({a} + {b}) * {c}?\n\nA:", "completion": f" {(a + b) * c}"}
