@@ -127,9 +127,10 @@ def interval(pair):
 
 
 def print_summary(summaries, suite, out, dtype):
-    print(f"{'task':<16}{'n':>6}  {'acc [95% CI]':<24}{'acc_norm':>9}  {'centred':>8}  gold bpb [95% CI]")
+    width = max([16] + [len(name) + 1 for name in summaries])  # a long task name (mmlu_...) keeps the columns
+    print(f"{'task':<{width}}{'n':>6}  {'acc [95% CI]':<24}{'acc_norm':>9}  {'centred':>8}  gold bpb [95% CI]")
     for name, s in summaries.items():
-        print(f"{name:<16}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
+        print(f"{name:<{width}}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
               f"{s['centred']:>8.4f}  {s['gold_bpb']:.4f} {interval(s['gold_bpb_ci95'])}")
     print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} {interval(suite['core_ci95'])}; "
           f"mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")

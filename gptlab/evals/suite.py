@@ -64,7 +64,7 @@ def fewshot_sources(tasks, fewshot, data_dir=task_spec.DATA_DIR):
             rows = sum(1 for line in f if line.strip())
         out[task.NAME] = {"split": task.FEWSHOT_SPLIT, "file": os.path.basename(path), "rows": rows,
                           "sha256": sha256_file(path), "seed": task_spec.FEWSHOT_SEED,
-                          "exclude_self": task.FEWSHOT_EXCLUDE_SELF}
+                          "sampler": task.FEWSHOT_SAMPLER, "exclude_self": task.FEWSHOT_EXCLUDE_SELF}
     return out
 
 

@@ -10,13 +10,15 @@ A task file (copy gptlab/evals/tasks/_template.py; docs/evals.md walks through o
     REVISION         branch, tag or commit of the repo
     SHA256           sha256 of the rows as download_evals.py writes them (one json.dumps(row, ensure_ascii=False)
                      line each), or None: the download is then pinned by REVISION only
-    COLUMNS          {column: type} every row must have (str, int, bool, list, dict)
+    COLUMNS          {column: type} every row must have (str, int, bool, float, list, dict); a tuple of them with
+                     None, e.g. (str, None), for a column that may be null
     RANDOM_BASELINE  accuracy of a uniform guess: a number, or "uniform" (1 / number of choices, per example)
     render(row)      → {"context": str, or a list of str (one per choice, WinoGrande), "choices": [str],
                         "gold": index of the right choice}
 Optional: KIND ("multiple_choice", default; or "greedy": one choice, right when the model's greedy tokens are
 exactly it, as LAMBADA), TARGET_DELIMITER (" ": put between the context and each choice), FEWSHOT_DELIMITER
-("\\n\\n": after each shot), CORE (True: part of --tasks core), and the few-shot source (--fewshot K):
+("\\n\\n": after each shot), CORE (True: part of --tasks core; False by default: a task joins
+the lab's fixed suite only when its file says so), and the few-shot source (--fewshot K):
 
     FEWSHOT_SPLIT    the split shots come from, as lm-eval's task of the same name draws them (its fewshot_split,
                      else training_split, else validation_split), or None (default): the task has none, and
@@ -29,12 +31,19 @@ exactly it, as LAMBADA), TARGET_DELIMITER (" ": put between the context and each
                      test_split, both unset included); False: K drawn (lm-eval's arc_easy, arc_challenge and
                      openbookqa, whose test_split is another split). True whenever FEWSHOT_SPLIT is HUB_SPLIT.
     FEWSHOT_TARGET_DELIMITER  between a shot's context and its answer (default: TARGET_DELIMITER)
+    FEWSHOT_SAMPLER  "default" (lm-eval's default sampler: drawn at random, as below) or "first_n" (lm-eval's
+                     fewshot_config sampler first_n, as MMLU's: the first K rows of the split, in order, less every
+                     copy of the row itself under FEWSHOT_EXCLUDE_SELF)
+    KEEP_ROW         a function of a row: False leaves the row out of the examples and of the shots' pool
+                     (lm-eval's process_docs where it filters the rows, as winogender_male's); None (default): all
+    DESCRIPTION      lm-eval's description: text put once before the shots and the row's context ("" by default), or
+                     a function of the row giving it (where lm-eval's description is a template of the row)
 
 A continuation scored is TARGET_DELIMITER + choice after its context (lm-eval's multiple_choice requests). With
---fewshot K, the context is K rows of the few-shot split, each rendered as its context + FEWSHOT_TARGET_DELIMITER +
-its gold choice + FEWSHOT_DELIMITER, then the row's own context (lm-eval's layout); the rows are drawn as lm-eval
-0.4.13's default sampler draws them (fewshot_draws): one random.Random(1234) per task, over the scored rows in order,
-so that on the same rows our K-shot contexts are lm-eval's byte for byte.
+--fewshot K, the context is DESCRIPTION, then K rows of the few-shot split, each rendered as its context +
+FEWSHOT_TARGET_DELIMITER + its gold choice + FEWSHOT_DELIMITER, then the row's own context (lm-eval's layout); the
+rows are drawn as lm-eval 0.4.13's samplers draw them (fewshot_draws): its default one with one random.Random(1234)
+per task, over the scored rows in order, so that on the same rows our K-shot contexts are lm-eval's byte for byte.
 """
 import importlib.util
 import json
@@ -49,11 +58,13 @@ from gptlab.dataset.hellaswag_file import not_a_file
 TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
 REQUIRED = ("NAME", "HUB_REPO", "HUB_CONFIG", "HUB_SPLIT", "HUB_FILES", "REVISION", "SHA256", "COLUMNS",
             "RANDOM_BASELINE", "render")
-DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": True,
+DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": False,
             "FEWSHOT_SPLIT": None, "FEWSHOT_FILES": None, "FEWSHOT_SHA256": None, "FEWSHOT_EXCLUDE_SELF": True,
-            "FEWSHOT_TARGET_DELIMITER": None}
+            "FEWSHOT_TARGET_DELIMITER": None, "FEWSHOT_SAMPLER": "default", "DESCRIPTION": "",
+            "KEEP_ROW": None}
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (lm_eval.evaluator.simple_evaluate)
 KINDS = ("multiple_choice", "greedy")
+SAMPLERS = ("default", "first_n")  # lm-eval 0.4.13's samplers that draw (its balanced and manual ones raise)
 COLUMN_TYPES = (str, int, bool, float, list, dict)
 MAX_ROW_CHARS = 1_000_000  # far above any benchmark row (BoolQ's longest is ~5 kB): a longer line is a broken file
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -97,7 +108,8 @@ def task_files(extra_dir=None):
             if n.endswith(".py") and not n.startswith("_"):
                 if n[:-3] in files:
                     raise UserError(f"task {n[:-3]} is defined twice ({files[n[:-3]]} and {os.path.join(folder, n)}); "
-                                    "rename yours")
+                                    f"rename yours: another file name, and the same name as its NAME (e.g. "
+                                    f"{n[:-3]}_mine.py with NAME = \"{n[:-3]}_mine\")")
                 files[n[:-3]] = os.path.join(folder, n)
     return files
 
@@ -121,8 +133,9 @@ def _problem(module, name):
     if module.SHA256 is not None and not re.fullmatch(r"[0-9a-f]{64}", str(module.SHA256)):
         return "SHA256 must be 64 lower-case hex digits or None"
     if not (isinstance(module.COLUMNS, dict) and module.COLUMNS
-            and all(isinstance(k, str) and v in COLUMN_TYPES for k, v in module.COLUMNS.items())):
-        return "COLUMNS must be a non-empty {column name: str | int | bool | float | list | dict}"
+            and all(isinstance(k, str) and _column_kinds(v) for k, v in module.COLUMNS.items())):
+        return ("COLUMNS must be a non-empty {column name: str | int | bool | float | list | dict, or a tuple of them "
+                "with None for a column that may be null, e.g. (str, None)}")
     b = module.RANDOM_BASELINE
     if b != "uniform" and not (isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1):
         return f"RANDOM_BASELINE must be \"uniform\" or a number in [0, 1), got {b!r}"
@@ -133,6 +146,14 @@ def _problem(module, name):
     for field in ("TARGET_DELIMITER", "FEWSHOT_DELIMITER"):
         if not isinstance(getattr(module, field, ""), str):
             return f"{field} must be a string"
+    if not isinstance(getattr(module, "CORE", False), bool):
+        return "CORE must be True or False"
+    keep = getattr(module, "KEEP_ROW", None)
+    if keep is not None and not callable(keep):
+        return "KEEP_ROW must be a function of a row giving True or False, or None"
+    description = getattr(module, "DESCRIPTION", "")
+    if not (isinstance(description, str) or callable(description)):
+        return "DESCRIPTION must be a string or a function of a row giving one"
     return _fewshot_problem(module)
 
 
@@ -151,6 +172,10 @@ def _fewshot_problem(module):
     delimiter = getattr(module, "FEWSHOT_TARGET_DELIMITER", None)
     if delimiter is not None and not isinstance(delimiter, str):
         return "FEWSHOT_TARGET_DELIMITER must be a string or None"
+    sampler = getattr(module, "FEWSHOT_SAMPLER", "default")
+    if sampler not in SAMPLERS:
+        return (f"FEWSHOT_SAMPLER must be one of {', '.join(SAMPLERS)} (lm-eval's fewshot_config sampler), got "
+                f"{sampler!r}")
     if split is None and (files is not None or sha is not None):
         return "sets FEWSHOT_FILES or FEWSHOT_SHA256 but FEWSHOT_SPLIT is None; name the split they are of"
     if split is not None and split == module.HUB_SPLIT:
@@ -164,12 +189,22 @@ def _fewshot_problem(module):
     return None
 
 
+def _column_kinds(kind):
+    """A COLUMNS value as a tuple of types (None: null allowed), or None when it is not one."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if kinds and all(k is None or k in COLUMN_TYPES for k in kinds) and any(k is not None for k in kinds):
+        return kinds
+    return None
+
+
 def load_task(name, extra_dir=None):
     """The Task of the file of that name; an unknown name or a spec with a missing or bad field is a UserError."""
     files = task_files(extra_dir)
     if name not in files:
-        raise UserError(f"unknown task {name!r}; the tasks are {', '.join(sorted(files))} (add one: a file in "
-                        f"{os.path.relpath(TASKS_DIR)}, see docs/evals.md)")
+        where = f"{extra_dir} (your --tasks_dir)" if extra_dir else f"{_shown(TASKS_DIR)}, or in a folder of your " \
+            "own passed as --tasks_dir"
+        raise UserError(f"unknown task {name!r}; the tasks are {', '.join(sorted(files))} (add one: a file {name}.py "
+                        f"in {where}; see docs/evals.md, \"Add a task\")")
     path = files[name]
     if not _NAME.match(name):
         raise UserError(f"task file {path}: its name must be lower case letters, digits and _, starting with a "
@@ -182,7 +217,12 @@ def load_task(name, extra_dir=None):
         raise UserError(f"task spec {path} does not load ({type(err).__name__}: {err}); fix the file") from None
     problem = _problem(module, name)
     if problem:
-        raise UserError(f"task spec {path} {problem}; see {os.path.join(os.path.relpath(TASKS_DIR), '_template.py')}")
+        template = _shown(os.path.join(TASKS_DIR, "_template.py"))
+        if not hasattr(module, "NAME") and not hasattr(module, "render"):  # a helper, not a task
+            raise UserError(f"{path} is in a tasks folder but is no task file (no NAME, no render): a task is one "
+                            f"file (copy what it needs into it, see {template}); rename a file that is no task to "
+                            f"start with _, or move it out")
+        raise UserError(f"task spec {path} {problem}; see {template}")
     return Task(module, path)
 
 
@@ -213,12 +253,27 @@ def check_row(task, row, where):
                             f"{task.NAME}'s file? re-download it: python download_evals.py --tasks {task.NAME} "
                             "--overwrite")
         value = row[column]
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok:
-            raise UserError(f"{where}: column {column!r} must be {kind.__name__}, got {type(value).__name__}; "
-                            f"re-download it: python download_evals.py --tasks {task.NAME} --overwrite")
+        kinds = _column_kinds(kind)
+        if not any(_is(value, k) for k in kinds):
+            want = " or ".join("null" if k is None else k.__name__ for k in kinds)
+            got = "null" if value is None else type(value).__name__
+            fix = f"re-download it: python download_evals.py --tasks {task.NAME} --overwrite"
+            if value is None:  # a dataset may hold nulls in a column: the spec can allow them
+                allowed = ", ".join(k.__name__ for k in kinds)
+                fix = (f"if the dataset has nulls in that column, allow them in {task.path}: COLUMNS[{column!r}] = "
+                       f"({allowed}, None); else {fix}")
+            raise UserError(f"{where}: column {column!r} must be {want}, got {got}; {fix}")
+
+
+def _is(value, kind):
+    """Whether a JSON value is of a COLUMNS type (None: null; float takes ints too, int takes no bool)."""
+    if kind is None:
+        return value is None
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
 
 
 def load_rows(task, data_dir=DATA_DIR, fewshot=False):
@@ -247,40 +302,73 @@ def load_rows(task, data_dir=DATA_DIR, fewshot=False):
                     raise UserError(f"{where}: not valid JSON ({err.msg}); re-download it: python download_evals.py "
                                     f"--tasks {task.NAME} --overwrite") from None
                 check_row(task, row, where)
-                rows.append(row)
+                if task.KEEP_ROW is None or _kept(task, row, where):
+                    rows.append(row)
     except (UnicodeDecodeError, OSError) as err:
         raise UserError(f"cannot read {path} ({err}); re-download it: python download_evals.py --tasks "
                         f"{task.NAME} --overwrite") from None
     if not rows:
+        if task.KEEP_ROW is not None:
+            raise UserError(f"{path}: {task.path}'s KEEP_ROW keeps none of its rows; check KEEP_ROW, or that the "
+                            "file is this task's")
         raise UserError(f"{path} holds no rows; re-download it: python download_evals.py --tasks {task.NAME} "
                         "--overwrite")
     return rows
+
+
+def _spec_call(task, field, row, where):
+    """The task file's function `field` on a row; any error in it is a UserError naming both."""
+    try:
+        return getattr(task, field)(row)
+    except Exception as err:  # the spec's code on a row it does not fit: name both
+        raise UserError(f"{where}: {task.path}'s {field} failed on this row ({type(err).__name__}: {err}); the row "
+                        "does not have the layout the spec expects") from None
+
+
+def _kept(task, row, where):
+    """KEEP_ROW(row), checked: lm-eval's process_docs where it filters the rows."""
+    keep = _spec_call(task, "KEEP_ROW", row, where)
+    if not isinstance(keep, bool):
+        raise UserError(f"{where}: {task.path}'s KEEP_ROW gave {type(keep).__name__}; it must give True (score the "
+                        "row) or False (leave it out)")
+    return keep
 
 
 # ---- rendering
 
 def render(task, row, where):
     """task.render(row), checked: {"contexts": [str] (one per choice), "choices": [str], "gold": int}."""
-    try:
-        out = task.render(row)
-    except Exception as err:  # the spec's code on a row it does not fit: name both
-        raise UserError(f"{where}: {task.path}'s render failed on this row ({type(err).__name__}: {err}); the row "
-                        "does not have the layout the spec expects") from None
+    out = _spec_call(task, "render", row, where)
+    shape = 'return {"context": str, "choices": [str], "gold": the right choice\'s index}'
     if not isinstance(out, dict) or not {"context", "choices", "gold"} <= set(out):
-        raise UserError(f"{task.path}: render must return a dict with context, choices and gold")
+        got = f"a dict with {', '.join(map(str, out)) or 'no keys'}" if isinstance(out, dict) else type(out).__name__
+        raise UserError(f"{where}: {task.path}'s render gave {got}; {shape}")
     choices, gold, context = out["choices"], out["gold"], out["context"]
     if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
-        raise UserError(f"{where}: {task.path}'s render gave choices that are not a non-empty list of strings")
+        bad = [type(c).__name__ for c in choices if not isinstance(c, str)] if isinstance(choices, list) else []
+        got = (type(choices).__name__ if not isinstance(choices, list)
+               else f"a list holding {bad[0]}" if bad else "an empty list")
+        raise UserError(f"{where}: {task.path}'s render gave choices as {got}; give a non-empty list of strings "
+                        "(list(...) of a tuple or an array, str(...) of a number)")
     if task.KIND == "greedy" and len(choices) != 1:
         raise UserError(f"{where}: {task.path} is KIND greedy, so render must give exactly one choice")
     if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(choices):
+        hint = "" if isinstance(gold, int) and not isinstance(gold, bool) else (
+            " (an answer given as text or a letter: its position, e.g. choices.index(answer) or "
+            "\"ABCD\".index(letter); a number in a string: int(...))")
         raise UserError(f"{where}: {task.path}'s render gave gold {gold!r}, not an index of its {len(choices)} "
-                        "choices")
+                        f"choices; gold must be the right choice's index, an int from 0 to {len(choices) - 1}{hint}")
     contexts = [context] * len(choices) if isinstance(context, str) else context
     if not (isinstance(contexts, list) and len(contexts) == len(choices) and all(isinstance(c, str) for c in contexts)):
         raise UserError(f"{where}: {task.path}'s render gave a context that is neither a string nor one string per "
-                        "choice")
+                        f"choice; give one string, or a list of {len(choices)} (one per choice, as WinoGrande's)")
     return {"contexts": contexts, "choices": choices, "gold": gold}
+
+
+def _shown(path):
+    """A path as a message shows it: relative to here when under here, else as it is."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def check_fewshot(tasks, k):
@@ -289,9 +377,9 @@ def check_fewshot(tasks, k):
     if k > 0 and without:
         names = ", ".join(t.NAME for t in without)
         raise UserError(f"--fewshot {k}: task {names} {'has' if len(without) == 1 else 'have'} no few-shot split "
-                        f"(FEWSHOT_SPLIT is None in {', '.join(os.path.relpath(t.path) for t in without)}; its "
-                        "lm-eval task has no split to draw shots from but the one scored); score it with --fewshot 0, "
-                        "or leave it out of --tasks")
+                        f"(FEWSHOT_SPLIT is None in {', '.join(_shown(t.path) for t in without)}: its "
+                        "lm-eval task draws no shots but from the rows it scores, or is 0-shot only); score it with "
+                        "--fewshot 0, or leave it out of --tasks")
 
 
 def fewshot_pool(task, rows, k, data_dir=DATA_DIR):
@@ -312,6 +400,8 @@ def fewshot_draws(task, rows, pool, k, seed=FEWSHOT_SEED):
     if k <= 0:
         return [[] for _ in rows]
     exclude = task.FEWSHOT_EXCLUDE_SELF
+    if task.FEWSHOT_SAMPLER == "first_n":
+        return _first_n(task, rows, pool, k)
     need = k + 1 if exclude else k
     if len(pool) < need:
         where = "rows" if task.fewshot_file() else "rows (its few-shot split is the split scored)"
@@ -335,6 +425,30 @@ def fewshot_draws(task, rows, pool, k, seed=FEWSHOT_SEED):
     return draws
 
 
+def _first_n(task, rows, pool, k):
+    """lm-eval's FirstNSampler: the first k rows of the pool, in order, every copy of the row itself removed first
+    when it passes the row as eval_doc (FEWSHOT_EXCLUDE_SELF)."""
+    draws = []
+    for i, row in enumerate(rows):
+        kept = [j for j in range(len(pool)) if not (task.FEWSHOT_EXCLUDE_SELF and pool[j] == row)][:k]
+        if len(kept) < k:
+            others = " other" if task.FEWSHOT_EXCLUDE_SELF else ""
+            raise UserError(f"--fewshot {k}: {task.NAME} row {i + 1} has only {len(kept)}{others} rows in its "
+                            f"{task.FEWSHOT_SPLIT} split to take its shots from; use a smaller --fewshot")
+        draws.append(kept)
+    return draws
+
+
+def description(task, row, where):
+    """The text put before a row's shots and context: DESCRIPTION, or what it gives for the row."""
+    if not callable(task.DESCRIPTION):
+        return task.DESCRIPTION
+    text = _spec_call(task, "DESCRIPTION", row, where)
+    if not isinstance(text, str):
+        raise UserError(f"{where}: {task.path}'s DESCRIPTION gave {type(text).__name__}, not a string")
+    return text
+
+
 def _renderer(task, rows, cache, what):
     def get(i):
         if i not in cache:
@@ -351,7 +465,7 @@ def requests(task, rows, index, shots=(), pool=None, rendered=None, pool_rendere
     pool_rendered = {} if pool_rendered is None else pool_rendered
     own = _renderer(task, rows, rendered, "")(index)
     shot_of = _renderer(task, pool, pool_rendered, "few-shot " if pool is not rows else "") if shots else None
-    prefix = ""
+    prefix = description(task, rows[index], f"{task.NAME} row {index + 1}")  # lm-eval's, before the shots
     for i in shots:
         shot = shot_of(i)
         prefix += (shot["contexts"][shot["gold"]] + task.FEWSHOT_TARGET_DELIMITER + shot["choices"][shot["gold"]]

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import free_port, run_script
 from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
+from helpers.user_task_rows import LM_EVAL_YAML, USER_TASKS_DIR, user_task_data
 
 SCRIPT = "evaluate.py"
 TASKS = ["arc_easy", "boolq", "winogrande", "copa", "hellaswag"]
@@ -88,6 +89,30 @@ def test_a_task_added_as_one_file_scores(setup, tmp_path):
     assert [r["bytes"] for r in rows] == [[6, 4], [5, 5, 6]]  # " green", " red"; " pink", " blue", " black"
 
 
+def test_benchmarks_added_as_the_docs_say_score_with_their_own_shots(setup, tmp_path):
+    """docs/evals.md's "Add a task" followed for thirteen benchmarks we do not ship (tests/helpers/user_tasks/, a
+    --tasks_dir; their rendering against lm-eval's: tests/unit/test_eval_user_tasks.py): each scores, summary.json
+    records MMLU's shots as its dev split's by the first_n sampler, and a test-only task refuses --fewshot."""
+    _, ckpt, _ = setup
+    data = user_task_data(tmp_path / "data")
+    names = ",".join(sorted(LM_EVAL_YAML))
+    proc = run_script([SCRIPT, ckpt, "--tasks_dir", USER_TASKS_DIR, "--tasks", names, "--data_dir", data, "--limit",
+                       "3", "--out", tmp_path / "zero", "--quiet"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "zero" / "summary.json").read_text())
+    assert {name: s["n"] for name, s in summary["per_task"].items()} == {name: 3 for name in LM_EVAL_YAML}
+    assert summary["per_task"]["truthfulqa_mc1"]["baseline"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
+    proc = run_script([SCRIPT, ckpt, "--tasks_dir", USER_TASKS_DIR, "--tasks", "mmlu_anatomy,sciq", "--data_dir",
+                       data, "--fewshot", "2", "--out", tmp_path / "two", "--quiet"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    source = json.loads((tmp_path / "two" / "summary.json").read_text())["fewshot_source"]
+    assert (source["mmlu_anatomy"]["sampler"], source["sciq"]["sampler"]) == ("first_n", "default")
+    assert source["mmlu_anatomy"]["split"] == "dev" and source["mmlu_anatomy"]["file"] == "mmlu_anatomy.fewshot.jsonl"
+    line = run_script([SCRIPT, ckpt, "--tasks_dir", USER_TASKS_DIR, "--tasks", "race", "--data_dir", data,
+                       "--fewshot", "1", "--out", tmp_path / "race"], timeout=300)
+    assert "task race has no few-shot split" in one_error(line)
+
+
 def one_error(proc):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -148,7 +173,8 @@ def test_fewshot_draws_from_the_few_shot_file_and_records_it(setup, tmp_path):
     assert summary["fewshot"] == 2
     sha = hashlib.sha256((tmp_path / "data" / "arc_easy.fewshot.jsonl").read_bytes()).hexdigest()
     assert summary["fewshot_source"]["arc_easy"] == {"split": "train", "file": "arc_easy.fewshot.jsonl", "rows": 20,
-                                                     "sha256": sha, "seed": 1234, "exclude_self": False}
+                                                     "sha256": sha, "seed": 1234, "sampler": "default",
+                                                     "exclude_self": False}
     assert summary["fewshot_source"]["copa"]["exclude_self"] is True
     zero = run_script([SCRIPT, ckpt, "--tasks", "copa", "--data_dir", data, "--out", tmp_path / "zero", "--quiet"],
                       timeout=300)

@@ -162,3 +162,30 @@ def loop_loglikelihood(model, enc, eot, context, continuation):
         total += float(logp[pos, token])
         greedy = greedy and int(logp[pos].argmax()) == token
     return total, greedy, len(cont), len(continuation.encode("utf-8"))
+
+
+def lm_eval_built(folder, yaml_file, files, k, n, overrides=None):
+    """([[(context, continuation)] per scored row], lm-eval's task) as lm-eval 0.4.13 builds them for `lm_eval
+    --num_fewshot k --limit n`: its own task file `yaml_file` (under lm_eval/tasks/, included) with the data from
+    local json files {split: path} (its config picks the split it scores and the one it draws shots from);
+    TaskManager, set_fewshot_seed(1234) and build_all_requests, as lm_eval.evaluator runs them."""
+    import lm_eval
+    import yaml
+    from lm_eval.tasks import TaskManager
+
+    os.makedirs(folder, exist_ok=True)
+    name = f"gptlab_ref_{os.path.basename(str(folder))}"
+    cfg = {"include": os.path.join(os.path.dirname(lm_eval.__file__), "tasks", yaml_file), "task": name, "tag": [],
+           "dataset_path": "json", "dataset_name": None,
+           "dataset_kwargs": {"data_files": files, "cache_dir": os.path.join(str(folder), "hf_datasets")},
+           **(overrides or {})}
+    with open(os.path.join(folder, "task.yaml"), "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    task = TaskManager(include_path=str(folder), include_defaults=False).load(name)["tasks"][name]
+    task.set_config(key="num_fewshot", value=k)  # what lm_eval.evaluator.simple_evaluate does, in its order
+    task.set_fewshot_seed(seed=1234)
+    task.build_all_requests(limit=n)
+    out = [[] for _ in range(n)]
+    for inst in task.instances:
+        out[inst.doc_id].append(tuple(inst.arguments))
+    return out, task

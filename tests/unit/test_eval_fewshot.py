@@ -8,9 +8,8 @@ import os
 import random
 
 import pytest
-import yaml
 
-from helpers.eval_tasks import shared_rows, write_rows
+from helpers.eval_tasks import lm_eval_built, shared_rows, write_rows
 from gptlab.core.errors import UserError
 from gptlab.evals import suite, task_spec
 from gptlab.evals.lm_eval_task import LM_EVAL_FILES
@@ -32,30 +31,14 @@ def train_rows(name, rows, n, start, copies=()):
 
 def lm_eval_contexts(tmp_path, name, train, scored, k):
     """[[(context, continuation)] per scored row] as lm-eval builds them for `lm_eval --num_fewshot k` on these
-    rows: its own task file (included), the data from json files: train = `train`, validation and test = `scored`
-    (its config picks which split it scores and which it draws shots from)."""
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
+    rows: its own task file, train = `train`, validation and test = `scored` (its config picks which split it
+    scores and which it draws shots from)."""
     folder = tmp_path / f"{name}_{k}"
     write_rows(folder, "train", train)
     write_rows(folder, "scored", scored)
     files = {"train": str(folder / "train.jsonl"), "validation": str(folder / "scored.jsonl"),
              "test": str(folder / "scored.jsonl")}
-    cfg = {"include": os.path.join(os.path.dirname(lm_eval.__file__), "tasks", LM_EVAL_FILES[name]),
-           "task": f"gptlab_fs_{name}", "tag": [], "dataset_path": "json", "dataset_name": None,
-           "dataset_kwargs": {"data_files": files, "cache_dir": str(tmp_path / "hf_datasets")},
-           **OVERRIDES.get(name, {})}
-    with open(folder / "task.yaml", "w") as f:
-        yaml.safe_dump(cfg, f, sort_keys=False)
-    task = TaskManager(include_path=str(folder), include_defaults=False).load(cfg["task"])["tasks"][cfg["task"]]
-    task.set_config(key="num_fewshot", value=k)  # what lm_eval.evaluator.simple_evaluate does, in its order
-    task.set_fewshot_seed(seed=1234)
-    task.build_all_requests(limit=len(scored))
-    out = [[] for _ in scored]
-    for inst in task.instances:
-        out[inst.doc_id].append(tuple(inst.arguments))
-    return out
+    return lm_eval_built(folder, LM_EVAL_FILES[name], files, k, len(scored), OVERRIDES.get(name))[0]
 
 
 def our_contexts(tmp_path, name, train, scored, k):

@@ -16,9 +16,12 @@ FEWSHOT_SPLIT = "train"
 FEWSHOT_FILES = "data/train-*.parquet"  # that split's parquet file(s), a glob; None when it is HUB_SPLIT
 FEWSHOT_SHA256 = None  # sha256 of data/evals/<NAME>.fewshot.jsonl (download_evals.py prints it); None: not checked
 # FEWSHOT_EXCLUDE_SELF = False  # only if lm-eval's task has a test_split other than its few-shot split (arc_easy)
+# FEWSHOT_SAMPLER = "first_n"  # only if lm-eval's fewshot_config says sampler: first_n (MMLU): the first K rows
 COLUMNS = {"question": str, "options": list, "answer": int}  # every row must have these, of these types
+# (a column that may be null: (str, None))
 RANDOM_BASELINE = "uniform"  # 1 / number of choices; or a number: the accuracy of a random guess
-CORE = True  # part of --tasks core
+CORE = False  # True: part of --tasks core (the lab's fixed suite: its figure then moves)
+# DESCRIPTION = "The following are ...\n\n"  # lm-eval's description: once before the shots and the context
 # KIND = "greedy"  # only for one-choice tasks scored by greedy match (as LAMBADA); default "multiple_choice"
 # TARGET_DELIMITER = " "  # between the context and each choice (the default)
 # FEWSHOT_DELIMITER = "\n\n"  # after each shot (the default)
