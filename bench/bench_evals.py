@@ -28,10 +28,6 @@ sys.path.insert(0, REPO)
 
 from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, positive_int  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
-from gptlab.evals.lm_eval_task import LM_EVAL_FILES  # noqa: E402 (our task → lm-eval's task file)
-
-# where our download's columns differ from lm-eval's dataset
-OVERRIDES = {"boolq": {"doc_to_target": "{{1 if answer else 0}}"}}  # google/boolq's answer: super_glue's label
 
 
 def build_parser():
@@ -45,6 +41,8 @@ def build_parser():
     p.add_argument("--batch_sizes", nargs="+", default=["auto", "1", "8", "32"],
                    help="lm-eval's --batch_size values to try (the fastest counts)")
     p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
+    p.add_argument("--tasks_dir", default=None,
+                   help="a folder of your own task files (as evaluate.py's): those with LM_EVAL are timed too")
     p.add_argument("--work_dir", default=None, help="folder for the export and the outputs (default: a temporary one)")
     p.add_argument("--referee", type=non_negative_int, default=3,
                    help="the examples (those furthest apart) whose continuations are scored again in float64, each "
@@ -68,21 +66,32 @@ def timed(args, env=None):
     return seconds, cpu, proc
 
 
+def lm_eval_file(task):
+    """The lm-eval task file a task names (LM_EVAL), under the installed lm_eval's tasks folder."""
+    import lm_eval
+
+    return os.path.join(os.path.dirname(lm_eval.__file__), "tasks", task.LM_EVAL)
+
+
+def lm_eval_version():
+    from importlib.metadata import version
+
+    return version("lm_eval")
+
+
 def lm_eval_task_files(folder, tasks, data_dir):
     """One lm-eval task file per task: lm-eval's own, reading our downloaded file of the split we score."""
-    import lm_eval
     import yaml
 
-    tasks_root = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
     os.makedirs(folder, exist_ok=True)
     names = {}
     for task in tasks:
         split = task.HUB_SPLIT
-        cfg = {"include": os.path.join(tasks_root, LM_EVAL_FILES[task.NAME]), "task": f"gptlab_{task.NAME}",
+        cfg = {"include": lm_eval_file(task), "task": f"gptlab_{task.NAME}",
                "tag": [], "dataset_path": "json", "dataset_name": None,
                "dataset_kwargs": {"data_files": {split: os.path.abspath(task.data_path(data_dir))}},
                "training_split": None, "validation_split": None, "test_split": None, "fewshot_split": None,
-               f"{split}_split": split, **OVERRIDES.get(task.NAME, {})}
+               f"{split}_split": split, **(task.LM_EVAL_OVERRIDES or {})}
         with open(os.path.join(folder, f"gptlab_{task.NAME}.yaml"), "w") as f:
             yaml.safe_dump(cfg, f, sort_keys=False)
         names[task.NAME] = cfg["task"]
@@ -108,14 +117,19 @@ def main(argv=None):
     from gptlab.evals.task_spec import load_task, resolve_tasks, task_names
 
     if args.tasks:
-        tasks = resolve_tasks(args.tasks)
+        tasks = resolve_tasks(args.tasks, args.tasks_dir)
     else:
-        tasks = [load_task(n) for n in task_names() if n in LM_EVAL_FILES
-                 and os.path.isfile(load_task(n).data_path(args.data_dir))]
-    unknown = [t.NAME for t in tasks if t.NAME not in LM_EVAL_FILES]
+        tasks = [t for t in (load_task(n, args.tasks_dir) for n in task_names(args.tasks_dir))
+                 if t.LM_EVAL and os.path.isfile(t.data_path(args.data_dir))]
+    unknown = [t.NAME for t in tasks if not t.LM_EVAL]
     if unknown or not tasks:
-        raise UserError(f"no lm-eval task to compare with for {', '.join(unknown) or 'any task'}: the tasks are "
-                        f"{', '.join(LM_EVAL_FILES)} with rows in {args.data_dir} (python download_evals.py)")
+        raise UserError(f"no lm-eval task to compare with for {', '.join(unknown) or 'any task'}: a task is timed "
+                        f"when its file names lm-eval's (LM_EVAL) and its rows are in {args.data_dir} (python "
+                        "download_evals.py)")
+    missing = [t.LM_EVAL for t in tasks if not os.path.isfile(lm_eval_file(t))]
+    if missing:
+        raise UserError(f"lm-eval {lm_eval_version()} has no task file {', '.join(missing)} under its tasks folder; "
+                        "fix LM_EVAL in the task's file (a path under lm_eval/tasks/)")
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_evals_")
     py = sys.executable
     hf = os.path.join(work, "hf")
@@ -130,7 +144,7 @@ def main(argv=None):
     ours_dir = os.path.join(work, "ours")
     ours_s, ours_cpu, _ = timed([py, "evaluate.py", args.checkpoint, "--tasks", names, "--limit", str(args.limit),
                                  "--data_dir", args.data_dir, "--out", ours_dir, "--overwrite", "--quiet", "--device",
-                                 "cpu"], env)
+                                 "cpu"] + (["--tasks_dir", args.tasks_dir] if args.tasks_dir else []), env)
     print(f"ours (python evaluate.py):            {ours_s:8.1f} s  ({ours_cpu:.1f} s of CPU)")
     model_args = f"pretrained={hf},trust_remote_code=True,add_bos_token=True,max_length=2048,dtype=float32"
     best = None

@@ -38,6 +38,10 @@ the lab's fixed suite only when its file says so), and the few-shot source (--fe
                      (lm-eval's process_docs where it filters the rows, as winogender_male's); None (default): all
     DESCRIPTION      lm-eval's description: text put once before the shots and the row's context ("" by default), or
                      a function of the row giving it (where lm-eval's description is a template of the row)
+    LM_EVAL          lm-eval's task file this task renders as, under lm_eval/tasks/ (e.g. "sciq/sciq.yaml"), or
+                     None (default): bench/bench_evals.py times and checks the task against it
+    LM_EVAL_OVERRIDES  keys of that file to replace where our rows' columns are not its dataset's (boolq's
+                     doc_to_target: google/boolq's answer for super_glue's label), or None
 
 A continuation scored is TARGET_DELIMITER + choice after its context (lm-eval's multiple_choice requests). With
 --fewshot K, the context is DESCRIPTION, then K rows of the few-shot split, each rendered as its context +
@@ -61,7 +65,7 @@ REQUIRED = ("NAME", "HUB_REPO", "HUB_CONFIG", "HUB_SPLIT", "HUB_FILES", "REVISIO
 DEFAULTS = {"KIND": "multiple_choice", "TARGET_DELIMITER": " ", "FEWSHOT_DELIMITER": "\n\n", "CORE": False,
             "FEWSHOT_SPLIT": None, "FEWSHOT_FILES": None, "FEWSHOT_SHA256": None, "FEWSHOT_EXCLUDE_SELF": True,
             "FEWSHOT_TARGET_DELIMITER": None, "FEWSHOT_SAMPLER": "default", "DESCRIPTION": "",
-            "KEEP_ROW": None}
+            "KEEP_ROW": None, "LM_EVAL": None, "LM_EVAL_OVERRIDES": None}
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed (lm_eval.evaluator.simple_evaluate)
 KINDS = ("multiple_choice", "greedy")
 SAMPLERS = ("default", "first_n")  # lm-eval 0.4.13's samplers that draw (its balanced and manual ones raise)
@@ -154,6 +158,13 @@ def _problem(module, name):
     description = getattr(module, "DESCRIPTION", "")
     if not (isinstance(description, str) or callable(description)):
         return "DESCRIPTION must be a string or a function of a row giving one"
+    lm_file, overrides = getattr(module, "LM_EVAL", None), getattr(module, "LM_EVAL_OVERRIDES", None)
+    if lm_file is not None and not (isinstance(lm_file, str) and lm_file.endswith(".yaml")):
+        return f"LM_EVAL must be the path of an lm-eval task file under lm_eval/tasks/ (\"sciq/sciq.yaml\") or None, got {lm_file!r}"
+    if overrides is not None and not (isinstance(overrides, dict) and all(isinstance(k, str) for k in overrides)):
+        return "LM_EVAL_OVERRIDES must be a dict of lm-eval task-file keys to values, or None"
+    if overrides and lm_file is None:
+        return "sets LM_EVAL_OVERRIDES but LM_EVAL is None; name the lm-eval task file they change"
     return _fewshot_problem(module)
 
 

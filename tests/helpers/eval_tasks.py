@@ -9,6 +9,14 @@ from conftest import HELLASWAG_VAL, SHARED_DATA
 EVALS_DIR = os.path.join(SHARED_DATA, "evals")
 SHARED_TASKS = ["arc_easy", "arc_challenge", "boolq", "piqa", "winogrande", "openbookqa", "social_iqa",
                 "commonsense_qa", "copa"]
+# each built-in task's lm-eval task file (under lm_eval/tasks/), read off lm-eval 0.4.13's tasks folder: the task
+# each must render as (its file's LM_EVAL must name it)
+LM_EVAL_FILES = {"arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
+                 "boolq": "super_glue/boolq/default.yaml", "piqa": "piqa/piqa.yaml",
+                 "winogrande": "winogrande/default.yaml", "openbookqa": "openbookqa/openbookqa.yaml",
+                 "social_iqa": "siqa/siqa.yaml", "commonsense_qa": "commonsense_qa/default.yaml",
+                 "copa": "super_glue/copa/default.yaml", "lambada": "lambada/lambada_openai.yaml",
+                 "hellaswag": "hellaswag/hellaswag.yaml"}
 # the Hub copy's columns and order (tests/hub_standin.py); label a string there
 HELLASWAG_HUB_COLUMNS = ["ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split",
                          "split_type", "label"]

@@ -9,10 +9,9 @@ import random
 
 import pytest
 
-from helpers.eval_tasks import lm_eval_built, shared_rows, write_rows
+from helpers.eval_tasks import LM_EVAL_FILES, lm_eval_built, shared_rows, write_rows
 from gptlab.core.errors import UserError
 from gptlab.evals import suite, task_spec
-from gptlab.evals.lm_eval_task import LM_EVAL_FILES
 
 # lm-eval reads super_glue's BoolQ (label 0/1); google/boolq's answer is the same bit (as bench/bench_evals.py)
 OVERRIDES = {"boolq": {"doc_to_target": "{{1 if answer else 0}}"}}

@@ -6,10 +6,9 @@ import os
 
 import pytest
 
-from helpers.eval_tasks import LAMBADA_ROWS, SHARED_TASKS, shared_rows
+from helpers.eval_tasks import LAMBADA_ROWS, LM_EVAL_FILES as LM_EVAL_YAML, SHARED_TASKS, shared_rows
 from gptlab.core.errors import UserError
 from gptlab.evals import task_spec
-from gptlab.evals.lm_eval_task import LM_EVAL_FILES as LM_EVAL_YAML
 from gptlab.evals.score import move_spaces
 
 BUILT_IN = SHARED_TASKS + ["lambada", "hellaswag"]
@@ -201,3 +200,12 @@ def test_same_requests_as_lm_eval(name):
 def test_trailing_context_space_moves_to_the_continuation():
     assert move_spaces("Answer: ", "yes") == ("Answer:", " yes")
     assert move_spaces("Answer:", " yes") == ("Answer:", " yes")
+
+
+def test_each_task_names_the_lm_eval_task_it_renders_as():
+    """Each built-in file's LM_EVAL (what bench/bench_evals.py times it against) is lm-eval's task of that name."""
+    for name in BUILT_IN:
+        task = task_spec.load_task(name)
+        assert task.LM_EVAL == LM_EVAL_YAML[name], name
+        # our boolq rows are google/boolq's (answer: true/false), lm-eval's super_glue's (label: 1/0)
+        assert task.LM_EVAL_OVERRIDES == ({"doc_to_target": "{{1 if answer else 0}}"} if name == "boolq" else None)

@@ -193,3 +193,64 @@ def test_a_task_of_yours_named_as_a_built_in_one_says_how_to_rename_it(tmp_path)
                                         r"same name as its NAME \(e\.g\. winogrande_mine\.py with NAME = "
                                         r"\"winogrande_mine\"\)"):
         task_spec.resolve_tasks("mine", str(tmp_path))
+
+
+def test_lm_eval_names_the_task_file_it_renders_as(tmp_path):
+    """LM_EVAL: a path under lm_eval/tasks/ ending .yaml, or None; LM_EVAL_OVERRIDES only beside it."""
+    assert task_file(tmp_path, "plain").LM_EVAL is None
+    named = task_file(tmp_path, "named", LM_EVAL='"sciq/sciq.yaml"', LM_EVAL_OVERRIDES='{"doc_to_target": "3"}')
+    assert (named.LM_EVAL, named.LM_EVAL_OVERRIDES) == ("sciq/sciq.yaml", {"doc_to_target": "3"})
+    with pytest.raises(UserError, match=r"LM_EVAL must be the path of an lm-eval task file under lm_eval/tasks/"):
+        task_file(tmp_path, "bare_name", LM_EVAL='"sciq"')
+    with pytest.raises(UserError, match="sets LM_EVAL_OVERRIDES but LM_EVAL is None"):
+        task_file(tmp_path, "orphan", LM_EVAL_OVERRIDES='{"doc_to_target": "3"}')
+    with pytest.raises(UserError, match="LM_EVAL_OVERRIDES must be a dict"):
+        task_file(tmp_path, "listed", LM_EVAL='"sciq/sciq.yaml"', LM_EVAL_OVERRIDES='["doc_to_target"]')
+
+
+def test_the_bench_times_a_user_task_against_the_lm_eval_task_its_file_names(tmp_path, monkeypatch):
+    """bench/bench_evals.py's lm-eval task file for a --tasks_dir task (sciq, whose file says LM_EVAL): lm-eval
+    itself loads it from the bench's folder and builds the requests our rendering gives, row for row."""
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("lm_eval is not installed (pip install lm_eval)")
+    import sys
+
+    from conftest import REPO
+    from lm_eval.tasks import TaskManager
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import bench_evals
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))
+    data = user_task_data(tmp_path / "data", ["sciq"])
+    task = task_spec.load_task("sciq", USER_TASKS_DIR)
+    assert task.LM_EVAL == LM_EVAL_YAML["sciq"]
+    names = bench_evals.lm_eval_task_files(str(tmp_path / "lm_tasks"), [task], data)
+    built = TaskManager(include_path=str(tmp_path / "lm_tasks"), include_defaults=False).load(names["sciq"])
+    theirs = built["tasks"][names["sciq"]]
+    theirs.build_all_requests(limit=None)
+    _, ours = suite.task_requests(task, 0, None, data)
+    got = [[] for _ in ours]
+    for inst in theirs.instances:
+        got[inst.doc_id].append(tuple(inst.arguments))
+    assert got == [list(zip(r["contexts"], r["continuations"])) for r in ours] and ours
+
+
+def test_the_bench_refuses_a_task_whose_file_names_no_lm_eval_task(tmp_path):
+    if importlib.util.find_spec("lm_eval") is None:
+        pytest.skip("lm_eval is not installed (pip install lm_eval)")
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import bench_evals
+
+    task_file(tmp_path / "tasks", "unnamed")
+    with pytest.raises(UserError, match=r"no lm-eval task to compare with for unnamed: a task is timed when its file "
+                                        r"names lm-eval's \(LM_EVAL\)"):
+        bench_evals.main(["CKPT.pt", "--tasks", "unnamed", "--tasks_dir", str(tmp_path / "tasks")])
+    task_file(tmp_path / "tasks", "misnamed", LM_EVAL='"no_such/task.yaml"')
+    with pytest.raises(UserError, match=r"lm-eval \S+ has no task file no_such/task.yaml under its tasks folder"):
+        bench_evals.main(["CKPT.pt", "--tasks", "misnamed", "--tasks_dir", str(tmp_path / "tasks")])

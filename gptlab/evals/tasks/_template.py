@@ -26,6 +26,7 @@ CORE = False  # True: part of --tasks core (the lab's fixed suite: its figure th
 # TARGET_DELIMITER = " "  # between the context and each choice (the default)
 # FEWSHOT_DELIMITER = "\n\n"  # after each shot (the default)
 # FEWSHOT_TARGET_DELIMITER = " "  # between a shot's context and its answer (default: TARGET_DELIMITER)
+# LM_EVAL = "my_task/my_task.yaml"  # lm-eval's task file it renders as (bench/bench_evals.py checks against it)
 
 
 def render(row):

@@ -15,3 +15,4 @@ FEWSHOT_FILES = "ARC-Challenge/train-*.parquet"
 FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION only
 FEWSHOT_EXCLUDE_SELF = False
 CORE = True
+LM_EVAL = "arc/arc_challenge.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)

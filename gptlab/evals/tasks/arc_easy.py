@@ -16,6 +16,7 @@ FEWSHOT_EXCLUDE_SELF = False
 COLUMNS = {"question": str, "choices": dict, "answerKey": str}
 RANDOM_BASELINE = "uniform"
 CORE = True
+LM_EVAL = "arc/arc_easy.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

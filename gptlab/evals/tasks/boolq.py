@@ -16,6 +16,9 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"question": str, "answer": bool, "passage": str}
 RANDOM_BASELINE = 0.5
 CORE = True
+LM_EVAL = "super_glue/boolq/default.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
+# lm-eval reads super_glue's BoolQ (label 0/1); google/boolq's answer is the same bit
+LM_EVAL_OVERRIDES = {"doc_to_target": "{{1 if answer else 0}}"}
 
 
 def render(row):

@@ -16,6 +16,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"question": str, "choices": dict, "answerKey": str}
 RANDOM_BASELINE = 0.2
 CORE = True
+LM_EVAL = "commonsense_qa/default.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 LETTERS = ["A", "B", "C", "D", "E"]
 
 

@@ -17,6 +17,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"premise": str, "choice1": str, "choice2": str, "question": str, "label": int}
 RANDOM_BASELINE = 0.5
 CORE = True
+LM_EVAL = "super_glue/copa/default.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def _lower_first(text):

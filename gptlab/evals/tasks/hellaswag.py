@@ -19,6 +19,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"activity_label": str, "ctx_a": str, "ctx_b": str, "endings": list, "label": str}
 RANDOM_BASELINE = 0.25
 CORE = True
+LM_EVAL = "hellaswag/hellaswag.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def preprocess(text):

@@ -16,6 +16,7 @@ TARGET_DELIMITER = ""
 # included; we refuse --fewshot on it instead
 FEWSHOT_SPLIT = None
 CORE = True
+LM_EVAL = "lambada/lambada_openai.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

@@ -15,6 +15,7 @@ FEWSHOT_EXCLUDE_SELF = False
 COLUMNS = {"question_stem": str, "choices": dict, "answerKey": str}
 RANDOM_BASELINE = "uniform"
 CORE = True
+LM_EVAL = "openbookqa/openbookqa.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

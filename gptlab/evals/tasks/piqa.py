@@ -15,6 +15,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"goal": str, "sol1": str, "sol2": str, "label": int}
 RANDOM_BASELINE = 0.5
 CORE = True
+LM_EVAL = "piqa/piqa.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

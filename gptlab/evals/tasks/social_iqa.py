@@ -15,6 +15,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"context": str, "question": str, "answerA": str, "answerB": str, "answerC": str, "label": str}
 RANDOM_BASELINE = 1 / 3
 CORE = True
+LM_EVAL = "siqa/siqa.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

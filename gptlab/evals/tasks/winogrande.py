@@ -17,6 +17,7 @@ FEWSHOT_SHA256 = None  # no copy of the train rows at hand: pinned by REVISION o
 COLUMNS = {"sentence": str, "option1": str, "option2": str, "answer": str}
 RANDOM_BASELINE = 0.5
 CORE = True
+LM_EVAL = "winogrande/default.yaml"  # lm-eval's task of the same name (bench/bench_evals.py)
 
 
 def render(row):

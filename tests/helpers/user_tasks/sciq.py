@@ -15,6 +15,7 @@ COLUMNS = {"question": str, "distractor1": str, "distractor2": str, "distractor3
            "correct_answer": str, "support": str}
 RANDOM_BASELINE = "uniform"
 CORE = False
+LM_EVAL = "sciq/sciq.yaml"  # lm-eval's task (bench/bench_evals.py --tasks_dir)
 
 
 def render(row):
