@@ -20,7 +20,8 @@ from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal
 from gptlab.dataset.hellaswag_file import sha256_file
-from gptlab.text.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
+from gptlab.text.sources import (cached_snapshot, describe_error as _describe, hub_logs_held, hub_unreachable,
+                                 proxy_hint)
 
 DATA_DIR = os.path.join("data", "evals")  # where each task's rows go: data/evals/<task>.jsonl
 
@@ -87,8 +88,9 @@ def _repo_files(part, timeout_s, offline):
     if quiet:  # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log
         disable_progress_bars()
     try:
-        local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
-                                 etag_timeout=timeout_s) for f in files]
+        with hub_logs_held():
+            local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
+                                     etag_timeout=timeout_s) for f in files]
     except Exception as err:
         raise DownloadFailed(f"{name}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
                              f"nothing was written; {proxy_hint([constants.ENDPOINT])}") from None

@@ -228,7 +228,7 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     from huggingface_hub import HfApi, hf_hub_download  # heavy (~0.3 s): only for the Hub copy
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-    from gptlab.text.sources import hub_unreachable
+    from gptlab.text.sources import hub_logs_held, hub_unreachable
 
     problem = hub_unreachable(repo_id, timeout_s, revision=revision)  # seconds, not the libraries' retries
     if problem:
@@ -244,8 +244,9 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     if quiet:
         disable_progress_bars()
     try:
-        return [hf_hub_download(repo_id, f, repo_type="dataset", revision=revision, etag_timeout=timeout_s)
-                for f in files], files
+        with hub_logs_held():
+            return [hf_hub_download(repo_id, f, repo_type="dataset", revision=revision, etag_timeout=timeout_s)
+                    for f in files], files
     except Exception as err:
         raise HubCopyUnusable(f"downloading {files[0]} failed ({describe_error(err)})") from None
     finally:

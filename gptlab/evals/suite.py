@@ -46,7 +46,14 @@ def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
     draws = task_spec.fewshot_draws(task, rows[:n], pool, fewshot)
     rendered = {}
     pool_rendered = rendered if pool is rows else {}
-    return rows, [task_spec.requests(task, rows, i, draws[i], pool, rendered, pool_rendered) for i in range(n)]
+    requests = [task_spec.requests(task, rows, i, draws[i], pool, rendered, pool_rendered) for i in range(n)]
+    for i, req in enumerate(requests):
+        blank = [j for j, choice in enumerate(req["choices"]) if not choice.strip()]
+        if blank:  # scored as the delimiter alone (or nothing: log-probability 0), it would win for no reason
+            raise UserError(f"{task.NAME} row {i + 1}: choice {blank[0] + 1} of {len(req['choices'])} is "
+                            f"{req['choices'][blank[0]]!r}, with no text to score; fix the row, or re-download it: "
+                            f"{task_spec.download_command(task, data_dir, overwrite=True)}")
+    return rows, requests
 
 
 def fewshot_sources(tasks, fewshot, data_dir=task_spec.DATA_DIR):
