@@ -81,7 +81,9 @@ def evaluate(argv=None):
     check_fewshot(tasks, args.fewshot)
     checkpoint = resolve_checkpoint(args.checkpoint)
     out = args.out or default_out(checkpoint)
-    check_output_dir(out, args.overwrite)
+    # what this command reads: --overwrite of a folder holding any of them would delete it (the run folder, data/)
+    inputs = [checkpoint, args.data_dir] + ([args.tasks_dir] if args.tasks_dir else [])
+    check_output_dir(out, args.overwrite, inputs)
     from gptlab.evals.suite import fewshot_sources, task_requests
 
     # every file read and rendered before the model loads: a bad row (or missing few-shot rows) answers at once
@@ -114,7 +116,7 @@ def evaluate(argv=None):
         if ctx.is_main:
             meta = {"checkpoint": checkpoint, "step": ckpt.get("step"), "tokenizer": tok.name,
                     "ranks": ctx.world_size, "device": ctx.device.type, "dtype": dtype, "fewshot_source": sources}
-            write_results(out, records, summaries, suite, meta, args.overwrite)
+            write_results(out, records, summaries, suite, meta, args.overwrite, inputs + [tok.path])
             print_summary(summaries, suite, out, dtype)
         distributed.barrier(ctx)
     finally:

@@ -130,9 +130,10 @@ def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=t
     return records, summaries, suite
 
 
-def write_results(out_dir, records, summaries, suite, meta, overwrite=False):
-    """DIR/<task>.jsonl and DIR/summary.json, the folder written whole or not at all."""
-    with atomic_output_dir(out_dir, overwrite) as tmp:
+def write_results(out_dir, records, summaries, suite, meta, overwrite=False, inputs=()):
+    """DIR/<task>.jsonl and DIR/summary.json, the folder written whole or not at all; a DIR holding any of `inputs`
+    (the files the command read) is refused, as atomic_output_dir refuses it."""
+    with atomic_output_dir(out_dir, overwrite, inputs) as tmp:
         for name, recs in records.items():
             with open(os.path.join(tmp, f"{name}.jsonl"), "w", encoding="utf-8") as f:
                 for rec in recs:

@@ -152,3 +152,22 @@ def test_few_shot_rows_missing_on_the_hub_a_pinned_few_shot_checksum_and_no_fews
                 assert "nothing was written" in proc.stdout
     finally:
         standin.stop()
+
+
+def test_a_connection_dropped_midway_is_one_error_line_and_leaves_the_old_file(tmp_path):
+    """huggingface_hub retries a cut download, logging "Trying to resume download..." each time: those lines went
+    to stderr before the error line (docs/faults.md: one line)."""
+    task = task_spec.load_task("copa")
+    standin = evals_standin(eval_repos(["copa"]), cut={hub_path(task)})
+    old = tmp_path / "evals" / "copa.jsonl"
+    old.parent.mkdir()
+    old.write_text("the old file\n")
+    try:
+        proc = download(standin, tmp_path, ["copa"], "--overwrite", "--no_fewshot")
+    finally:
+        standin.stop()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: task copa: downloading copa/validation-") and "nothing was written" in lines[0]
+    assert files_in(tmp_path / "evals") == ["copa.jsonl"] and old.read_text() == "the old file\n"

@@ -109,9 +109,11 @@ def eval_repos(names, limit=None, change=None, fewshot=True):
     return repos
 
 
-def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=()):
     """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
-    refs/convert/parquet branch holds the converted parquet of script datasets)."""
+    refs/convert/parquet branch holds the converted parquet of script datasets); a file whose path is in `cut` is
+    sent half, then the connection is closed (a dropped download: its Content-Length says the whole)."""
+    import socket
     import urllib.parse
 
     from hub_standin import HubStandin, _Handler
@@ -128,6 +130,20 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
         def _repo(self, repo_id, revision):
             revision = urllib.parse.unquote(revision)
             return super()._repo(repo_id, "main" if revision in revisions else revision)
+
+        def _resolve(self, repo_id, revision, filename):
+            if filename not in cut or self.command != "GET":
+                return super()._resolve(repo_id, revision, filename)
+            data = self.hub.repos[repo_id][filename]
+            self.send_response(200)
+            for key, value in {"Content-Length": len(data), "X-Repo-Commit": self.hub.shas[repo_id],
+                               "ETag": f'"{filename}"'}.items():
+                self.send_header(key, str(value))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     class Standin(HubStandin):
         def start(self):  # the base class builds its handler on hub_standin._Handler: this one, for the call
