@@ -101,10 +101,15 @@ def _repo_files(part, timeout_s, offline):
 
 
 def _lines(part, local, names):
-    """The rows of the parquet files as JSON lines (bytes), checked for the task's columns."""
+    """The rows of the parquet files as JSON lines (bytes), each checked as evaluate.py will check it (the task's
+    COLUMNS and their types), so a file it would refuse is never written."""
     import pyarrow.parquet as pq  # in requirements.txt; only for reading the download
 
+    from gptlab.evals.task_spec import check_row  # (task_spec imports this module)
+
     task = part.task
+    fix = (f"it is not the dataset {task.path} describes; nothing was written; check HUB_REPO, {part.files_field} "
+           f"and REVISION there, or its COLUMNS")
     for path, name in zip(local, names):
         try:
             table = pq.ParquetFile(path)
@@ -112,12 +117,23 @@ def _lines(part, local, names):
             if missing:
                 raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has no column "
                                      f"{', '.join(missing)} (its columns: {', '.join(table.schema_arrow.names)}); "
-                                     f"it is not the dataset {task.path} describes")
+                                     f"{fix}")
+            index = 0
             for batch in table.iter_batches(batch_size=1024):
                 for row in batch.to_pylist():
-                    yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                    index += 1
+                    where = f"{part.name}: {name} of {task.HUB_REPO} row {index}"
+                    check_row(task, row, where, fix)
+                    try:
+                        line = json.dumps(row, ensure_ascii=False)
+                    except (TypeError, ValueError) as err:  # bytes, a date: no JSON for them
+                        raise DownloadFailed(f"{where} holds a value JSON cannot write ({describe_error(err)}); "
+                                             f"{fix}") from None
+                    yield (line + "\n").encode("utf-8")
         except DownloadFailed:
             raise
+        except UserError as err:  # check_row's: a row evaluate.py would refuse
+            raise DownloadFailed(str(err)) from None
         except Exception as err:  # pyarrow on a damaged or truncated file: whatever it raises
             raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} is damaged or truncated "
                                  f"({describe_error(err)}); nothing was written; download again (a damaged copy in "

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import run_script
-from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, fewshot_rows, hub_path
+from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, fewshot_rows, hub_path, parquet_of
 from hub_standin import hub_env
 from gptlab.evals import task_spec
 
@@ -171,3 +171,29 @@ def test_a_connection_dropped_midway_is_one_error_line_and_leaves_the_old_file(t
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: task copa: downloading copa/validation-") and "nothing was written" in lines[0]
     assert files_in(tmp_path / "evals") == ["copa.jsonl"] and old.read_text() == "the old file\n"
+
+
+def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):
+    """A task that pins no checksum (a user's, with SHA256 = None) wrote whatever the parquet held: a column of
+    another type, or a null, was found only when evaluate.py read the file."""
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    source = open(task_spec.load_task("copa").path).read().replace('NAME = "copa"', 'NAME = "copa_mine"')
+    (tasks_dir / "copa_mine.py").write_text(source.replace('SHA256 = "', 'SHA256 = None  # "'))
+    rows = fewshot_rows("copa")
+    labels_as_text = [dict(r, label=str(r["label"])) for r in rows]  # a parquet column has one type: all of them
+    for k, (served, words) in enumerate([(labels_as_text, "row 1: column 'label' must be int, got str"),
+                                         (rows[:3] + [dict(rows[3], premise=None)] + rows[4:],
+                                          "row 4: column 'premise' must be str, got NoneType")]):
+        repos = eval_repos(["copa"], fewshot=False)
+        repos["aps/super_glue"][hub_path(task_spec.load_task("copa"))] = parquet_of(served)
+        standin = evals_standin(repos)
+        try:
+            proc = download(standin, tmp_path / str(k), ["copa_mine"], "--tasks_dir", tasks_dir, "--no_fewshot")
+        finally:
+            standin.stop()
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: task copa_mine: copa/validation-"), proc.stderr
+        assert words in lines[0] and "nothing was written" in lines[0]
+        assert files_in(tmp_path / str(k) / "evals") == []
