@@ -33,6 +33,15 @@ def describe_error(err):
     return one_line(_describe(err), 300)
 
 
+def hub_error_fix(err, task):
+    """What to do about a failed Hub request: wait, when the Hub is failing or rate-limiting (5xx, 429); else check
+    the task's repository and revision (a 404, no such revision)."""
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(status, int) and (status >= 500 or status == 429):
+        return f"the Hub answered HTTP {status}: try again later"
+    return f"check HUB_REPO and REVISION in {task.path}"
+
+
 class DownloadFailed(UserError):
     """A task's rows could not be fetched or failed their check (nothing was written)."""
 
@@ -76,10 +85,11 @@ def _repo_files(part, timeout_s, offline):
         raise DownloadFailed(f"{name}: {problem}; {proxy_hint([constants.ENDPOINT])}; offline: "
                              "HF_HUB_OFFLINE=1 once the HF cache holds the files")
     try:
-        listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
+        with hub_logs_held():  # a 500 or 429 is retried, each retry logged: the failure is said once, below
+            listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
         raise DownloadFailed(f"{name}: listing {where} via {constants.ENDPOINT} failed "
-                             f"({describe_error(err)}); check HUB_REPO and REVISION in {task.path}") from None
+                             f"({describe_error(err)}); {hub_error_fix(err, task)}") from None
     files = sorted(p for p in listed if fnmatch.fnmatch(p, part.pattern))
     if not files:
         raise DownloadFailed(f"{name}: {where} has no file matching {part.files_field} {part.pattern!r} "

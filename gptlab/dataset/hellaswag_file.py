@@ -234,7 +234,8 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     if problem:
         raise HubCopyUnusable(problem)
     try:
-        files = hub_validation_files(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
+        with hub_logs_held():  # a 500 or 429 is retried, each retry logged: the failure is said once, below
+            files = hub_validation_files(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
         raise HubCopyUnusable(f"listing it failed ({describe_error(err)})") from None
     if not files:

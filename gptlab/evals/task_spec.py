@@ -93,6 +93,9 @@ def task_files(extra_dir=None):
     for folder in [TASKS_DIR] + ([extra_dir] if extra_dir else []):
         if not os.path.isdir(folder):
             raise UserError(f"--tasks_dir {folder} is not a folder; give the folder that holds your task files")
+        if folder is extra_dir and os.path.samefile(folder, TASKS_DIR):  # else: every task "defined twice"
+            raise UserError(f"--tasks_dir {folder} is the built-in tasks' folder, always read; drop --tasks_dir, or "
+                            "give a folder of your own task files")
         for n in sorted(os.listdir(folder)):
             if n.endswith(".py") and not n.startswith("_"):
                 if n[:-3] in files:

@@ -197,3 +197,17 @@ def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error: task copa_mine: copa/validation-"), proc.stderr
         assert words in lines[0] and "nothing was written" in lines[0]
         assert files_in(tmp_path / str(k) / "evals") == []
+
+
+def test_a_hub_that_keeps_failing_the_listing_is_one_error_line_saying_to_wait(tmp_path):
+    """huggingface_hub retries a 429 (and a 5xx) five times, logging each retry on stderr."""
+    standin = evals_standin(eval_repos(["copa"]), listing_status=429)
+    try:
+        proc = download(standin, tmp_path, ["copa"])
+    finally:
+        standin.stop()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: task copa: listing aps/super_glue@main"), proc.stderr
+    assert lines[0].endswith("the Hub answered HTTP 429: try again later")
+    assert files_in(tmp_path / "evals") == []

@@ -109,10 +109,11 @@ def eval_repos(names, limit=None, change=None, fewshot=True):
     return repos
 
 
-def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=()):
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=(), listing_status=None):
     """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
     refs/convert/parquet branch holds the converted parquet of script datasets); a file whose path is in `cut` is
-    sent half, then the connection is closed (a dropped download: its Content-Length says the whole)."""
+    sent half, then the connection is closed (a dropped download: its Content-Length says the whole); a
+    listing_status (429, 500) answers every listing of a repository's files with it (Retry-After: 0)."""
     import socket
     import urllib.parse
 
@@ -130,6 +131,11 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), 
         def _repo(self, repo_id, revision):
             revision = urllib.parse.unquote(revision)
             return super()._repo(repo_id, "main" if revision in revisions else revision)
+
+        def _tree(self, *args):
+            if listing_status is None:
+                return super()._tree(*args)
+            self._send(listing_status, b"stand-in: failing", {"Retry-After": "0"})
 
         def _resolve(self, repo_id, revision, filename):
             if filename not in cut or self.command != "GET":

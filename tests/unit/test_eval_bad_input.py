@@ -50,6 +50,11 @@ def test_a_task_named_twice_in_tasks_is_refused():
     assert [t.NAME for t in task_spec.resolve_tasks("copa,piqa")] == ["copa", "piqa"]
 
 
+def test_the_built_in_folder_as_tasks_dir_is_named_not_every_task_defined_twice():
+    refused(lambda: task_spec.resolve_tasks("copa", task_spec.TASKS_DIR), "is the built-in tasks' folder")
+    refused(lambda: task_spec.resolve_tasks("copa", os.path.relpath(task_spec.TASKS_DIR) + "/"), "built-in")
+
+
 def test_a_row_whose_columns_differ_from_the_others_is_refused_by_line(tmp_path):
     rows = shared_rows("copa", 4)  # every row of the download has the same columns (premise ... idx, label)
     copa = task_spec.load_task("copa")
