@@ -297,9 +297,10 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
     source: a URL or a local .jsonl / .jsonl.gz: that only. None: the Hub copy `hub_repo` at `revision`, then
     default_source() ($GPTLAB_HELLASWAG_URL or the upstream URL) when the Hub copy cannot be used, the Hub copy's
     failure said in a `note:` line once that worked (in the one error line when it fails too); with
-    HF_HUB_OFFLINE only the HF cache is read (nothing on the network). URLs are fetched with urllib, which honours HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is checked on the
-    uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary file, so nothing
-    unverified ever sits under `out`, and an existing file is only replaced by a verified one.
+    HF_HUB_OFFLINE only the HF cache is read (nothing on the network). URLs are fetched with urllib, which honours
+    HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is checked on the uncompressed bytes while they stream into a
+    temporary file; a mismatch removes the temporary file, so nothing unverified ever sits under `out`, and an
+    existing file is only replaced by a verified one.
     """
     if os.path.isfile(out):
         if sha256_file(out) == HELLASWAG_SHA256:
