@@ -17,8 +17,11 @@ def checked_encoder(encoding, what):
             data = text.encode("utf-8")
             tokens = encoding.encode_ordinary(text)
         except (UnicodeEncodeError, ValueError, TypeError) as err:
+            # the text around the character: it may be in one of the row's few-shot rows, not the row named
+            at = (f", in {text[max(0, err.start - 40):err.end + 40]!r}" if isinstance(err, UnicodeEncodeError)
+                  else "")
             raise UserError(f"the checkpoint's tokenizer cannot encode {what()} ({type(err).__name__}: "
-                            f"{str(err)[:120]}); fix the row, or score this task with another tokenizer") from None
+                            f"{str(err)[:120]}{at}); fix the row, or score this task with another tokenizer") from None
         if encoding.decode_bytes(tokens) != data:
             raise UserError(f"the checkpoint's tokenizer cannot encode {what()}: its tokens decode to other text "
                             f"than {text[:60]!r}; score this task with a byte-level tokenizer")

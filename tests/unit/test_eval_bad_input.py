@@ -1,6 +1,7 @@
 """Bad input to evaluate.py, download_evals.py and download_hellaswag.py that once passed or crashed: each is one
 UserError naming the problem and the fix (docs/faults.md, "Evaluations"). The files and task specs are written here
 by hand; the subprocess side (one error line, nothing written) is in tests/e2e/test_evaluate_e2e.py."""
+import json
 import os
 
 import pytest
@@ -151,3 +152,20 @@ def test_a_pt_file_that_is_not_a_gptlab_checkpoint_says_what_to_pass(tmp_path):
     refused(lambda: read_file(str(tmp_path / "other.pt")), "is not a gptlab checkpoint",
             "train_gpt.py --save_model")
 
+
+
+def test_text_the_tokenizer_cannot_encode_is_shown_where_it_is_even_in_a_few_shot_row(tmp_path):
+    # the error names the scored row, whose context holds its shots: the text around the character finds it
+    from helpers.tiny_data import save_tiny_tokenizer
+    from gptlab.tokenizer.format import open_tokenizer
+
+    encoding = open_tokenizer(save_tiny_tokenizer(str(tmp_path / "tok.pkl"), ["a few words of text"], 10)).encoding
+    copa = task_spec.load_task("copa")
+    rows = shared_rows("copa", 2)
+    write_rows(tmp_path, "copa", rows[:1])
+    shot = dict(rows[1], premise="The lamp flickered \ud800 all night.")  # valid JSON, no UTF-8 for it
+    (tmp_path / "copa.fewshot.jsonl").write_text((json.dumps(shot) + "\n") * 2)  # whichever is drawn: this one
+    requests = suite.task_requests(copa, fewshot=1, data_dir=str(tmp_path))[1]
+    assert "\ud800" not in json.dumps(rows[0]) and "\ud800" in requests[0]["contexts"][0]
+    refused(lambda: suite.encode_requests(encoding, [copa], {"copa": requests}), "cannot encode copa row 1",
+            "'The lamp flickered \\ud800 all night")
