@@ -34,12 +34,17 @@ def describe_error(err):
 
 
 def hub_error_fix(err, task):
-    """What to do about a failed Hub request: wait, when the Hub is failing or rate-limiting (5xx, 429); else check
-    the task's repository and revision (a 404, no such revision)."""
+    """What to do about a failed Hub request: wait, when the Hub is failing or rate-limiting (5xx, 429); check the
+    task's repository and revision on another answer (404: no such repo, revision or file); else (no answer, a
+    connection dropped midway) try again, through a proxy or mirror where one is needed."""
+    from huggingface_hub import constants
+
     status = getattr(getattr(err, "response", None), "status_code", None)
     if isinstance(status, int) and (status >= 500 or status == 429):
         return f"the Hub answered HTTP {status}: try again later"
-    return f"check HUB_REPO and REVISION in {task.path}"
+    if isinstance(status, int) and status >= 400:
+        return f"the Hub answered HTTP {status}: check HUB_REPO and REVISION in {task.path}"
+    return f"try again; {proxy_hint([constants.ENDPOINT])}"
 
 
 class DownloadFailed(UserError):
@@ -103,7 +108,7 @@ def _repo_files(part, timeout_s, offline):
                                      etag_timeout=timeout_s) for f in files]
     except Exception as err:
         raise DownloadFailed(f"{name}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
-                             f"nothing was written; {proxy_hint([constants.ENDPOINT])}") from None
+                             f"nothing was written; {hub_error_fix(err, task)}") from None
     finally:
         if quiet:
             enable_progress_bars()

@@ -170,7 +170,22 @@ def test_a_connection_dropped_midway_is_one_error_line_and_leaves_the_old_file(t
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: task copa: downloading copa/validation-") and "nothing was written" in lines[0]
+    assert "; nothing was written; try again; behind a proxy" in lines[0]
     assert files_in(tmp_path / "evals") == ["copa.jsonl"] and old.read_text() == "the old file\n"
+
+
+def test_a_file_listed_but_not_served_names_the_repository_and_revision_to_check(tmp_path):
+    task = task_spec.load_task("copa")
+    standin = evals_standin(eval_repos(["copa"]), gone={hub_path(task)})
+    try:
+        proc = download(standin, tmp_path, ["copa"], "--no_fewshot")
+    finally:
+        standin.stop()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].endswith(f"nothing was written; the Hub answered HTTP 404: check HUB_REPO and REVISION in "
+                             f"{task.path}")  # not a proxy's or a mirror's business
+    assert files_in(tmp_path / "evals") == []
 
 
 def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):

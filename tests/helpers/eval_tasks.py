@@ -109,11 +109,13 @@ def eval_repos(names, limit=None, change=None, fewshot=True):
     return repos
 
 
-def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=(), listing_status=None):
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=(), listing_status=None,
+                  gone=()):
     """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
     refs/convert/parquet branch holds the converted parquet of script datasets); a file whose path is in `cut` is
     sent half, then the connection is closed (a dropped download: its Content-Length says the whole); a
-    listing_status (429, 500) answers every listing of a repository's files with it (Retry-After: 0)."""
+    listing_status (429, 500) answers every listing of a repository's files with it (Retry-After: 0); a file in
+    `gone` is listed but answered 404 (a mirror that lacks it)."""
     import socket
     import urllib.parse
 
@@ -138,6 +140,8 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), 
             self._send(listing_status, b"stand-in: failing", {"Retry-After": "0"})
 
         def _resolve(self, repo_id, revision, filename):
+            if filename in gone:
+                return self._not_found("EntryNotFound", f"{filename} is gone")
             if filename not in cut or self.command != "GET":
                 return super()._resolve(repo_id, revision, filename)
             data = self.hub.repos[repo_id][filename]
