@@ -32,6 +32,18 @@ def download(standin, tmp_path, tasks, *extra, **env):
                       env_extra=hub_env(standin, tmp_path / "hf_home", **env), timeout=300)
 
 
+def refused_download(standin, tmp_path, tasks, *extra):
+    """The one line of a download_evals.py run that must fail (status 2, no traceback, one `error:` line on
+    stderr); the stand-in is stopped after it."""
+    try:
+        proc = download(standin, tmp_path, tasks, *extra)
+    finally:
+        standin.stop()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
 @pytest.mark.parametrize("prefix", ["", "/mirror/hf"])
 def test_downloads_the_real_rows_byte_for_byte(tmp_path, prefix):
     standin = evals_standin(eval_repos(TASKS), prefix=prefix)
@@ -81,14 +93,8 @@ def test_a_truncated_file_is_refused_by_name(tmp_path):
     path = hub_path(task_spec.load_task("copa"))
     data = repos["aps/super_glue"][path]
     repos["aps/super_glue"][path] = data[:len(data) // 2]
-    standin = evals_standin(repos)
-    try:
-        proc = download(standin, tmp_path, ["copa"])
-    finally:
-        standin.stop()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: task copa:") and "damaged or truncated" in lines[0]
+    line = refused_download(evals_standin(repos), tmp_path, ["copa"])
+    assert line.startswith("error: task copa:") and "damaged or truncated" in line
     assert files_in(tmp_path / "evals") == []
 
 
@@ -158,32 +164,21 @@ def test_a_connection_dropped_midway_is_one_error_line_and_leaves_the_old_file(t
     """huggingface_hub retries a cut download, logging "Trying to resume download..." each time: those lines went
     to stderr before the error line (docs/faults.md: one line)."""
     task = task_spec.load_task("copa")
-    standin = evals_standin(eval_repos(["copa"]), cut={hub_path(task)})
     old = tmp_path / "evals" / "copa.jsonl"
     old.parent.mkdir()
     old.write_text("the old file\n")
-    try:
-        proc = download(standin, tmp_path, ["copa"], "--overwrite", "--no_fewshot")
-    finally:
-        standin.stop()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: task copa: downloading copa/validation-") and "nothing was written" in lines[0]
-    assert "; nothing was written; try again; behind a proxy" in lines[0]
+    line = refused_download(evals_standin(eval_repos(["copa"]), cut={hub_path(task)}), tmp_path, ["copa"],
+                            "--overwrite", "--no_fewshot")
+    assert line.startswith("error: task copa: downloading copa/validation-")
+    assert "; nothing was written; try again; behind a proxy" in line
     assert files_in(tmp_path / "evals") == ["copa.jsonl"] and old.read_text() == "the old file\n"
 
 
 def test_a_file_listed_but_not_served_names_the_repository_and_revision_to_check(tmp_path):
     task = task_spec.load_task("copa")
-    standin = evals_standin(eval_repos(["copa"]), gone={hub_path(task)})
-    try:
-        proc = download(standin, tmp_path, ["copa"], "--no_fewshot")
-    finally:
-        standin.stop()
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0].endswith(f"nothing was written; the Hub answered HTTP 404: check HUB_REPO and REVISION in "
+    line = refused_download(evals_standin(eval_repos(["copa"]), gone={hub_path(task)}), tmp_path, ["copa"],
+                            "--no_fewshot")
+    assert line.endswith(f"nothing was written; the Hub answered HTTP 404: check HUB_REPO and REVISION in "
                              f"{task.path}")  # not a proxy's or a mirror's business
     assert files_in(tmp_path / "evals") == []
 
@@ -202,27 +197,16 @@ def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):
                                           "row 4: column 'premise' must be str, got NoneType")]):
         repos = eval_repos(["copa"], fewshot=False)
         repos["aps/super_glue"][hub_path(task_spec.load_task("copa"))] = parquet_of(served)
-        standin = evals_standin(repos)
-        try:
-            proc = download(standin, tmp_path / str(k), ["copa_mine"], "--tasks_dir", tasks_dir, "--no_fewshot")
-        finally:
-            standin.stop()
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: task copa_mine: copa/validation-"), proc.stderr
-        assert words in lines[0] and "nothing was written" in lines[0]
+        line = refused_download(evals_standin(repos), tmp_path / str(k), ["copa_mine"], "--tasks_dir", tasks_dir,
+                                "--no_fewshot")
+        assert line.startswith("error: task copa_mine: copa/validation-") and words in line
+        assert "nothing was written" in line
         assert files_in(tmp_path / str(k) / "evals") == []
 
 
 def test_a_hub_that_keeps_failing_the_listing_is_one_error_line_saying_to_wait(tmp_path):
     """huggingface_hub retries a 429 (and a 5xx) five times, logging each retry on stderr."""
-    standin = evals_standin(eval_repos(["copa"]), listing_status=429)
-    try:
-        proc = download(standin, tmp_path, ["copa"])
-    finally:
-        standin.stop()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: task copa: listing aps/super_glue@main"), proc.stderr
-    assert lines[0].endswith("the Hub answered HTTP 429: try again later")
+    line = refused_download(evals_standin(eval_repos(["copa"]), listing_status=429), tmp_path, ["copa"])
+    assert line.startswith("error: task copa: listing aps/super_glue@main")
+    assert line.endswith("the Hub answered HTTP 429: try again later")
     assert files_in(tmp_path / "evals") == []

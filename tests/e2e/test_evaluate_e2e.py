@@ -9,28 +9,13 @@ import shutil
 import pytest
 
 from conftest import free_port, run_script
-from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
+from helpers.eval_tasks import COLORS_TASK, LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
 
 SCRIPT = "evaluate.py"
 TASKS = ["arc_easy", "boolq", "winogrande", "copa", "hellaswag"]
 LIMIT = 7  # odd: the rows do not divide evenly between two ranks
 
-NEW_TASK = '''"""Color questions (made up for this test): which color is the thing?"""
-NAME = "colors"
-HUB_REPO = "someone/colors"
-HUB_CONFIG = None
-HUB_SPLIT = "test"
-HUB_FILES = "data/test-*.parquet"
-REVISION = "main"
-SHA256 = None
-COLUMNS = {"thing": str, "options": list, "answer": int}
-RANDOM_BASELINE = "uniform"
-CORE = False
-
-
-def render(row):
-    return {"context": f"The color of {row['thing']} is", "choices": row["options"], "gold": row["answer"]}
-'''
+NEW_TASK = COLORS_TASK
 
 
 @pytest.fixture(scope="module")

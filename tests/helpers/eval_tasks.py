@@ -49,6 +49,24 @@ def data_dir_with(folder, names, limit=None):
     return str(folder)
 
 
+COLORS_TASK = '''"""Color questions (made up for this test): which color is the thing?"""
+NAME = "colors"
+HUB_REPO = "someone/colors"
+HUB_CONFIG = None
+HUB_SPLIT = "test"
+HUB_FILES = "data/test-*.parquet"
+REVISION = "main"
+SHA256 = None
+COLUMNS = {"thing": str, "options": list, "answer": int}
+RANDOM_BASELINE = "uniform"
+CORE = False
+
+
+def render(row):
+    return {"context": f"The color of {row['thing']} is", "choices": row["options"], "gold": row["answer"]}
+'''  # a task file as a user writes one (a benchmark we do not ship), for --tasks_dir
+
+
 LAMBADA_ROWS = [  # two passages in lambada_openai's layout (one `text` column), written for the tests
     {"text": "He held the lantern up high so that everyone could see the path ahead. \"Follow the light,\" said "
              "Tom"},

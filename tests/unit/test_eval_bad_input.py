@@ -9,26 +9,11 @@ import pytest
 import download_evals
 import download_hellaswag
 import evaluate
-from helpers.eval_tasks import shared_rows, write_rows
+from helpers.eval_tasks import COLORS_TASK, shared_rows, write_rows
 from gptlab.core.errors import UserError
 from gptlab.evals import suite, task_spec
 
-COLORS = '''NAME = "colors"
-HUB_REPO = "someone/colors"
-HUB_CONFIG = None
-HUB_SPLIT = "test"
-HUB_FILES = "data/test-*.parquet"
-REVISION = "main"
-SHA256 = None
-COLUMNS = {"thing": str, "options": list, "answer": int}
-RANDOM_BASELINE = "uniform"
-CORE = False
-TARGET_DELIMITER = ""
-
-
-def render(row):
-    return {"context": f"The color of {row['thing']} is ", "choices": row["options"], "gold": row["answer"]}
-'''
+COLORS = COLORS_TASK + 'TARGET_DELIMITER = ""\n'  # no delimiter: an empty choice is scored as nothing
 
 
 def refused(fn, *words):
