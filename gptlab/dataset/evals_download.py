@@ -125,6 +125,7 @@ def _lines(part, local, names):
     task = part.task
     fix = (f"it is not the dataset {task.path} describes; nothing was written; check HUB_REPO, {part.files_field} "
            f"and REVISION there, or its COLUMNS")
+    first = None  # (file, its columns): every row written must have the same (evaluate.py checks it)
     for path, name in zip(local, names):
         try:
             table = pq.ParquetFile(path)
@@ -133,6 +134,11 @@ def _lines(part, local, names):
                 raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has no column "
                                      f"{', '.join(missing)} (its columns: {', '.join(table.schema_arrow.names)}); "
                                      f"{fix}")
+            first = first or (name, table.schema_arrow.names)
+            if set(table.schema_arrow.names) != set(first[1]):
+                raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has the columns "
+                                     f"{', '.join(table.schema_arrow.names)}, {first[0]} has {', '.join(first[1])}: "
+                                     f"not one split; {fix}")
             index = 0
             for batch in table.iter_batches(batch_size=1024):
                 for row in batch.to_pylist():

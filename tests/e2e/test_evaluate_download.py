@@ -185,21 +185,28 @@ def test_a_file_listed_but_not_served_names_the_repository_and_revision_to_check
 
 def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):
     """A task that pins no checksum (a user's, with SHA256 = None) wrote whatever the parquet held: a column of
-    another type, or a null, was found only when evaluate.py read the file."""
+    another type, a null, or files of other columns matched by one HUB_FILES were found only when evaluate.py read
+    the file."""
     tasks_dir = tmp_path / "tasks"
     tasks_dir.mkdir()
     source = open(task_spec.load_task("copa").path).read().replace('NAME = "copa"', 'NAME = "copa_mine"')
     (tasks_dir / "copa_mine.py").write_text(source.replace('SHA256 = "', 'SHA256 = None  # "'))
     rows = fewshot_rows("copa")
     labels_as_text = [dict(r, label=str(r["label"])) for r in rows]  # a parquet column has one type: all of them
-    for k, (served, words) in enumerate([(labels_as_text, "row 1: column 'label' must be int, got str"),
-                                         (rows[:3] + [dict(rows[3], premise=None)] + rows[4:],
-                                          "row 4: column 'premise' must be str, got NoneType")]):
+    one, two = "copa/validation-00000-of-00002.parquet", "copa/validation-00001-of-00002.parquet"  # HUB_FILES: both
+    for k, (served, words) in enumerate([
+            ({one: labels_as_text}, "row 1: column 'label' must be int, got str"),
+            ({one: rows[:3] + [dict(rows[3], premise=None)] + rows[4:]}, "row 4: column 'premise' must be str, got "
+                                                                          "NoneType"),
+            ({one: rows[:6], two: [dict(r, note="x") for r in rows[6:]]}, f"{two} of aps/super_glue has the columns "
+                                                                            "premise, choice1, choice2, question, idx, "
+                                                                            f"label, note, {one} has")]):
         repos = eval_repos(["copa"], fewshot=False)
-        repos["aps/super_glue"][hub_path(task_spec.load_task("copa"))] = parquet_of(served)
+        del repos["aps/super_glue"][hub_path(task_spec.load_task("copa"))]
+        repos["aps/super_glue"].update({path: parquet_of(part) for path, part in served.items()})
         line = refused_download(evals_standin(repos), tmp_path / str(k), ["copa_mine"], "--tasks_dir", tasks_dir,
                                 "--no_fewshot")
-        assert line.startswith("error: task copa_mine: copa/validation-") and words in line
+        assert line.startswith("error: task copa_mine: copa/validation-") and words in line, line
         assert "nothing was written" in line
         assert files_in(tmp_path / str(k) / "evals") == []
 
