@@ -12,7 +12,7 @@ there is skipped, and so is one that no checksum pins (--overwrite fetches it ag
 checksum (REVISION only): the sha256 printed is the one to put in FEWSHOT_SHA256. HellaSwag in llm.c's layout (for
 train_gpt.py) stays download_hellaswag.py's.
 """
-from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, path
 from gptlab.core.errors import UserError, run_cli
 from gptlab.evals.task_spec import DATA_DIR
 
@@ -22,8 +22,9 @@ MAX_TIMEOUT_S = 86400
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--tasks", default="core", help="core, all, or task names separated by commas")
-    p.add_argument("--data_dir", default=DATA_DIR, help="where the <task>.jsonl files go")
-    p.add_argument("--tasks_dir", default=None, help="a folder of your own task files, besides gptlab/evals/tasks/")
+    p.add_argument("--data_dir", type=path, default=DATA_DIR, help="where the <task>.jsonl files go")
+    p.add_argument("--tasks_dir", type=path, default=None,
+                   help="a folder of your own task files, besides gptlab/evals/tasks/")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a file that fails its checksum (or one whose task pins none)")
     p.add_argument("--no_fewshot", action="store_true",

@@ -12,7 +12,7 @@ no pyarrow, failing the checksum), the GitHub file ($GPTLAB_HELLASWAG_URL overri
 Writes data/hellaswag/hellaswag_val.jsonl atomically; does nothing (and says so) when the verified file is
 already there. A source whose uncompressed bytes fail the checksum is refused and nothing is written.
 """
-from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, path
+from gptlab.core.cli import ArgumentParser, HelpFormatter, float_in, hub_repo, hub_revision, path
 from gptlab.core.errors import run_cli
 from gptlab.dataset.hellaswag_file import (DEFAULT_PATH, DEFAULT_TIMEOUT_S, HELLASWAG_SHA256, HELLASWAG_URL, HUB_REPO,
                                    HUB_REVISION, SAMPLE_GZ, URL_ENV, fetch_hellaswag)
@@ -27,10 +27,10 @@ def parse_args(argv=None):
                         help=f"URL or local .jsonl / .jsonl.gz to copy from, and nothing else (default: the Hub "
                              f"copy --hub_repo, then ${URL_ENV} if set, a mirror, else {HELLASWAG_URL}; "
                              f"offline: {SAMPLE_GZ})")
-    parser.add_argument("--hub_repo", default=HUB_REPO,
+    parser.add_argument("--hub_repo", type=hub_repo, default=HUB_REPO,
                         help=f"Hub dataset holding the validation split as parquet (default: {HUB_REPO}; "
                              "HF_ENDPOINT picks the Hub or a mirror)")
-    parser.add_argument("--revision", default=HUB_REVISION,
+    parser.add_argument("--revision", type=hub_revision, default=HUB_REVISION,
                         help=f"branch, tag or commit of --hub_repo (default: {HUB_REVISION})")
     parser.add_argument("--out", type=path,
                         default=DEFAULT_PATH, help=f"where to write the file (default: {DEFAULT_PATH})")

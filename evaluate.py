@@ -14,8 +14,8 @@ Metrics and the task files: docs/evals.md.
 """
 import os
 
-from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, chosen_threads, non_negative_int, positive_int,
-                             threads_flag)
+from gptlab.core.cli import (MAX_THREADS, ArgumentParser, HelpFormatter, chosen_threads, non_negative_int, path,
+                             positive_int, threads_flag)
 from gptlab.core.errors import UserError, run_cli
 from gptlab.evals.task_spec import DATA_DIR
 from gptlab.train.records import latest_checkpoint as resolve_checkpoint  # (a run folder: its latest)
@@ -23,16 +23,16 @@ from gptlab.train.records import latest_checkpoint as resolve_checkpoint  # (a r
 
 def build_parser():
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("checkpoint", metavar="CHECKPOINT_OR_RUN",
+    p.add_argument("checkpoint", metavar="CHECKPOINT_OR_RUN", type=path,
                    help="a checkpoint (.pt, or a --shard_params folder), or a run folder (its latest checkpoint)")
     p.add_argument("--tasks", default="core", help="core, all, or task names separated by commas")
     p.add_argument("--fewshot", type=non_negative_int, default=0,
                    help="examples shown before each one, drawn from the task's few-shot split as lm-eval draws them "
                    "(docs/evals.md)")
     p.add_argument("--limit", type=positive_int, default=None, help="the first N examples of each task (default: all)")
-    p.add_argument("--out", default=None, help="folder to write (default: RUN/evals/<checkpoint name>)")
-    p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
-    p.add_argument("--tasks_dir", default=None,
+    p.add_argument("--out", type=path, default=None, help="folder to write (default: RUN/evals/<checkpoint name>)")
+    p.add_argument("--data_dir", type=path, default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
+    p.add_argument("--tasks_dir", type=path, default=None,
                    help="a folder of your own task files, besides gptlab/evals/tasks/ (docs/evals.md)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
@@ -81,7 +81,9 @@ def evaluate(argv=None):
     check_fewshot(tasks, args.fewshot)
     checkpoint = resolve_checkpoint(args.checkpoint)
     out = args.out or default_out(checkpoint)
-    check_output_dir(out, args.overwrite)
+    # what this command reads: --overwrite of a folder holding any of them would delete it (the run folder, data/)
+    inputs = [checkpoint, args.data_dir] + ([args.tasks_dir] if args.tasks_dir else [])
+    check_output_dir(out, args.overwrite, inputs)
     from gptlab.evals.suite import fewshot_sources, task_requests
 
     # every file read and rendered before the model loads: a bad row (or missing few-shot rows) answers at once
@@ -114,7 +116,7 @@ def evaluate(argv=None):
         if ctx.is_main:
             meta = {"checkpoint": checkpoint, "step": ckpt.get("step"), "tokenizer": tok.name,
                     "ranks": ctx.world_size, "device": ctx.device.type, "dtype": dtype, "fewshot_source": sources}
-            write_results(out, records, summaries, suite, meta, args.overwrite)
+            write_results(out, records, summaries, suite, meta, args.overwrite, inputs + [tok.path])
             print_summary(summaries, suite, out, dtype)
         distributed.barrier(ctx)
     finally:

@@ -129,7 +129,8 @@ def read_file(path, map_location="cpu", allow_old=False):
         raise UserError(f"checkpoint {path} cannot be read ({type(err).__name__}: {first_line}); it is damaged or "
                         "not a gptlab checkpoint") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise UserError(f"{path} is not a gptlab checkpoint (no format={CHECKPOINT_FORMAT!r})")
+        raise UserError(f"{path} is not a gptlab checkpoint (no format={CHECKPOINT_FORMAT!r}); pass one that "
+                        "train_gpt.py --save_model wrote (experiments/<run>/checkpoints/step_N.pt)")
     version = payload.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise UserError(f"checkpoint {path} has an unknown format_version {_short_repr(version)}; it is damaged or "

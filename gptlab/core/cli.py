@@ -11,6 +11,7 @@ Checks that involve two flags, a file or the device stay in code, in one place p
 """
 import argparse
 import math
+import re
 
 from gptlab.core.errors import UserError, escape_controls
 
@@ -180,3 +181,18 @@ def one_line_path(path):
 path = flag_type(bool, "must not be empty; give a path")  # '' would mean the current folder, or nothing at all
 png_path = flag_type(lambda path: path.lower().endswith(".png"),
                      "{value}: the plot is a PNG image; give a path ending in .png")
+
+
+_HUB_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"  # huggingface_hub's validate_repo_id: no -/. at an end
+
+
+def hub_repo(text):
+    """A Hub repository id, NAME or ORG/NAME as huggingface_hub accepts one (else it raises deep in a download)."""
+    if not (re.fullmatch(f"(?:{_HUB_NAME}/)?{_HUB_NAME}", text) and len(text) <= 96 and "--" not in text
+            and ".." not in text):
+        raise FlagValueError(f"'{escape_controls(text)}' is not a Hub repository id; give ORG/NAME, e.g. "
+                             "Rowan/hellaswag")
+    return text
+
+
+hub_revision = flag_type(bool, "must not be empty; give a branch, tag or commit, e.g. main")

@@ -20,7 +20,8 @@ from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal
 from gptlab.dataset.hellaswag_file import sha256_file
-from gptlab.text.sources import cached_snapshot, describe_error as _describe, hub_unreachable, proxy_hint
+from gptlab.text.sources import (cached_snapshot, describe_error as _describe, hub_logs_held, hub_unreachable,
+                                 proxy_hint)
 
 DATA_DIR = os.path.join("data", "evals")  # where each task's rows go: data/evals/<task>.jsonl
 
@@ -30,6 +31,20 @@ DEFAULT_TIMEOUT_S = 10.0
 def describe_error(err):
     """The libraries' error, on one line (huggingface_hub's span several)."""
     return one_line(_describe(err), 300)
+
+
+def hub_error_fix(err, task):
+    """What to do about a failed Hub request: wait, when the Hub is failing or rate-limiting (5xx, 429); check the
+    task's repository and revision on another answer (404: no such repo, revision or file); else (no answer, a
+    connection dropped midway) try again, through a proxy or mirror where one is needed."""
+    from huggingface_hub import constants
+
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    if isinstance(status, int) and (status >= 500 or status == 429):
+        return f"the Hub answered HTTP {status}: try again later"
+    if isinstance(status, int) and status >= 400:
+        return f"the Hub answered HTTP {status}: check HUB_REPO and REVISION in {task.path}"
+    return f"try again; {proxy_hint([constants.ENDPOINT])}"
 
 
 class DownloadFailed(UserError):
@@ -75,10 +90,11 @@ def _repo_files(part, timeout_s, offline):
         raise DownloadFailed(f"{name}: {problem}; {proxy_hint([constants.ENDPOINT])}; offline: "
                              "HF_HUB_OFFLINE=1 once the HF cache holds the files")
     try:
-        listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
+        with hub_logs_held():  # a 500 or 429 is retried, each retry logged: the failure is said once, below
+            listed = HfApi().list_repo_files(task.HUB_REPO, repo_type="dataset", revision=task.REVISION)
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
         raise DownloadFailed(f"{name}: listing {where} via {constants.ENDPOINT} failed "
-                             f"({describe_error(err)}); check HUB_REPO and REVISION in {task.path}") from None
+                             f"({describe_error(err)}); {hub_error_fix(err, task)}") from None
     files = sorted(p for p in listed if fnmatch.fnmatch(p, part.pattern))
     if not files:
         raise DownloadFailed(f"{name}: {where} has no file matching {part.files_field} {part.pattern!r} "
@@ -87,11 +103,12 @@ def _repo_files(part, timeout_s, offline):
     if quiet:  # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log
         disable_progress_bars()
     try:
-        local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
-                                 etag_timeout=timeout_s) for f in files]
+        with hub_logs_held():
+            local = [hf_hub_download(task.HUB_REPO, f, repo_type="dataset", revision=task.REVISION,
+                                     etag_timeout=timeout_s) for f in files]
     except Exception as err:
         raise DownloadFailed(f"{name}: downloading {files[0]} of {where} failed ({describe_error(err)}); "
-                             f"nothing was written; {proxy_hint([constants.ENDPOINT])}") from None
+                             f"nothing was written; {hub_error_fix(err, task)}") from None
     finally:
         if quiet:
             enable_progress_bars()
@@ -99,10 +116,16 @@ def _repo_files(part, timeout_s, offline):
 
 
 def _lines(part, local, names):
-    """The rows of the parquet files as JSON lines (bytes), checked for the task's columns."""
+    """The rows of the parquet files as JSON lines (bytes), each checked as evaluate.py will check it (the task's
+    COLUMNS and their types), so a file it would refuse is never written."""
     import pyarrow.parquet as pq  # in requirements.txt; only for reading the download
 
+    from gptlab.evals.task_spec import check_row  # (task_spec imports this module)
+
     task = part.task
+    fix = (f"it is not the dataset {task.path} describes; nothing was written; check HUB_REPO, {part.files_field} "
+           f"and REVISION there, or its COLUMNS")
+    first = None  # (file, its columns): every row written must have the same (evaluate.py checks it)
     for path, name in zip(local, names):
         try:
             table = pq.ParquetFile(path)
@@ -110,12 +133,28 @@ def _lines(part, local, names):
             if missing:
                 raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has no column "
                                      f"{', '.join(missing)} (its columns: {', '.join(table.schema_arrow.names)}); "
-                                     f"it is not the dataset {task.path} describes")
+                                     f"{fix}")
+            first = first or (name, table.schema_arrow.names)
+            if set(table.schema_arrow.names) != set(first[1]):
+                raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} has the columns "
+                                     f"{', '.join(table.schema_arrow.names)}, {first[0]} has {', '.join(first[1])}: "
+                                     f"not one split; {fix}")
+            index = 0
             for batch in table.iter_batches(batch_size=1024):
                 for row in batch.to_pylist():
-                    yield (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                    index += 1
+                    where = f"{part.name}: {name} of {task.HUB_REPO} row {index}"
+                    check_row(task, row, where, fix)
+                    try:
+                        line = json.dumps(row, ensure_ascii=False)
+                    except (TypeError, ValueError) as err:  # bytes, a date: no JSON for them
+                        raise DownloadFailed(f"{where} holds a value JSON cannot write ({describe_error(err)}); "
+                                             f"{fix}") from None
+                    yield (line + "\n").encode("utf-8")
         except DownloadFailed:
             raise
+        except UserError as err:  # check_row's: a row evaluate.py would refuse
+            raise DownloadFailed(str(err)) from None
         except Exception as err:  # pyarrow on a damaged or truncated file: whatever it raises
             raise DownloadFailed(f"{part.name}: {name} of {task.HUB_REPO} is damaged or truncated "
                                  f"({describe_error(err)}); nothing was written; download again (a damaged copy in "

@@ -23,7 +23,7 @@ import stat
 import sys
 import zlib
 
-from gptlab.core.errors import UserError
+from gptlab.core.errors import UserError, one_line
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal, progress_bar
 from gptlab.text.sources import describe_error, proxy_hint, reaching
@@ -213,7 +213,7 @@ class _GeneratedStream:
         try:
             return next(self.chunks, b"")
         except Exception as err:  # pyarrow's and the rows' errors: the copy is unreadable, not the user's input
-            raise HubCopyUnusable(f"its parquet could not be read ({describe_error(err)})") from None
+            raise HubCopyUnusable(f"its parquet could not be read ({one_line(describe_error(err), 300)})") from None
 
     def __enter__(self):
         return self
@@ -228,15 +228,16 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     from huggingface_hub import HfApi, hf_hub_download  # heavy (~0.3 s): only for the Hub copy
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-    from gptlab.text.sources import hub_unreachable
+    from gptlab.text.sources import hub_logs_held, hub_unreachable
 
     problem = hub_unreachable(repo_id, timeout_s, revision=revision)  # seconds, not the libraries' retries
     if problem:
         raise HubCopyUnusable(problem)
     try:
-        files = hub_validation_files(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
+        with hub_logs_held():  # a 500 or 429 is retried, each retry logged: the failure is said once, below
+            files = hub_validation_files(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
-        raise HubCopyUnusable(f"listing it failed ({describe_error(err)})") from None
+        raise HubCopyUnusable(f"listing it failed ({one_line(describe_error(err), 300)})") from None
     if not files:
         raise HubCopyUnusable("it holds no validation parquet")
     # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log (gptlab.core.progress)
@@ -244,10 +245,11 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
     if quiet:
         disable_progress_bars()
     try:
-        return [hf_hub_download(repo_id, f, repo_type="dataset", revision=revision, etag_timeout=timeout_s)
-                for f in files], files
+        with hub_logs_held():
+            return [hf_hub_download(repo_id, f, repo_type="dataset", revision=revision, etag_timeout=timeout_s)
+                    for f in files], files
     except Exception as err:
-        raise HubCopyUnusable(f"downloading {files[0]} failed ({describe_error(err)})") from None
+        raise HubCopyUnusable(f"downloading {files[0]} failed ({one_line(describe_error(err), 300)})") from None
     finally:
         if quiet:
             enable_progress_bars()
@@ -293,11 +295,12 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
     """Put the verified HellaSwag validation file at `out`; returns (out, "present" | "written", source used).
 
     source: a URL or a local .jsonl / .jsonl.gz: that only. None: the Hub copy `hub_repo` at `revision`, then
-    default_source() ($GPTLAB_HELLASWAG_URL or the upstream URL) when the Hub copy cannot be used, each failure
-    said in a `note:` line; with HF_HUB_OFFLINE only the HF cache is read (nothing on the network). URLs are
-    fetched with urllib, which honours HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is checked on the
-    uncompressed bytes while they stream into a temporary file; a mismatch removes the temporary file, so nothing
-    unverified ever sits under `out`, and an existing file is only replaced by a verified one.
+    default_source() ($GPTLAB_HELLASWAG_URL or the upstream URL) when the Hub copy cannot be used, the Hub copy's
+    failure said in a `note:` line once that worked (in the one error line when it fails too); with
+    HF_HUB_OFFLINE only the HF cache is read (nothing on the network). URLs are fetched with urllib, which honours
+    HTTPS_PROXY / HTTP_PROXY / NO_PROXY. The sha256 is checked on the uncompressed bytes while they stream into a
+    temporary file; a mismatch removes the temporary file, so nothing unverified ever sits under `out`, and an
+    existing file is only replaced by a verified one.
     """
     if os.path.isfile(out):
         if sha256_file(out) == HELLASWAG_SHA256:
@@ -323,7 +326,7 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
                         f"bundled copy: --source {SAMPLE_GZ}, or run once online to fill the cache, or unset "
                         "HF_HUB_OFFLINE")
     url = default_source()
-    print(f"note: {hub_problem}; downloading {url} instead", file=sys.stderr, flush=True)
+    # the note comes once the fallback worked: when it fails too, the error line says both, and is the only line
     try:
         _copy_verified(url, *_open_source(url, timeout_s), out, progress)
     except Unreachable as err:
@@ -331,6 +334,9 @@ def fetch_hellaswag(source=None, out=DEFAULT_PATH, overwrite=False, timeout_s=DE
         raise UserError(f"cannot download HellaSwag: {hub_problem}; and {err.problem}. {hint[0].upper()}{hint[1:]}; "
                         f"offline: --source {SAMPLE_GZ}, or HF_HUB_OFFLINE=1 once the HF cache holds the Hub copy"
                         ) from None
+    except UserError as err:  # the fallback's file fails its checksum, or cannot be written
+        raise UserError(f"cannot download HellaSwag: {hub_problem}; and {err}") from None
+    print(f"note: {hub_problem}; downloaded {url} instead", file=sys.stderr, flush=True)
     return out, "written", url
 
 

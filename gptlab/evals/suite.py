@@ -17,8 +17,11 @@ def checked_encoder(encoding, what):
             data = text.encode("utf-8")
             tokens = encoding.encode_ordinary(text)
         except (UnicodeEncodeError, ValueError, TypeError) as err:
+            # the text around the character: it may be in one of the row's few-shot rows, not the row named
+            at = (f", in {text[max(0, err.start - 40):err.end + 40]!r}" if isinstance(err, UnicodeEncodeError)
+                  else "")
             raise UserError(f"the checkpoint's tokenizer cannot encode {what()} ({type(err).__name__}: "
-                            f"{str(err)[:120]}); fix the row, or score this task with another tokenizer") from None
+                            f"{str(err)[:120]}{at}); fix the row, or score this task with another tokenizer") from None
         if encoding.decode_bytes(tokens) != data:
             raise UserError(f"the checkpoint's tokenizer cannot encode {what()}: its tokens decode to other text "
                             f"than {text[:60]!r}; score this task with a byte-level tokenizer")
@@ -46,7 +49,14 @@ def task_requests(task, fewshot=0, limit=None, data_dir=task_spec.DATA_DIR):
     draws = task_spec.fewshot_draws(task, rows[:n], pool, fewshot)
     rendered = {}
     pool_rendered = rendered if pool is rows else {}
-    return rows, [task_spec.requests(task, rows, i, draws[i], pool, rendered, pool_rendered) for i in range(n)]
+    requests = [task_spec.requests(task, rows, i, draws[i], pool, rendered, pool_rendered) for i in range(n)]
+    for i, req in enumerate(requests):
+        blank = [j for j, choice in enumerate(req["choices"]) if not choice.strip()]
+        if blank:  # scored as the delimiter alone (or nothing: log-probability 0), it would win for no reason
+            raise UserError(f"{task.NAME} row {i + 1}: choice {blank[0] + 1} of {len(req['choices'])} is "
+                            f"{req['choices'][blank[0]]!r}, with no text to score; fix the row, or re-download it: "
+                            f"{task_spec.download_command(task, data_dir, overwrite=True)}")
+    return rows, requests
 
 
 def fewshot_sources(tasks, fewshot, data_dir=task_spec.DATA_DIR):
@@ -123,9 +133,10 @@ def score_tasks(logits_fn, encoding, tasks, *, fewshot=0, limit=None, data_dir=t
     return records, summaries, suite
 
 
-def write_results(out_dir, records, summaries, suite, meta, overwrite=False):
-    """DIR/<task>.jsonl and DIR/summary.json, the folder written whole or not at all."""
-    with atomic_output_dir(out_dir, overwrite) as tmp:
+def write_results(out_dir, records, summaries, suite, meta, overwrite=False, inputs=()):
+    """DIR/<task>.jsonl and DIR/summary.json, the folder written whole or not at all; a DIR holding any of `inputs`
+    (the files the command read) is refused, as atomic_output_dir refuses it."""
+    with atomic_output_dir(out_dir, overwrite, inputs) as tmp:
         for name, recs in records.items():
             with open(os.path.join(tmp, f"{name}.jsonl"), "w", encoding="utf-8") as f:
                 for rec in recs:

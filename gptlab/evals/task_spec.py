@@ -108,6 +108,9 @@ def task_files(extra_dir=None):
     for folder in [TASKS_DIR] + ([extra_dir] if extra_dir else []):
         if not os.path.isdir(folder):
             raise UserError(f"--tasks_dir {folder} is not a folder; give the folder that holds your task files")
+        if folder is extra_dir and os.path.samefile(folder, TASKS_DIR):  # else: every task "defined twice"
+            raise UserError(f"--tasks_dir {folder} is the built-in tasks' folder, always read; drop --tasks_dir, or "
+                            "give a folder of your own task files")
         for n in sorted(os.listdir(folder)):
             if n.endswith(".py") and not n.startswith("_"):
                 if n[:-3] in files:
@@ -224,7 +227,7 @@ def load_task(name, extra_dir=None):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # the user's file: any error in it is theirs to fix
+    except (Exception, SystemExit) as err:  # the user's file: any error in it (sys.exit too) is theirs to fix
         raise UserError(f"task spec {path} does not load ({type(err).__name__}: {err}); fix the file") from None
     problem = _problem(module, name)
     if problem:
@@ -242,6 +245,9 @@ def resolve_tasks(text, extra_dir=None):
     words = [w.strip() for w in text.split(",") if w.strip()]
     if not words:
         raise UserError("--tasks is empty; give core, all, or task names separated by commas")
+    repeated = sorted({w for w in words if words.count(w) > 1})
+    if repeated:  # a slip (copa,copa): scoring it once would hide it, twice would count it twice in core
+        raise UserError(f"--tasks names {', '.join(repeated)} more than once; give each task once")
     names = []
     for word in words:
         if word in ("core", "all"):
@@ -254,26 +260,38 @@ def resolve_tasks(text, extra_dir=None):
 
 # ---- rows
 
-def check_row(task, row, where):
-    """A UserError unless row is a JSON object with the task's COLUMNS of their types."""
+def download_command(task, data_dir=DATA_DIR, overwrite=False):
+    """The download_evals.py line that (re)writes the task's files where they are read: its --data_dir when not the
+    default, and --tasks_dir for a task of the user's folder (else download_evals.py would not know the task)."""
+    line = f"python download_evals.py --tasks {task.NAME}"
+    if os.path.dirname(os.path.abspath(task.path)) != TASKS_DIR:
+        line += f" --tasks_dir {os.path.dirname(task.path)}"
+    if os.path.normpath(data_dir) != os.path.normpath(DATA_DIR):
+        line += f" --data_dir {data_dir}"
+    return line + (" --overwrite" if overwrite else "")
+
+
+def check_row(task, row, where, fix=None):
+    """A UserError unless row is a JSON object with the task's COLUMNS of their types; fix: how to get a good file
+    (download_command's line for the default folder when not given)."""
+    fix = fix or f"re-download it: {download_command(task, overwrite=True)}"
     if not isinstance(row, dict):
         raise UserError(f"{where}: expected a JSON object (a row of {task.HUB_REPO}), got {type(row).__name__}")
     for column, kind in task.COLUMNS.items():
         if column not in row:
             raise UserError(f"{where}: no column {column!r} ({task.NAME} rows have {', '.join(task.COLUMNS)}); is it "
-                            f"{task.NAME}'s file? re-download it: python download_evals.py --tasks {task.NAME} "
-                            "--overwrite")
+                            f"{task.NAME}'s file? {fix}")
         value = row[column]
         kinds = _column_kinds(kind)
         if not any(_is(value, k) for k in kinds):
             want = " or ".join("null" if k is None else k.__name__ for k in kinds)
             got = "null" if value is None else type(value).__name__
-            fix = f"re-download it: python download_evals.py --tasks {task.NAME} --overwrite"
+            how = fix
             if value is None:  # a dataset may hold nulls in a column: the spec can allow them
                 allowed = ", ".join(k.__name__ for k in kinds)
-                fix = (f"if the dataset has nulls in that column, allow them in {task.path}: COLUMNS[{column!r}] = "
+                how = (f"if the dataset has nulls in that column, allow them in {task.path}: COLUMNS[{column!r}] = "
                        f"({allowed}, None); else {fix}")
-            raise UserError(f"{where}: column {column!r} must be {want}, got {got}; {fix}")
+            raise UserError(f"{where}: column {column!r} must be {want}, got {got}; {how}")
 
 
 def _is(value, kind):
@@ -288,42 +306,51 @@ def _is(value, kind):
 
 
 def load_rows(task, data_dir=DATA_DIR, fewshot=False):
-    """The rows of the task's downloaded file (fewshot: of its few-shot split's file), each checked against COLUMNS."""
+    """The rows of the task's downloaded file (fewshot: of its few-shot split's file), each checked against COLUMNS
+    and against the first row's columns (download_evals.py writes every row with the dataset's columns)."""
     path = task.fewshot_path(data_dir) if fewshot else task.data_path(data_dir)
     problem = not_a_file(path)
     if problem == "does not exist":
         what = f": {task.NAME}'s few-shot rows (its {task.FEWSHOT_SPLIT} split), which --fewshot needs" if fewshot else ""
-        raise UserError(f"{path} not found{what}; download {'them' if fewshot else 'it'}: python download_evals.py "
-                        f"--tasks {task.NAME}" + (f" --data_dir {data_dir}" if data_dir != DATA_DIR else ""))
+        raise UserError(f"{path} not found{what}; download {'them' if fewshot else 'it'}: "
+                        f"{download_command(task, data_dir)}")
     if problem:
         raise UserError(f"{path} {problem}; give the folder download_evals.py wrote (--data_dir)")
-    rows = []
+    fix = f"re-download it: {download_command(task, data_dir, overwrite=True)}"
+    rows, columns = [], None
     try:
         with open(path, encoding="utf-8") as f:
             for line_no, line in enumerate(iter(lambda: f.readline(MAX_ROW_CHARS + 1), ""), 1):
                 where = f"{path} line {line_no}"
                 if len(line) > MAX_ROW_CHARS:
-                    raise UserError(f"{where} is longer than {MAX_ROW_CHARS:,} characters; re-download it: "
-                                    f"python download_evals.py --tasks {task.NAME} --overwrite")
+                    raise UserError(f"{where} is longer than {MAX_ROW_CHARS:,} characters; {fix}")
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise UserError(f"{where}: not valid JSON ({err.msg}); re-download it: python download_evals.py "
-                                    f"--tasks {task.NAME} --overwrite") from None
-                check_row(task, row, where)
+                except (ValueError, RecursionError) as err:  # bad JSON; an int of 5,000 digits; [[[... too deep
+                    why = err.msg if isinstance(err, json.JSONDecodeError) else (
+                        "nested too deep" if isinstance(err, RecursionError) else str(err)[:100])
+                    raise UserError(f"{where}: not valid JSON ({why}); {fix}") from None
+                check_row(task, row, where, fix)
+                if columns is None:
+                    columns, first = list(row), line_no
+                elif set(row) != set(columns):  # a row of another file or schema pasted in
+                    extra = [c for c in row if c not in columns]
+                    missing = [c for c in columns if c not in row]
+                    diff = "; ".join(f"{what} {', '.join(map(repr, cs))}" for what, cs in
+                                     (("extra", extra), ("missing", missing)) if cs)
+                    raise UserError(f"{where}: its columns differ from line {first}'s ({diff}); every row of a "
+                                    f"download has the same columns: {fix}")
                 if task.KEEP_ROW is None or _kept(task, row, where):
                     rows.append(row)
     except (UnicodeDecodeError, OSError) as err:
-        raise UserError(f"cannot read {path} ({err}); re-download it: python download_evals.py --tasks "
-                        f"{task.NAME} --overwrite") from None
+        raise UserError(f"cannot read {path} ({err}); {fix}") from None
     if not rows:
         if task.KEEP_ROW is not None:
             raise UserError(f"{path}: {task.path}'s KEEP_ROW keeps none of its rows; check KEEP_ROW, or that the "
                             "file is this task's")
-        raise UserError(f"{path} holds no rows; re-download it: python download_evals.py --tasks {task.NAME} "
-                        "--overwrite")
+        raise UserError(f"{path} holds no rows; {fix}")
     return rows
 
 
@@ -331,7 +358,7 @@ def _spec_call(task, field, row, where):
     """The task file's function `field` on a row; any error in it is a UserError naming both."""
     try:
         return getattr(task, field)(row)
-    except Exception as err:  # the spec's code on a row it does not fit: name both
+    except (Exception, SystemExit) as err:  # the spec's code on a row it does not fit (sys.exit too): name both
         raise UserError(f"{where}: {task.path}'s {field} failed on this row ({type(err).__name__}: {err}); the row "
                         "does not have the layout the spec expects") from None
 

@@ -10,6 +10,7 @@ Devices and sockets are refused as inputs (`/dev/zero` never ends); a named pipe
 Bytes that are not valid UTF-8 are replaced (U+FFFD) and counted in `ReadStats`, never silently dropped; so are
 lone surrogates of JSON text (`"\\ud800"`), which UTF-8 cannot encode.
 """
+import contextlib
 import glob
 import itertools
 import json
@@ -311,6 +312,22 @@ def proxy_hint(hub_urls=(), urllib_urls=()):
         variables = " and ".join(dict.fromkeys(f[1] for f in found))
         return f"check the proxy {proxies}, or unset {variables} (or list the host in NO_PROXY) to connect directly"
     return "behind a proxy, set HTTPS_PROXY (HTTP_PROXY for an http:// URL); to use a Hub mirror, set HF_ENDPOINT"
+
+
+@contextlib.contextmanager
+def hub_logs_held():
+    """huggingface_hub's log lines held back for the block: a connection dropped midway logs "Error while
+    downloading ... Trying to resume download..." on stderr at each retry, then raises; the caller says the failure
+    in its one error line (and a retry that succeeds needs no words)."""
+    import logging
+
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def describe_error(err, limit=200):

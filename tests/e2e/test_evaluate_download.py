@@ -11,7 +11,7 @@ import os
 import pytest
 
 from conftest import run_script
-from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, fewshot_rows, hub_path
+from helpers.eval_tasks import EVALS_DIR, eval_repos, evals_standin, fewshot_rows, hub_path, parquet_of
 from hub_standin import hub_env
 from gptlab.evals import task_spec
 
@@ -30,6 +30,18 @@ def files_in(folder):
 def download(standin, tmp_path, tasks, *extra, **env):
     return run_script([SCRIPT, "--tasks", ",".join(tasks), "--data_dir", tmp_path / "evals", *extra],
                       env_extra=hub_env(standin, tmp_path / "hf_home", **env), timeout=300)
+
+
+def refused_download(standin, tmp_path, tasks, *extra):
+    """The one line of a download_evals.py run that must fail (status 2, no traceback, one `error:` line on
+    stderr); the stand-in is stopped after it."""
+    try:
+        proc = download(standin, tmp_path, tasks, *extra)
+    finally:
+        standin.stop()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
 
 
 @pytest.mark.parametrize("prefix", ["", "/mirror/hf"])
@@ -81,14 +93,8 @@ def test_a_truncated_file_is_refused_by_name(tmp_path):
     path = hub_path(task_spec.load_task("copa"))
     data = repos["aps/super_glue"][path]
     repos["aps/super_glue"][path] = data[:len(data) // 2]
-    standin = evals_standin(repos)
-    try:
-        proc = download(standin, tmp_path, ["copa"])
-    finally:
-        standin.stop()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: task copa:") and "damaged or truncated" in lines[0]
+    line = refused_download(evals_standin(repos), tmp_path, ["copa"])
+    assert line.startswith("error: task copa:") and "damaged or truncated" in line
     assert files_in(tmp_path / "evals") == []
 
 
@@ -152,3 +158,63 @@ def test_few_shot_rows_missing_on_the_hub_a_pinned_few_shot_checksum_and_no_fews
                 assert "nothing was written" in proc.stdout
     finally:
         standin.stop()
+
+
+def test_a_connection_dropped_midway_is_one_error_line_and_leaves_the_old_file(tmp_path):
+    """huggingface_hub retries a cut download, logging "Trying to resume download..." each time: those lines went
+    to stderr before the error line (docs/faults.md: one line)."""
+    task = task_spec.load_task("copa")
+    old = tmp_path / "evals" / "copa.jsonl"
+    old.parent.mkdir()
+    old.write_text("the old file\n")
+    line = refused_download(evals_standin(eval_repos(["copa"]), cut={hub_path(task)}), tmp_path, ["copa"],
+                            "--overwrite", "--no_fewshot")
+    assert line.startswith("error: task copa: downloading copa/validation-")
+    assert "; nothing was written; try again; behind a proxy" in line
+    assert files_in(tmp_path / "evals") == ["copa.jsonl"] and old.read_text() == "the old file\n"
+
+
+def test_a_file_listed_but_not_served_names_the_repository_and_revision_to_check(tmp_path):
+    task = task_spec.load_task("copa")
+    line = refused_download(evals_standin(eval_repos(["copa"]), gone={hub_path(task)}), tmp_path, ["copa"],
+                            "--no_fewshot")
+    assert line.endswith(f"nothing was written; the Hub answered HTTP 404: check HUB_REPO and REVISION in "
+                             f"{task.path}")  # not a proxy's or a mirror's business
+    assert files_in(tmp_path / "evals") == []
+
+
+def test_rows_that_evaluate_would_refuse_are_never_written(tmp_path):
+    """A task that pins no checksum (a user's, with SHA256 = None) wrote whatever the parquet held: a column of
+    another type, a null, or files of other columns matched by one HUB_FILES were found only when evaluate.py read
+    the file."""
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    source = open(task_spec.load_task("copa").path).read().replace('NAME = "copa"', 'NAME = "copa_mine"')
+    (tasks_dir / "copa_mine.py").write_text(source.replace('SHA256 = "', 'SHA256 = None  # "'))
+    rows = fewshot_rows("copa")
+    labels_as_text = [dict(r, label=str(r["label"])) for r in rows]  # a parquet column has one type: all of them
+    one, two = "copa/validation-00000-of-00002.parquet", "copa/validation-00001-of-00002.parquet"  # HUB_FILES: both
+    for k, (served, words) in enumerate([
+            ({one: labels_as_text}, "row 1: column 'label' must be int, got str"),
+            ({one: rows[:3] + [dict(rows[3], premise=None)] + rows[4:]}, "row 4: column 'premise' must be str, got "
+                                                                          "null; if the dataset has nulls in that "
+                                                                          "column, allow them in"),
+            ({one: rows[:6], two: [dict(r, note="x") for r in rows[6:]]}, f"{two} of aps/super_glue has the columns "
+                                                                            "premise, choice1, choice2, question, idx, "
+                                                                            f"label, note, {one} has")]):
+        repos = eval_repos(["copa"], fewshot=False)
+        del repos["aps/super_glue"][hub_path(task_spec.load_task("copa"))]
+        repos["aps/super_glue"].update({path: parquet_of(part) for path, part in served.items()})
+        line = refused_download(evals_standin(repos), tmp_path / str(k), ["copa_mine"], "--tasks_dir", tasks_dir,
+                                "--no_fewshot")
+        assert line.startswith("error: task copa_mine: copa/validation-") and words in line, line
+        assert "nothing was written" in line
+        assert files_in(tmp_path / str(k) / "evals") == []
+
+
+def test_a_hub_that_keeps_failing_the_listing_is_one_error_line_saying_to_wait(tmp_path):
+    """huggingface_hub retries a 429 (and a 5xx) five times, logging each retry on stderr."""
+    line = refused_download(evals_standin(eval_repos(["copa"]), listing_status=429), tmp_path, ["copa"])
+    assert line.startswith("error: task copa: listing aps/super_glue@main")
+    assert line.endswith("the Hub answered HTTP 429: try again later")
+    assert files_in(tmp_path / "evals") == []

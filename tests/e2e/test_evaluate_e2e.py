@@ -4,33 +4,19 @@ tests/unit/test_eval_score.py."""
 import hashlib
 import json
 import os
+import shutil
 
 import pytest
 
 from conftest import free_port, run_script
-from helpers.eval_tasks import LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
+from helpers.eval_tasks import COLORS_TASK, LAMBADA_ROWS, data_dir_with, shared_rows, tiny_checkpoint, write_rows
 from helpers.user_task_rows import LM_EVAL_YAML, USER_TASKS_DIR, user_task_data
 
 SCRIPT = "evaluate.py"
 TASKS = ["arc_easy", "boolq", "winogrande", "copa", "hellaswag"]
 LIMIT = 7  # odd: the rows do not divide evenly between two ranks
 
-NEW_TASK = '''"""Color questions (made up for this test): which color is the thing?"""
-NAME = "colors"
-HUB_REPO = "someone/colors"
-HUB_CONFIG = None
-HUB_SPLIT = "test"
-HUB_FILES = "data/test-*.parquet"
-REVISION = "main"
-SHA256 = None
-COLUMNS = {"thing": str, "options": list, "answer": int}
-RANDOM_BASELINE = "uniform"
-CORE = False
-
-
-def render(row):
-    return {"context": f"The color of {row['thing']} is", "choices": row["options"], "gold": row["answer"]}
-'''
+NEW_TASK = COLORS_TASK
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +135,47 @@ def test_bad_input_is_one_error_line_and_writes_nothing(setup, tmp_path):
     out.mkdir()
     assert "already exists; pass --overwrite" in one_error(run("--tasks", "copa"))
     assert os.listdir(out) == []
+
+
+
+def test_sloppy_input_that_once_ran_or_crashed_is_one_error_line(setup, tmp_path):
+    """Each of these exited 0 with figures (or with status 3 and no line) before docs/faults.md promised otherwise."""
+    folder, ckpt, data = setup
+    out = tmp_path / "out"
+
+    def run(tasks, *extra, data_dir=data):
+        return run_script([SCRIPT, ckpt, "--tasks", tasks, "--data_dir", data_dir, "--out", out, "--quiet", *extra],
+                          timeout=300)
+
+    assert "--tasks names copa more than once" in one_error(run("copa,arc_easy,copa"))
+    assert "--out must not be empty" in one_error(run_script([SCRIPT, ckpt, "--tasks", "copa", "--data_dir", data,
+                                                              "--out", ""], timeout=300))
+    assert not (folder / "step_000010_evals").exists()  # what --out '' wrote: the default folder
+    rows = shared_rows("copa", 3)
+    write_rows(tmp_path / "extra", "copa", rows[:2] + [dict(rows[2], note="pasted")])
+    line = one_error(run("copa", data_dir=tmp_path / "extra"))
+    assert "copa.jsonl line 3: its columns differ from line 1's (extra 'note')" in line
+    assert line.endswith(f"python download_evals.py --tasks copa --data_dir {tmp_path / 'extra'} --overwrite")
+    arc = shared_rows("arc_easy", 2)
+    arc[1]["choices"]["text"][3] = ""
+    write_rows(tmp_path / "blank", "arc_easy", arc)
+    assert "arc_easy row 2: choice 4 of 4 is '', with no text to score" in one_error(run("arc_easy",
+                                                                                         data_dir=tmp_path / "blank"))
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    (exits / "colors.py").write_text("import sys\nsys.exit(3)\n" + NEW_TASK)
+    assert "colors.py does not load (SystemExit: 3)" in one_error(run("colors", "--tasks_dir", exits))
+    assert not out.exists()
+    # --overwrite of a folder that holds what is read (the checkpoint, the rows) would delete it with the folder
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(ckpt, run_dir / "step_000010.pt")
+    shutil.copytree(data, run_dir / "data")
+    for checkpoint, held in ((run_dir / "step_000010.pt", run_dir / "step_000010.pt"), (ckpt, run_dir / "data")):
+        line = one_error(run_script([SCRIPT, checkpoint, "--tasks", "copa", "--data_dir", run_dir / "data", "--out",
+                                     run_dir, "--overwrite", "--quiet"], timeout=300))
+        assert f"is or holds {held}; --overwrite would delete it with the folder" in line
+        assert sorted(os.listdir(run_dir)) == ["data", "step_000010.pt"]
 
 
 def test_fewshot_draws_from_the_few_shot_file_and_records_it(setup, tmp_path):

@@ -77,6 +77,13 @@ def test_an_empty_path_is_one_error_line_in_every_script_and_nothing_is_made(tmp
         ("--experiments", ["compare_experiments.py", "--experiments", ""]),
         ("--text", ["compare_tokenizers.py", "gpt2", "--text", ""]),
         ("checkpoint", ["-m", "gptlab.evals.checkpoint", ""]),
+        # evaluate.py --out '' wrote the default folder, --data_dir '' read the current one
+        ("CHECKPOINT_OR_RUN", ["evaluate.py", ""]),
+        ("--out", ["evaluate.py", "c.pt", "--out", ""]),
+        ("--data_dir", ["evaluate.py", "c.pt", "--data_dir", ""]),
+        ("--tasks_dir", ["evaluate.py", "c.pt", "--tasks_dir", ""]),
+        ("--data_dir", ["download_evals.py", "--data_dir", ""]),  # wrote copa.jsonl ... into the current folder
+        ("--tasks_dir", ["download_evals.py", "--tasks_dir", ""]),
     ]
     commands = [args if args[0] == "-m" else [os.path.join(REPO, args[0]), *args[1:]] for _, args in cases]
     procs = run_scripts(commands, timeout=300, cwd=str(tmp_path), env_extra={"PYTHONPATH": REPO})

@@ -424,6 +424,19 @@ def test_download_hellaswag_missing_hub_repo_falls_back_to_the_url_override(hub,
     assert hub.bytes_by_file() == {}  # no parquet
 
 
+def test_download_hellaswag_with_no_hub_copy_and_no_github_is_one_error_line(hub, tmp_path):
+    # the note that the Hub copy cannot be used came first, then the error line (which says it again)
+    out = tmp_path / "none" / "hellaswag_val.jsonl"
+    proc = run(hub, tmp_path / "hf", ["download_hellaswag.py", "--quiet", "--out", out, "--hub_repo", "nobody/none"],
+               check=False, GPTLAB_HELLASWAG_URL="http://127.0.0.1:9/hellaswag_val.jsonl")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot download HellaSwag: the Hub copy nobody/none (main) "
+                                                   "cannot be used"), proc.stderr
+    assert "and cannot download http://127.0.0.1:9/hellaswag_val.jsonl" in lines[0] and not out.exists()
+    assert "\\n" not in lines[0]  # huggingface_hub's many-line error, on one line, not with \n shown
+
+
 def test_download_hellaswag_through_the_standin_as_a_proxy(hub, tmp_path):
     # the endpoint's host does not resolve: only a client that goes through HTTP_PROXY can reach it
     out = tmp_path / "proxied" / "hellaswag_val.jsonl"

@@ -57,6 +57,24 @@ def data_dir_with(folder, names, limit=None):
     return str(folder)
 
 
+COLORS_TASK = '''"""Color questions (made up for this test): which color is the thing?"""
+NAME = "colors"
+HUB_REPO = "someone/colors"
+HUB_CONFIG = None
+HUB_SPLIT = "test"
+HUB_FILES = "data/test-*.parquet"
+REVISION = "main"
+SHA256 = None
+COLUMNS = {"thing": str, "options": list, "answer": int}
+RANDOM_BASELINE = "uniform"
+CORE = False
+
+
+def render(row):
+    return {"context": f"The color of {row['thing']} is", "choices": row["options"], "gold": row["answer"]}
+'''  # a task file as a user writes one (a benchmark we do not ship), for --tasks_dir
+
+
 LAMBADA_ROWS = [  # two passages in lambada_openai's layout (one `text` column), written for the tests
     {"text": "He held the lantern up high so that everyone could see the path ahead. \"Follow the light,\" said "
              "Tom"},
@@ -117,9 +135,14 @@ def eval_repos(names, limit=None, change=None, fewshot=True):
     return repos
 
 
-def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
+def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), cut=(), listing_status=None,
+                  gone=()):
     """A started tests/hub_standin.HubStandin serving `repos`, which also answers the named revisions (the Hub's
-    refs/convert/parquet branch holds the converted parquet of script datasets)."""
+    refs/convert/parquet branch holds the converted parquet of script datasets); a file whose path is in `cut` is
+    sent half, then the connection is closed (a dropped download: its Content-Length says the whole); a
+    listing_status (429, 500) answers every listing of a repository's files with it (Retry-After: 0); a file in
+    `gone` is listed but answered 404 (a mirror that lacks it)."""
+    import socket
     import urllib.parse
 
     from hub_standin import HubStandin, _Handler
@@ -136,6 +159,27 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet")):
         def _repo(self, repo_id, revision):
             revision = urllib.parse.unquote(revision)
             return super()._repo(repo_id, "main" if revision in revisions else revision)
+
+        def _tree(self, *args):
+            if listing_status is None:
+                return super()._tree(*args)
+            self._send(listing_status, b"stand-in: failing", {"Retry-After": "0"})
+
+        def _resolve(self, repo_id, revision, filename):
+            if filename in gone:
+                return self._not_found("EntryNotFound", f"{filename} is gone")
+            if filename not in cut or self.command != "GET":
+                return super()._resolve(repo_id, revision, filename)
+            data = self.hub.repos[repo_id][filename]
+            self.send_response(200)
+            for key, value in {"Content-Length": len(data), "X-Repo-Commit": self.hub.shas[repo_id],
+                               "ETag": f'"{filename}"'}.items():
+                self.send_header(key, str(value))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     class Standin(HubStandin):
         def start(self):  # the base class builds its handler on hub_standin._Handler: this one, for the call
