@@ -2,7 +2,8 @@
 
 Each pair is the token sequence [eot] + context + continuation, split into context and continuation tokens as
 lm-eval splits them (trailing spaces of the context move to the continuation; the continuation's tokens are those of
-encode(context + continuation) after encode(context)). Sequences are packed back to back into rows of `row_len`
+encode(context + continuation) after encode(context)); a longer one than MAX_SEQ_LEN + 1 is cut from the left as
+lm-eval cuts it, <|endoftext|> included, and then gets a row of its own. Sequences are packed back to back into rows of `row_len`
 tokens; the model's document masking (each <|endoftext|> starts a document nobody before it can see) keeps them
 apart, and its rotary positions are relative, so a sequence scores as it does alone. Sliding windows count whole
 blocks from absolute positions, so a sequence is placed mid-block only where it sees all of itself both there and
@@ -26,7 +27,9 @@ from gptlab.core.progress import progress_bar
 # a longer sequence gets a row of its own; on a CPU rows are shorter: dense attention costs each token the row's length
 DEFAULT_ROW_LEN = 256
 CUDA_ROW_LEN = 512
-MAX_SEQ_LEN = 2048  # a longer sequence keeps its last tokens (the context is cut from the left, as lm-eval does)
+# lm-eval's max_length: a longer sequence keeps its last MAX_SEQ_LEN + 1 tokens, <|endoftext|> cut with the context's
+# first ones (lm-eval feeds (context + continuation)[-(max_length + 1):][:-1]: the last token is only a target)
+MAX_SEQ_LEN = 2048
 LOGITS_BUDGET_BYTES = 1 << 28  # a forward's float32 logits stay under this (rows x row_len x vocab x 4)
 # on CUDA: 8x, so a GPU runs few large forwards (eager kernels are launch-bound on one 512-token row); a fixed
 # figure, not the free memory, so every rank groups the rows alike
@@ -58,28 +61,32 @@ def encode_pair(encode, context, continuation):
 
 
 def fit_context(tokens, start, max_len):
-    """(tokens, start) of a built sequence cut to max_len tokens: its first token (<|endoftext|>) and continuation
-    kept, its context cut from the left, as build_sequences cuts it."""
+    """(tokens, start) of a built sequence cut to max_len tokens for a model that reads no more (GPT-2's position
+    table): its last max_len tokens, cut from the left as build_sequences cuts (<|endoftext|> with the context), the
+    continuation kept whole. The rows hold a sequence's last token too, so this keeps one token of context less than
+    lm-eval with max_length = max_len (which never feeds the last token)."""
     if len(tokens) <= max_len:
         return tokens, start
     cut = len(tokens) - max_len
     if start - cut < 1:
         raise UserError(f"a continuation of {len(tokens) - start} tokens does not fit the model's context of "
-                        f"{max_len} tokens ({max_len - 1} after <|endoftext|>)")
-    return [tokens[0]] + list(tokens[cut + 1:]), start - cut
+                        f"{max_len} tokens (at most {max_len - 1}, after one token of context)")
+    return list(tokens[cut:]), start - cut
 
 
 def build_sequences(encode, eot, pairs, max_len=MAX_SEQ_LEN):
-    """[(tokens, first continuation index)] of each (context, continuation), [eot] first, cut to max_len tokens."""
+    """[(tokens, first continuation index)] of each (context, continuation): [eot] + context + continuation, of
+    which a longer one than max_len + 1 keeps its last max_len + 1 tokens, as lm-eval cuts it (its input is them all
+    but the last: max_len tokens, <|endoftext|> gone with the context's first tokens)."""
     out = []
     for context, continuation in pairs:
         ctx_tokens, cont_tokens, _ = encode_pair(encode, context, continuation)
-        if len(cont_tokens) + 1 > max_len:
-            raise UserError(f"a continuation is {len(cont_tokens)} tokens, longer than a scored row can hold "
-                            f"({max_len - 1}): {continuation[:60]!r}...")
+        if len(cont_tokens) > max_len:  # (lm-eval asserts it)
+            raise UserError(f"a continuation is {len(cont_tokens)} tokens, longer than the {max_len} a scored "
+                            f"sequence can hold: {continuation[:60]!r}...")
         tokens = [eot] + ctx_tokens + cont_tokens
-        if len(tokens) > max_len:  # keep the continuation whole and the nearest context
-            tokens = [eot] + tokens[len(tokens) - max_len + 1:]
+        if len(tokens) > max_len + 1:  # keep the continuation whole and the nearest context
+            tokens = tokens[len(tokens) - max_len - 1:]
         out.append((tokens, len(tokens) - len(cont_tokens)))
     return out
 
@@ -94,19 +101,20 @@ def _fits(offset, length, block, window):
     return sees_all_alone and sees_all_here
 
 
-def pack(lengths, row_len, block=1, window=None, tries=8):
+def pack(lengths, row_len, block=1, window=None, tries=8, alone=None):
     """Place sequences of these lengths into rows: ([(row, offset)] per sequence, [width of each row]). Longest
     first, each into the row with the least room that holds it (best fit; at the row's end, or at the next block
     boundary when the window rule asks; the `tries` next-roomiest rows when that does not fit), else into a new row
-    of row_len. A sequence longer than row_len gets a row of its own, rounded up to whole blocks."""
+    of row_len. A sequence longer than row_len gets a row of its own, rounded up to whole blocks, and so does one
+    that alone[i] marks (a sequence cut to its last tokens starts with no <|endoftext|> to keep it apart)."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     places = [None] * len(lengths)
     fill, widths = [], []  # used length and width of each row
     room = []  # sorted (free tokens, row) of the rows of width row_len with room left
     for i in order:
         length = lengths[i]
-        if length > row_len:
-            widths.append(next_multiple(length, block))
+        if length > row_len or (alone is not None and alone[i]):
+            widths.append(next_multiple(max(length, 1), block))
             fill.append(length)
             places[i] = (len(widths) - 1, 0)
             continue
@@ -181,8 +189,11 @@ def score_sequences(logits_fn, sequences, *, eot, n_vocab, device="cpu", row_len
     unit_of = np.repeat(np.arange(len(first)), counts)
     rest = lengths - shared[unit_of]  # each sequence's tokens after its unit's shared prefix
     unit_len = shared + np.bincount(unit_of, weights=rest, minlength=len(first)).astype(np.int64)
-    # a tree's tokens sit at their own positions, so the window rule of a mid-block start does not apply
-    places, widths = pack(unit_len.tolist(), next_multiple(row_len, block), block, None if trees else window)
+    # a tree's tokens sit at their own positions, so the window rule of a mid-block start does not apply; a unit
+    # that starts with no <|endoftext|> (cut to its last tokens) has a row of its own, so no document runs into it
+    alone = [sequences[f][0][0] != eot for f in first.tolist()]
+    places, widths = pack(unit_len.tolist(), next_multiple(row_len, block), block, None if trees else window,
+                          alone=alone)
     row_of = np.array([r for r, _ in places], dtype=np.int64).reshape(-1)
     offset = np.array([o for _, o in places], dtype=np.int64).reshape(-1)
     scored = np.bincount(row_of[unit_of], weights=lengths - starts, minlength=len(widths)).astype(np.int64)

@@ -194,9 +194,10 @@ def evals_standin(repos, prefix="", revisions=("main", "refs/convert/parquet"), 
     return Standin(repos, prefix=prefix).start()
 
 
-def loop_loglikelihood(model, enc, eot, context, continuation):
-    """(log-likelihood, greedy, tokens, bytes) of a continuation: lm-eval's split, by hand; the sequence [eot] +
-    context + continuation alone in one forward pass."""
+def loop_loglikelihood(model, enc, eot, context, continuation, max_length=2048):
+    """(log-likelihood, greedy, tokens, bytes) of a continuation: lm-eval's split, by hand; the input alone in one
+    forward pass, as lm-eval's HFLM._loglikelihood_tokens makes it: (context_enc + continuation_enc)[-(max_length +
+    1):][:-1], context_enc starting with the BOS (<|endoftext|>), the continuation's logits the last ones."""
     import torch
 
     n = len(context) - len(context.rstrip())
@@ -205,12 +206,12 @@ def loop_loglikelihood(model, enc, eot, context, continuation):
     whole = enc.encode_ordinary(context + continuation)
     ctx = enc.encode_ordinary(context)
     cont = whole[len(ctx):]
-    tokens = torch.tensor([[eot] + ctx + cont])
+    inp = ([eot] + ctx + cont)[-(max_length + 1):][:-1]
     with torch.no_grad():
-        logp = torch.log_softmax(model.predict(tokens, eot)[0, :, :enc.n_vocab].float(), dim=-1)
+        logp = torch.log_softmax(model.predict(torch.tensor([inp]), eot)[0, :, :enc.n_vocab].float(), dim=-1)
     total, greedy = 0.0, True
     for k, token in enumerate(cont):
-        pos = len(ctx) + k  # predicts the token at pos + 1
+        pos = len(inp) - len(cont) + k  # predicts the token at pos + 1
         total += float(logp[pos, token])
         greedy = greedy and int(logp[pos].argmax()) == token
     return total, greedy, len(cont), len(continuation.encode("utf-8"))

@@ -271,12 +271,51 @@ def test_scorers_on_cuda_leave_out_cudnn_attention_and_change_nothing_elsewhere(
     assert SDPBackend.CUDNN_ATTENTION is not None
 
 
-def test_fit_context_keeps_the_first_token_and_the_continuation():
-    """A model that reads at most max_len tokens (GPT-2's position table): the context is cut from the left, after
-    the leading <|endoftext|>, as build_sequences cuts it; a continuation that cannot fit is one UserError."""
+def test_fit_context_keeps_the_last_tokens_and_the_continuation():
+    """A model that reads at most max_len tokens (GPT-2's position table): the last max_len, cut from the left with
+    the leading <|endoftext|>, as build_sequences (and lm-eval) cut; a continuation that cannot fit is one
+    UserError."""
     from gptlab.core.errors import UserError
 
-    assert score.fit_context([9, 1, 2, 3, 4, 5], 4, 4) == ([9, 3, 4, 5], 2)
+    assert score.fit_context([9, 1, 2, 3, 4, 5], 4, 4) == ([2, 3, 4, 5], 2)
     assert score.fit_context([9, 1, 2], 1, 4) == ([9, 1, 2], 1)
     with pytest.raises(UserError, match="a continuation of 4 tokens does not fit the model's context of 4 tokens"):
         score.fit_context([9, 1, 2, 3, 4, 5], 2, 4)
+
+
+def test_build_sequences_cuts_as_lm_eval_does():
+    """lm-eval keeps (context_enc + continuation_enc)[-(max_length + 1):] (its input all but the last): the BOS goes
+    with the context's first tokens; max_length + 1 tokens are kept whole; a continuation over max_length is
+    refused (lm-eval asserts it)."""
+    from gptlab.core.errors import UserError
+
+    def encode(text):
+        return [ord(c) for c in text]
+    assert score.build_sequences(encode, 0, [("abcdef", " gh")], max_len=4) == [([101, 102, 32, 103, 104], 2)]
+    assert score.build_sequences(encode, 0, [("ab", " c")], max_len=4) == [([0, 97, 98, 32, 99], 3)]
+    assert score.build_sequences(encode, 0, [("a", " bc")], max_len=4) == [([0, 97, 32, 98, 99], 2)]
+    assert score.build_sequences(encode, 0, [("ab", " cde")], max_len=4) == [([98, 32, 99, 100, 101], 1)]
+    with pytest.raises(UserError, match="a continuation is 5 tokens, longer than the 4 a scored sequence can hold"):
+        score.build_sequences(encode, 0, [("ab", " cdef")], max_len=4)
+
+
+def test_a_sequence_longer_than_lm_evals_max_length_scores_as_lm_eval_cuts_it(scored, monkeypatch):
+    """A row whose context runs past max_length: the packed scorer (rows, trees, a row of its own for a sequence
+    that no longer starts with <|endoftext|>) gives what the plain loop gives on lm-eval's input for it."""
+    model, tok, _, _ = scored
+    monkeypatch.setattr(score, "MAX_SEQ_LEN", 300)
+    from gptlab.checkpoint.model_source import logits_fn
+    pairs = [(f"Passage: {text * 20}\nQuestion: did it?\nAnswer:", c) for text in
+             ("the tide came in and went out again. ", "a moon rose over the hills, ") for c in (" yes", " no")]
+    pairs += [("Q: short one?\nA:", " yes"), ("Q: short two?\nA:", " no")]
+    encode = suite.checked_encoder(tok.encoding, lambda: "a test row")
+    seqs = [score.build_sequences(encode, tok.eot, [p], max_len=300)[0] for p in pairs]
+    assert all(len(t) == 301 and t[0] != tok.eot for t, _ in seqs[:4]) and seqs[4][0][0] == tok.eot
+    block, window = score.model_geometry(model)
+    fn = logits_fn(model, tok.eot, tok.encoding.n_vocab)
+    # rows long enough to hold both cut examples: each must still have its own (no <|endoftext|> parts them)
+    got = score.score_sequences(fn, seqs, eot=tok.eot, n_vocab=tok.encoding.n_vocab, row_len=2048, block=block,
+                                window=window, groups=[2, 2, 1, 1])
+    for (context, continuation), (ll, greedy) in zip(pairs, got):
+        want, want_greedy, _, _ = loop_loglikelihood(model, tok.encoding, tok.eot, context, continuation, 300)
+        assert ll == pytest.approx(want, abs=2e-4, rel=1e-5) and greedy == want_greedy
