@@ -167,9 +167,9 @@ def main(argv=None):
 
 def compare(tasks, lm_tasks, ours_dir, lm_dir):
     """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
-    many acc predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of every example,
+    many acc and acc_norm predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of every example,
     the largest difference first."""
-    worst, examples, preds_differ, apart, over = (0.0, None), 0, 0, [], []
+    worst, examples, preds_differ, norm_differ, apart, over = (0.0, None), 0, 0, 0, [], []
     for task in tasks:
         theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
         with open(os.path.join(ours_dir, f"{task.NAME}.jsonl"), encoding="utf-8") as f:
@@ -190,10 +190,13 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
                 worst = (diff, f"{task.NAME} example {rec['index']}", value)
             pred = max(range(len(lls)), key=lambda k: (lls[k], -k))
             preds_differ += pred != rec["pred"] and task.KIND != "greedy"
+            # lm-eval's acc_norm: argmax of log-likelihood / the choice's length in characters (first on ties)
+            pred_norm = max(range(len(lls)), key=lambda k: (lls[k] / max(rec["chars"][k], 1), -k))
+            norm_differ += pred_norm != rec["pred_norm"] and task.KIND != "greedy"
             examples += 1
         print(f"  {task.NAME:<16} {len(ours):>5} examples, largest |log-likelihood difference| {task_worst:.2e}")
     print(f"largest per-example log-likelihood difference: {worst[0]:.2e} nats ({worst[1]}) over {examples} "
-          f"examples; acc predictions that differ: {preds_differ}")
+          f"examples; acc predictions that differ: {preds_differ}, acc_norm: {norm_differ}")
     if over:  # how many of lm-eval's float32 steps each such difference spans
         steps = max(abs(d) / float(np.spacing(np.float32(abs(v)))) for d, v in over)
         print(f"  {len(over)} continuations differ by more than 1e-4, none by more than {steps:.2f} steps of float32 "

@@ -444,7 +444,7 @@ def test_bench_evals_times_ours_against_lm_eval_and_reads_its_per_example_log_li
     for task in ("boolq", "copa"):
         assert re.search(rf"^  {task} +3 examples, largest", proc.stdout, re.M), proc.stdout
     worst = re.search(r"^largest per-example log-likelihood difference: (\S+) nats \(.*\) over 6 examples; acc "
-                      r"predictions that differ: 0$", proc.stdout, re.M)
+                      r"predictions that differ: 0, acc_norm: 0$", proc.stdout, re.M)
     assert worst and float(worst.group(1)) <= 1e-4, proc.stdout
     # the referee: the examples furthest apart, each continuation alone through the model in float64, which both
     # float32 figures must be near (a continuation scored one token off would be nats away)

@@ -26,7 +26,8 @@ def test_a_reused_work_dir_reads_each_runs_own_lm_eval_samples(tmp_path, monkeyp
             out = args[args.index("--out") + 1]
             os.makedirs(out, exist_ok=True)
             with open(os.path.join(out, "copa.jsonl"), "w") as f:
-                f.write(json.dumps({"index": 0, "logprob": [-1.0, -2.0], "pred": 0}) + "\n")
+                f.write(json.dumps({"index": 0, "logprob": [-1.0, -2.0], "pred": 0, "pred_norm": 0, "chars": [3, 3]})
+                        + "\n")
         else:  # lm_eval: one samples file under its --output_path, as --log_samples writes
             out = args[args.index("--output_path") + 1]
             os.makedirs(os.path.join(out, "model"), exist_ok=True)
