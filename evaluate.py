@@ -105,6 +105,7 @@ def evaluate(argv=None):
     try:
         model, _, ckpt = load_model(checkpoint, ctx.device, args.trust_model_code)
         tok = checkpointing.checkpoint_tokenizer(ckpt, checkpoint)
+        check_output_dir(out, args.overwrite, inputs + [tok.path])  # (the tokenizer's file: known only now)
         block, window = model_geometry(model)
         dtype = scoring_dtype(args.dtype, ctx.device.type)
         autocast = torch.bfloat16 if dtype == "bfloat16" else None
@@ -134,10 +135,10 @@ def print_summary(summaries, suite, out, dtype):
     for name, s in summaries.items():
         print(f"{name:<{width}}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
               f"{s['centred']:>8.4f}  {s['gold_bpb']:.4f} {interval(s['gold_bpb_ci95'])}")
-    print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} {interval(suite['core_ci95'])}; "
-          f"mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")
-    print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s ({dtype}); wrote {out}/summary.json and "
-          "one <task>.jsonl per task")
+    print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} "
+          f"{interval(suite['core_ci95'])}; mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")
+    print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s ({dtype}); wrote "
+          f"{out}/summary.json and one <task>.jsonl per task")
 
 
 if __name__ == "__main__":

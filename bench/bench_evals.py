@@ -14,6 +14,8 @@ network). add_bos_token=True because our sequences start with <|endoftext|> (doc
 from its start to its exit, imports and model loading included, as a user waits for it; its CPU time (user +
 system) is printed beside, a steadier figure when other jobs share the cores. Figures: docs/evals.md.
 """
+import contextlib
+import importlib.util
 import json
 import os
 import resource
@@ -23,10 +25,11 @@ import tempfile
 import time
 
 import numpy as np
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, positive_int  # noqa: E402
+from gptlab.core.cli import ArgumentParser, HelpFormatter, non_negative_int, path, positive_int  # noqa: E402
 from gptlab.core.errors import UserError, run_cli  # noqa: E402
 
 
@@ -40,8 +43,8 @@ def build_parser():
     p.add_argument("--limit", type=positive_int, default=50, help="the first N examples of each task")
     p.add_argument("--batch_sizes", nargs="+", default=["auto", "1", "8", "32"],
                    help="lm-eval's --batch_size values to try (the fastest counts)")
-    p.add_argument("--data_dir", default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
-    p.add_argument("--tasks_dir", default=None,
+    p.add_argument("--data_dir", type=path, default=DATA_DIR, help="where download_evals.py wrote the tasks' rows")
+    p.add_argument("--tasks_dir", type=path, default=None,
                    help="a folder of your own task files (as evaluate.py's): those with LM_EVAL are timed too")
     p.add_argument("--work_dir", default=None, help="folder for the export and the outputs (default: a temporary one)")
     p.add_argument("--referee", type=non_negative_int, default=3,
@@ -116,6 +119,9 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from gptlab.evals.task_spec import load_task, resolve_tasks, task_names
 
+    if importlib.util.find_spec("lm_eval") is None:
+        raise UserError("lm-eval is not installed, and the bench times it; pip install lm_eval accelerate")
+
     if args.tasks:
         tasks = resolve_tasks(args.tasks, args.tasks_dir)
     else:
@@ -167,8 +173,8 @@ def main(argv=None):
 
 def compare(tasks, lm_tasks, ours_dir, lm_dir):
     """Print, per task and overall, the largest |our log-likelihood - lm-eval's| over every continuation, and how
-    many acc and acc_norm predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of every example,
-    the largest difference first."""
+    many acc and acc_norm predictions differ. Returns [(difference, task name, example index, ours, lm-eval's)] of
+    every example, the largest difference first."""
     worst, examples, preds_differ, norm_differ, apart, over = (0.0, None), 0, 0, 0, [], []
     for task in tasks:
         theirs = lm_eval_logprobs(lm_dir, lm_tasks[task.NAME])
@@ -199,17 +205,35 @@ def compare(tasks, lm_tasks, ours_dir, lm_dir):
           f"examples; acc predictions that differ: {preds_differ}, acc_norm: {norm_differ}")
     if over:  # how many of lm-eval's float32 steps each such difference spans
         steps = max(abs(d) / float(np.spacing(np.float32(abs(v)))) for d, v in over)
-        print(f"  {len(over)} continuations differ by more than 1e-4, none by more than {steps:.2f} steps of float32 "
-              "at lm-eval's figure")
+        print(f"  {len(over)} continuation{'s' if len(over) > 1 else ''} differ{'' if len(over) > 1 else 's'} by "
+              f"more than 1e-4, none by more than {steps:.2f} steps of float32 at lm-eval's figure")
     if worst[1] is not None:  # lm-eval sums a continuation's log-probabilities in float32
         print(f"  (lm-eval's figure there, {worst[2]:.4f}, is a float32 sum: float32 numbers that large lie "
               f"{float(np.spacing(np.float32(abs(worst[2])))):.2e} apart)")
     return sorted(apart, key=lambda a: -a[0])
 
 
+@contextlib.contextmanager
+def float64_throughout():
+    """Within: Tensor.float() leaves a float64 tensor as it is. A model's code casts to float32 where float32 is the
+    most it needs (model.py's rotary q/k, its head's logits); a model in float64 then stays float64 end to end."""
+    import torch
+
+    to_float = torch.Tensor.float
+
+    def keep_float64(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else to_float(self, *args, **kwargs)
+
+    torch.Tensor.float = keep_float64
+    try:
+        yield
+    finally:
+        torch.Tensor.float = to_float
+
+
 def float64_logprobs(model, encoding, eot, request):
     """Each continuation's log-likelihood (nats) of one request, its sequence alone through the model (already in
-    float64): one forward per continuation, no rows, no shared context."""
+    float64; float64_throughout): one forward per continuation, no rows, no shared context."""
     import torch
 
     from gptlab.evals import score
@@ -219,7 +243,11 @@ def float64_logprobs(model, encoding, eot, request):
     out = []
     for context, continuation in zip(request["contexts"], request["continuations"]):
         tokens, start = score.build_sequences(encode, eot, [(context, continuation)])[0]
-        logits = model.predict(torch.tensor([tokens]), eot)[0].double()
+        with float64_throughout():
+            logits = model.predict(torch.tensor([tokens]), eot)[0]
+        if logits.dtype != torch.float64:
+            raise UserError(f"the model's predict gives {logits.dtype} logits in float64: the referee needs float64 "
+                            "throughout; run with --referee 0")
         logp = torch.log_softmax(logits[:, :encoding.n_vocab], dim=-1)
         picked = logp[torch.arange(start - 1, len(tokens) - 1), torch.tensor(tokens[start:])]
         out.append(float(picked.sum()))

@@ -3,9 +3,9 @@
 Each pair is the token sequence [eot] + context + continuation, split into context and continuation tokens as
 lm-eval splits them (trailing spaces of the context move to the continuation; the continuation's tokens are those of
 encode(context + continuation) after encode(context)); a longer one than MAX_SEQ_LEN + 1 is cut from the left as
-lm-eval cuts it, <|endoftext|> included, and then gets a row of its own. Sequences are packed back to back into rows of `row_len`
-tokens; the model's document masking (each <|endoftext|> starts a document nobody before it can see) keeps them
-apart, and its rotary positions are relative, so a sequence scores as it does alone. Sliding windows count whole
+lm-eval cuts it, <|endoftext|> included, and then gets a row of its own. Sequences are packed back to back into
+rows of `row_len` tokens; the model's document masking (each <|endoftext|> starts a document nobody before it can
+see) keeps them apart, and its rotary positions are relative, so a sequence scores as it does alone. Sliding windows count whole
 blocks from absolute positions, so a sequence is placed mid-block only where it sees all of itself both there and
 alone; otherwise it starts on a block boundary (as it does alone). Rows are filled longest-first, so padding is only
 the ends of the rows a sequence did not fit.

@@ -163,7 +163,8 @@ def _problem(module, name):
         return "DESCRIPTION must be a string or a function of a row giving one"
     lm_file, overrides = getattr(module, "LM_EVAL", None), getattr(module, "LM_EVAL_OVERRIDES", None)
     if lm_file is not None and not (isinstance(lm_file, str) and lm_file.endswith(".yaml")):
-        return f"LM_EVAL must be the path of an lm-eval task file under lm_eval/tasks/ (\"sciq/sciq.yaml\") or None, got {lm_file!r}"
+        return (f"LM_EVAL must be the path of an lm-eval task file under lm_eval/tasks/ (\"sciq/sciq.yaml\") or "
+                f"None, got {lm_file!r}")
     if overrides is not None and not (isinstance(overrides, dict) and all(isinstance(k, str) for k in overrides)):
         return "LM_EVAL_OVERRIDES must be a dict of lm-eval task-file keys to values, or None"
     if overrides and lm_file is None:
@@ -311,7 +312,8 @@ def load_rows(task, data_dir=DATA_DIR, fewshot=False):
     path = task.fewshot_path(data_dir) if fewshot else task.data_path(data_dir)
     problem = not_a_file(path)
     if problem == "does not exist":
-        what = f": {task.NAME}'s few-shot rows (its {task.FEWSHOT_SPLIT} split), which --fewshot needs" if fewshot else ""
+        what = (f": {task.NAME}'s few-shot rows (its {task.FEWSHOT_SPLIT} split), which --fewshot needs" if fewshot
+                else "")
         raise UserError(f"{path} not found{what}; download {'them' if fewshot else 'it'}: "
                         f"{download_command(task, data_dir)}")
     if problem:

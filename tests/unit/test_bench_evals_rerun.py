@@ -42,3 +42,34 @@ def test_a_reused_work_dir_reads_each_runs_own_lm_eval_samples(tmp_path, monkeyp
     for _ in range(2):
         assert bench_evals.main(argv) == 0
         assert "largest per-example log-likelihood difference: 0.00e+00" in capsys.readouterr().out
+
+
+def test_the_referee_runs_the_model_in_float64_throughout(tmp_path):
+    """model.py casts q/k and the head's logits to float32 (.float()); under the referee a float64 model keeps float64
+    end to end (its logits float64, so no float32 rounding in the figure it referees by), and .float() is torch's
+    again afterwards. Its figures are those of the plain float32 loop to float32's precision."""
+    import torch
+
+    from helpers.eval_tasks import loop_loglikelihood, tiny_checkpoint
+    from gptlab.checkpoint import checkpointing
+    from gptlab.checkpoint.model_source import load_model
+
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import bench_evals
+
+    ckpt, _ = tiny_checkpoint(str(tmp_path))
+    model, _, ck = load_model(ckpt, "cpu")
+    tok = checkpointing.checkpoint_tokenizer(ck, ckpt)
+    request = {"contexts": ["The sky is", "The sky is"], "continuations": [" blue today.", " green, mostly."]}
+    want = [loop_loglikelihood(model, tok.encoding, tok.eot, c, x)[0]
+            for c, x in zip(request["contexts"], request["continuations"])]
+    model.double()
+    with bench_evals.float64_throughout():
+        assert torch.ones(2, dtype=torch.float64).float().dtype == torch.float64
+        assert torch.ones(2, dtype=torch.float16).float().dtype == torch.float32
+        logits = model.predict(torch.tensor([[tok.eot, 1, 2, 3]]), tok.eot)
+    assert logits.dtype == torch.float64
+    assert torch.ones(2, dtype=torch.float64).float().dtype == torch.float32
+    with torch.no_grad():
+        got = bench_evals.float64_logprobs(model, tok.encoding, tok.eot, request)
+    assert got == pytest.approx(want, abs=1e-4) and got != want

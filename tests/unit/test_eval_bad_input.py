@@ -124,8 +124,28 @@ def test_empty_paths_and_bad_hub_ids_are_refused_naming_the_flag(parse, argv, wo
 
 
 def test_hub_ids_that_huggingface_hub_takes_are_taken():
-    for repo in ["Rowan/hellaswag", "gpt2", "org_/na.me-1", "_a/b"]:
+    for repo in ["Rowan/hellaswag", "gpt2", "org_/na.me-1", "_a/b", "a" * 10 + "/" + "b" * 90]:
         assert download_hellaswag.parse_args(["--hub_repo", repo]).hub_repo == repo
+
+
+def test_hub_ids_are_judged_as_huggingface_hub_judges_them():
+    """The reference: huggingface_hub's own validate_repo_id (its name part at most 96 characters), on ids near each
+    of its rules."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from gptlab.core.cli import FlagValueError, hub_repo
+    for repo in ["a" * 96, "a" * 97, "o/" + "n" * 96, "o/" + "n" * 97, "o" * 90 + "/" + "n" * 90, "a--b", "a..b",
+                 "-a", "a-", "a.", "o/n/x", "a b", "ok.name_1"]:
+        try:
+            validate_repo_id(repo)
+            theirs = True
+        except HFValidationError:
+            theirs = False
+        try:
+            ours = hub_repo(repo) == repo
+        except FlagValueError:
+            ours = False
+        assert ours == theirs, repo
 
 
 def test_a_pt_file_that_is_not_a_gptlab_checkpoint_says_what_to_pass(tmp_path):

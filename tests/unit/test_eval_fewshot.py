@@ -13,7 +13,7 @@ from helpers.eval_tasks import LM_EVAL_FILES, lm_eval_built, shared_rows, write_
 from gptlab.core.errors import UserError
 from gptlab.evals import suite, task_spec
 
-# lm-eval reads super_glue's BoolQ (label 0/1); google/boolq's answer is the same bit (as bench/bench_evals.py)
+# lm-eval reads super_glue's BoolQ (label 0/1); google/boolq's answer is the same bit (boolq.py's LM_EVAL_OVERRIDES)
 OVERRIDES = {"boolq": {"doc_to_target": "{{1 if answer else 0}}"}}
 N_SCORED = 12
 

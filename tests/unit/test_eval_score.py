@@ -299,11 +299,10 @@ def test_build_sequences_cuts_as_lm_eval_does():
         score.build_sequences(encode, 0, [("ab", " cdef")], max_len=4)
 
 
-def test_a_sequence_longer_than_lm_evals_max_length_scores_as_lm_eval_cuts_it(scored, monkeypatch):
+def test_a_sequence_longer_than_lm_evals_max_length_scores_as_lm_eval_cuts_it(scored):
     """A row whose context runs past max_length: the packed scorer (rows, trees, a row of its own for a sequence
     that no longer starts with <|endoftext|>) gives what the plain loop gives on lm-eval's input for it."""
     model, tok, _, _ = scored
-    monkeypatch.setattr(score, "MAX_SEQ_LEN", 300)
     from gptlab.checkpoint.model_source import logits_fn
     pairs = [(f"Passage: {text * 20}\nQuestion: did it?\nAnswer:", c) for text in
              ("the tide came in and went out again. ", "a moon rose over the hills, ") for c in (" yes", " no")]

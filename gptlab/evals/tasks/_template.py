@@ -22,6 +22,7 @@ COLUMNS = {"question": str, "options": list, "answer": int}  # every row must ha
 RANDOM_BASELINE = "uniform"  # 1 / number of choices; or a number: the accuracy of a random guess
 CORE = False  # True: part of --tasks core (the lab's fixed suite: its figure then moves)
 # DESCRIPTION = "The following are ...\n\n"  # lm-eval's description: once before the shots and the context
+# KEEP_ROW = lambda row: row["gender"] == "male"  # only if lm-eval's process_docs drops rows: False leaves one out
 # KIND = "greedy"  # only for one-choice tasks scored by greedy match (as LAMBADA); default "multiple_choice"
 # TARGET_DELIMITER = " "  # between the context and each choice (the default)
 # FEWSHOT_DELIMITER = "\n\n"  # after each shot (the default)
