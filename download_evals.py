@@ -37,7 +37,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from gptlab.dataset.evals_download import DownloadFailed, fetch_task
-    from gptlab.evals.task_spec import resolve_tasks
+    from gptlab.evals.task_spec import check_row, resolve_tasks
 
     tasks = resolve_tasks(args.tasks, args.tasks_dir)
     failed, failed_fewshot = [], []
@@ -45,7 +45,8 @@ def main(argv=None):
         parts = [False] + ([True] if task.fewshot_file() and not args.no_fewshot else [])
         for fewshot in parts:
             try:
-                status, out, rows, source, sha = fetch_task(task, args.data_dir, args.overwrite, args.timeout, fewshot)
+                status, out, rows, source, sha = fetch_task(task, args.data_dir, check_row, args.overwrite,
+                                                            args.timeout, fewshot)
             except DownloadFailed as err:  # the other tasks still come; this one is named at the end
                 if len(tasks) == 1 and not fewshot:
                     raise

@@ -115,12 +115,10 @@ def _repo_files(part, timeout_s, offline):
     return local, files
 
 
-def _lines(part, local, names):
-    """The rows of the parquet files as JSON lines (bytes), each checked as evaluate.py will check it (the task's
-    COLUMNS and their types), so a file it would refuse is never written."""
+def _lines(part, local, names, check_row):
+    """The rows of the parquet files as JSON lines (bytes), each checked by check_row(task, row, where, fix) as
+    evaluate.py will check it (the task's COLUMNS and their types), so a file it would refuse is never written."""
     import pyarrow.parquet as pq  # in requirements.txt; only for reading the download
-
-    from gptlab.evals.task_spec import check_row  # (task_spec imports this module)
 
     task = part.task
     fix = (f"it is not the dataset {task.path} describes; nothing was written; check HUB_REPO, {part.files_field} "
@@ -161,10 +159,11 @@ def _lines(part, local, names):
                                  "the HF cache: delete it there)") from None
 
 
-def fetch_task(task, data_dir, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S, fewshot=False):
+def fetch_task(task, data_dir, check_row, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S, fewshot=False):
     """Write data_dir/<task>.jsonl (fewshot: data_dir/<task>.fewshot.jsonl, its few-shot split) from the Hub; returns
     (status, path, rows, source, sha256): status "present" (verified, or there and nothing pins it: kept), or
-    "written"."""
+    "written". check_row: the evaluations' row check (gptlab.evals.task_spec.check_row, passed in: the evals stage
+    reads the data stage, not the other way)."""
     part = Part(task, fewshot)
     out = part.out(data_dir)
     if os.path.isfile(out):
@@ -184,7 +183,7 @@ def fetch_task(task, data_dir, overwrite=False, timeout_s=DEFAULT_TIMEOUT_S, few
     digest, rows = hashlib.sha256(), 0
     try:
         with atomic_write(out, "wb", overwrite=True) as f:
-            for line in _lines(part, local, names):
+            for line in _lines(part, local, names, check_row):
                 digest.update(line)
                 f.write(line)
                 rows += 1
