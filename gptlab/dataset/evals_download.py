@@ -16,21 +16,15 @@ import json
 import os
 import sys
 
-from gptlab.core.errors import UserError, one_line
+from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal
 from gptlab.dataset.hellaswag_file import sha256_file
-from gptlab.text.sources import (cached_snapshot, describe_error as _describe, hub_logs_held, hub_unreachable,
-                                 proxy_hint)
+from gptlab.text.sources import cached_snapshot, describe_error, hub_logs_held, hub_unreachable, proxy_hint
 
 DATA_DIR = os.path.join("data", "evals")  # where each task's rows go: data/evals/<task>.jsonl
 
 DEFAULT_TIMEOUT_S = 10.0
-
-
-def describe_error(err):
-    """The libraries' error, on one line (huggingface_hub's span several)."""
-    return one_line(_describe(err), 300)
 
 
 def hub_error_fix(err, task):

@@ -23,7 +23,7 @@ import stat
 import sys
 import zlib
 
-from gptlab.core.errors import UserError, one_line
+from gptlab.core.errors import UserError
 from gptlab.core.files import atomic_write, check_folder_creatable, write_fix
 from gptlab.core.progress import is_terminal, progress_bar
 from gptlab.text.sources import describe_error, proxy_hint, reaching
@@ -213,7 +213,7 @@ class _GeneratedStream:
         try:
             return next(self.chunks, b"")
         except Exception as err:  # pyarrow's and the rows' errors: the copy is unreadable, not the user's input
-            raise HubCopyUnusable(f"its parquet could not be read ({one_line(describe_error(err), 300)})") from None
+            raise HubCopyUnusable(f"its parquet could not be read ({describe_error(err)})") from None
 
     def __enter__(self):
         return self
@@ -237,7 +237,7 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
         with hub_logs_held():  # a 500 or 429 is retried, each retry logged: the failure is said once, below
             files = hub_validation_files(HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision))
     except Exception as err:  # no such repo or revision, an error page: the Hub's errors, all of them
-        raise HubCopyUnusable(f"listing it failed ({one_line(describe_error(err), 300)})") from None
+        raise HubCopyUnusable(f"listing it failed ({describe_error(err)})") from None
     if not files:
         raise HubCopyUnusable("it holds no validation parquet")
     # huggingface_hub's bar redraws with \r: fine on a terminal, not in a log (gptlab.core.progress)
@@ -249,7 +249,7 @@ def _hub_files_online(repo_id, revision, timeout_s, progress):
             return [hf_hub_download(repo_id, f, repo_type="dataset", revision=revision, etag_timeout=timeout_s)
                     for f in files], files
     except Exception as err:
-        raise HubCopyUnusable(f"downloading {files[0]} failed ({one_line(describe_error(err), 300)})") from None
+        raise HubCopyUnusable(f"downloading {files[0]} failed ({describe_error(err)})") from None
     finally:
         if quiet:
             enable_progress_bars()

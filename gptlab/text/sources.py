@@ -331,8 +331,9 @@ def hub_logs_held():
 
 
 def describe_error(err, limit=200):
-    """'ConnectError: [Errno 111] Connection refused', cut to `limit` characters, credentials removed."""
-    return f"{type(err).__name__}: {without_credentials(err)[:limit]}"
+    """'ConnectError: [Errno 111] Connection refused': its message cut to `limit` characters, credentials removed, on
+    one line (huggingface_hub's errors span several; every caller puts it in a one-line message)."""
+    return one_line(f"{type(err).__name__}: {without_credentials(err)[:limit]}", limit + 100)
 
 
 def hub_offline():
