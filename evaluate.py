@@ -136,7 +136,8 @@ def print_summary(summaries, suite, out, dtype):
         print(f"{name:<{width}}{s['n']:>6}  {s['acc']:.4f} {interval(s['acc_ci95']):<17}{s['acc_norm']:>9.4f}  "
               f"{s['centred']:>8.4f}  {s['gold_bpb']:.4f} {interval(s['gold_bpb_ci95'])}")
     print(f"core (mean centred accuracy over {len(summaries)} tasks) {suite['core']:.4f} "
-          f"{interval(suite['core_ci95'])}; mean gold-answer bpb {suite['gold_bpb']:.4f} {interval(suite['gold_bpb_ci95'])}")
+          f"{interval(suite['core_ci95'])}; mean gold-answer bpb {suite['gold_bpb']:.4f} "
+          f"{interval(suite['gold_bpb_ci95'])}")
     print(f"{suite['sequences']:,} continuations scored in {suite['seconds']:.1f}s ({dtype}); wrote "
           f"{out}/summary.json and one <task>.jsonl per task")
 

@@ -189,8 +189,7 @@ _HUB_NAME = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"  # huggingface_hub's
 def hub_repo(text):
     """A Hub repository id, NAME or ORG/NAME as huggingface_hub accepts one (else it raises deep in a download)."""
     if not (re.fullmatch(f"(?:{_HUB_NAME}/)?{_HUB_NAME}", text) and len(text.rsplit("/", 1)[-1]) <= 96
-            and "--" not in text
-            and ".." not in text):
+            and "--" not in text and ".." not in text):
         raise FlagValueError(f"'{escape_controls(text)}' is not a Hub repository id; give ORG/NAME, e.g. "
                              "Rowan/hellaswag")
     return text

@@ -5,9 +5,9 @@ lm-eval splits them (trailing spaces of the context move to the continuation; th
 encode(context + continuation) after encode(context)); a longer one than MAX_SEQ_LEN + 1 is cut from the left as
 lm-eval cuts it, <|endoftext|> included, and then gets a row of its own. Sequences are packed back to back into
 rows of `row_len` tokens; the model's document masking (each <|endoftext|> starts a document nobody before it can
-see) keeps them apart, and its rotary positions are relative, so a sequence scores as it does alone. Sliding windows count whole
-blocks from absolute positions, so a sequence is placed mid-block only where it sees all of itself both there and
-alone; otherwise it starts on a block boundary (as it does alone). Rows are filled longest-first, so padding is only
+see) keeps them apart, and its rotary positions are relative, so a sequence scores as it does alone. Sliding
+windows count whole blocks from absolute positions, so a sequence is placed mid-block only where it sees all of
+itself both there and alone; otherwise it starts on a block boundary (as it does alone). Rows are filled longest-first, so padding is only
 the ends of the rows a sequence did not fit.
 
 Distributed: every rank packs the same rows and groups them into the same batches; batch b is computed by rank
@@ -114,7 +114,7 @@ def pack(lengths, row_len, block=1, window=None, tries=8, alone=None):
     for i in order:
         length = lengths[i]
         if length > row_len or (alone is not None and alone[i]):
-            widths.append(next_multiple(max(length, 1), block))
+            widths.append(next_multiple(length, block))
             fill.append(length)
             places[i] = (len(widths) - 1, 0)
             continue

@@ -50,6 +50,7 @@ rows are drawn as lm-eval 0.4.13's samplers draw them (fewshot_draws): its defau
 per task, over the scored rows in order, so that on the same rows our K-shot contexts are lm-eval's byte for byte.
 """
 import importlib.util
+import itertools
 import json
 import os
 import random
@@ -469,8 +470,9 @@ def _first_n(task, rows, pool, k):
     """lm-eval's FirstNSampler: the first k rows of the pool, in order, every copy of the row itself removed first
     when it passes the row as eval_doc (FEWSHOT_EXCLUDE_SELF)."""
     draws = []
-    for i, row in enumerate(rows):
-        kept = [j for j in range(len(pool)) if not (task.FEWSHOT_EXCLUDE_SELF and pool[j] == row)][:k]
+    for i, row in enumerate(rows):  # the pool scanned only as far as k shots (a scored split as pool: 10k rows)
+        kept = list(itertools.islice((j for j in range(len(pool))
+                                      if not (task.FEWSHOT_EXCLUDE_SELF and pool[j] == row)), k))
         if len(kept) < k:
             others = " other" if task.FEWSHOT_EXCLUDE_SELF else ""
             raise UserError(f"--fewshot {k}: {task.NAME} row {i + 1} has only {len(kept)}{others} rows in its "
